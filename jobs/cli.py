@@ -1,0 +1,27 @@
+"""The ``mvr`` command: one subcommand per job; each is also ``python -m jobs.<module>``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "index": ("jobs.index_corpus", "build an index from a corpus (Ray Data)"),
+    "stats": ("jobs.stats", "print an index's counts and rejects"),
+    "search": ("jobs.search", "answer one query in-process (exact search) and print the results"),
+    "demo": ("jobs.demo", "index a small offline corpus (Python's docs) and query it"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="mvr", description="multi-vector retrieval on Ray")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        importlib.import_module(module).parser(sub.add_parser(name, help=help_text, description=help_text))
+    args = p.parse_args(argv)
+    return importlib.import_module(COMMANDS[args.command][0]).run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

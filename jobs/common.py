@@ -1,0 +1,27 @@
+"""Shared pieces of the job entry points: config loading and printing."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.syntax import Syntax
+
+from pipeline.config import IndexConfig
+
+console = Console(stderr=True)
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML file with an IndexConfig (see configs/)")
+    p.add_argument("--model", help="model directory, hub id, or 'minilm' (packaged default)")
+    p.add_argument("--limit", type=int, help="index only the first N input rows")
+
+
+def load_index_config(args: argparse.Namespace) -> IndexConfig:
+    return IndexConfig.from_yaml(args.config, **{"model.name": args.model, "limit": args.limit})
+
+
+def print_config(title: str, config) -> None:
+    console.rule(title)
+    console.print(Syntax(config.to_yaml(), "yaml", background_color="default"))

@@ -1,0 +1,59 @@
+"""``mvr search INDEX "query text"`` / ``python -m jobs.search``: one query from the shell,
+answered in-process by exact search; ``--json`` prints the ``POST /search`` response body."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+
+from jobs.common import console
+from jobs.render import results_table
+from pipeline.exact_search import MODES, ExactSearcher
+from pipeline.local_search import answer, validate_request
+from storage.catalog import Catalog
+
+
+def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    p = p or argparse.ArgumentParser(prog="python -m jobs.search", description=__doc__)
+    p.add_argument("index", help="index directory (path or fsspec URL)")
+    p.add_argument("query", help="query text")
+    p.add_argument("-k", "--k", type=int, default=10, help="number of documents to return (1..1000)")
+    p.add_argument("--mode", choices=MODES, default="maxsim", help="exact scoring mode")
+    p.add_argument("--json", action="store_true", help="print the response as JSON on stdout")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        validate_request(args.query, args.k)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    try:
+        searcher = ExactSearcher(args.index, modes=(args.mode,))
+        catalog = Catalog(args.index)
+    except (FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    try:
+        body = answer(searcher, catalog, args.query, args.k, args.mode)
+    finally:
+        catalog.close()
+    if args.json:
+        print(json.dumps(body, ensure_ascii=False))
+        return 0
+    t = body["timings_ms"]
+    caption = f"encode {t['encode']:.1f} ms · rescore {t['rescore']:.1f} ms · total {t['total']:.1f} ms"
+    Console().print(results_table(f"{args.mode}: {args.query}", body["results"], caption))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

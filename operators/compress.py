@@ -1,0 +1,122 @@
+"""Per-passage representations computed from raw token vectors, vectorised over a batch:
+L2-normalised token vectors, pooled vector, first-m vectors (ME-BERT) and k-means centroids
+(pseudo-query embeddings, equal-interval initialisation)."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+
+def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    """Rows of ``x`` scaled to unit L2 norm (zero rows stay zero)."""
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
+
+
+def projection_matrix(in_dim: int, out_dim: int, seed: int) -> np.ndarray:
+    """(in_dim, out_dim) float32 with orthonormal columns, a fixed function of the seed."""
+    if out_dim > in_dim:
+        raise ValueError(f"projection_dim {out_dim} exceeds the model's dimension {in_dim}")
+    g = np.random.default_rng(seed).standard_normal((in_dim, out_dim))
+    q, r = np.linalg.qr(g)
+    return (q * np.sign(np.diag(r))).astype(np.float32)
+
+
+def pad(arrays: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    """List of (n_i, dim) → (B, T, dim) float32 tensor and (B, T) bool mask."""
+    width = max(len(a) for a in arrays)
+    dim = arrays[0].shape[1]
+    x = torch.zeros((len(arrays), width, dim), dtype=torch.float32)
+    mask = torch.zeros((len(arrays), width), dtype=torch.bool)
+    for i, a in enumerate(arrays):
+        x[i, : len(a)] = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+        mask[i, : len(a)] = True
+    return x, mask
+
+
+def pooled(arrays: Sequence[np.ndarray], mode: str = "mean") -> np.ndarray:
+    """(B, dim) float32, L2-normalised: mean over each passage's raw vectors, or the first ([CLS])."""
+    if mode == "cls":
+        out = np.stack([a[0] for a in arrays])
+    else:
+        out = np.stack([a.mean(axis=0) for a in arrays])
+    return l2_normalize(out.astype(np.float32))
+
+
+def kmeans_centroids(arrays: Sequence[np.ndarray], k: int, iterations: int = 10, chunk: int = 64) -> list[np.ndarray]:
+    """Per passage, Lloyd's k-means over its (n_i, dim) vectors, batched over passages.
+
+    Initial centroids are the vectors at positions floor(linspace(0, n_i - 1, k)) (equal
+    intervals); an empty cluster keeps its previous centroid; iteration stops early once no
+    assignment changes (the result is then the same as running all ``iterations``). A passage
+    with n_i <= k vectors gets its vectors as centroids. Passages are batched ``chunk`` at a
+    time in length order, so little padding is computed. Returns (min(k, n_i), dim) float32."""
+    out: list[np.ndarray] = [np.asarray(a, dtype=np.float32) for a in arrays]
+    todo = [i for i, a in enumerate(arrays) if len(a) > k]
+    todo.sort(key=lambda i: len(arrays[i]))
+    for start in range(0, len(todo), chunk):
+        idx = todo[start : start + chunk]
+        centroids = _kmeans_batch([arrays[i] for i in idx], k, iterations)
+        for i, c in zip(idx, centroids):
+            out[i] = c
+    return out
+
+
+def _kmeans_batch(arrays: Sequence[np.ndarray], k: int, iterations: int) -> np.ndarray:
+    """(B, k, dim) centroids for passages that all have more than k vectors."""
+    x, mask = pad(arrays)  # (B, T, D), (B, T)
+    lengths = mask.sum(1)
+    steps = torch.arange(k, dtype=torch.float64)
+    init = torch.floor(steps[None, :] * (lengths[:, None].double() - 1) / max(k - 1, 1)).long()  # (B, k)
+    c = torch.gather(x, 1, init[:, :, None].expand(-1, -1, x.shape[2])).clone()  # (B, k, D)
+    x_sq = (x * x).sum(-1)  # (B, T)
+    previous = None
+    for _ in range(iterations):
+        d = x_sq[:, :, None] - 2 * torch.bmm(x, c.transpose(1, 2)) + (c * c).sum(-1)[:, None, :]  # (B, T, k)
+        assign = d.argmin(-1).masked_fill(~mask, -1)  # (B, T); padding assigned nowhere
+        if previous is not None and torch.equal(assign, previous):
+            break
+        previous = assign
+        onehot = (assign[:, :, None] == torch.arange(k)[None, None, :]).float()  # (B, T, k)
+        counts = onehot.sum(1)  # (B, k)
+        sums = torch.bmm(onehot.transpose(1, 2), x)  # (B, k, D)
+        c = torch.where(counts[:, :, None] > 0, sums / counts.clamp(min=1)[:, :, None], c)
+    return c.numpy()
+
+
+class Compressor:
+    """Raw token vectors of a batch of passages → every stored representation.
+
+    Token vectors are projected (if ``projection`` is given), then: ``tokens`` are the
+    L2-normalised kept vectors; ``pooled`` the normalised mean (or CLS) of all raw vectors;
+    ``first_m`` the first m normalised vectors; ``centroids`` k-means over the raw vectors."""
+
+    def __init__(
+        self,
+        projection: Optional[np.ndarray] = None,
+        pooling: str = "mean",
+        first_m: int = 8,
+        centroids: int = 4,
+        kmeans_iterations: int = 10,
+    ) -> None:
+        self.projection = projection
+        self.pooling = pooling
+        self.first_m = first_m
+        self.k = centroids
+        self.iterations = kmeans_iterations
+
+    def __call__(self, raw: Sequence[np.ndarray], keep: Optional[Sequence[np.ndarray]] = None) -> dict[str, list]:
+        """``raw``: (n_i, model_dim) float32 per passage; ``keep``: (n_i,) bool per passage,
+        which token vectors to store. Returns lists of float32 arrays per representation."""
+        if self.projection is not None:
+            raw = [r @ self.projection for r in raw]
+        normed = [l2_normalize(r) for r in raw]
+        tokens = normed if keep is None else [v[m] for v, m in zip(normed, keep)]
+        return {
+            "tokens": tokens,
+            "pooled": list(pooled(raw, self.pooling)),
+            "first_m": [v[: self.first_m] for v in normed],
+            "centroids": kmeans_centroids(raw, self.k, self.iterations),
+        }

@@ -1,0 +1,48 @@
+"""Packed variable-length vector sets: one (total, dim) matrix plus (n + 1,) offsets.
+
+Passage i owns rows ``offsets[i]:offsets[i + 1]``. This is how shards, partitions and the
+exact scorers hold token vectors, first-m vectors and centroids without padding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass
+class Packed:
+    """``vectors``: (total, dim); ``offsets``: (n + 1,) int64, offsets[0] == 0."""
+
+    vectors: np.ndarray
+    offsets: np.ndarray
+
+    @classmethod
+    def from_list(cls, arrays: Sequence[np.ndarray], dim: int, dtype=np.float32) -> "Packed":
+        lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+        offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        vectors = np.concatenate(arrays).astype(dtype, copy=False) if len(arrays) else np.zeros((0, dim), dtype)
+        return cls(vectors.reshape(-1, dim), offsets)
+
+    @classmethod
+    def concat(cls, parts: Sequence["Packed"]) -> "Packed":
+        vectors = np.concatenate([p.vectors for p in parts])
+        shifts = np.cumsum([0] + [p.offsets[-1] for p in parts[:-1]])
+        offsets = np.concatenate([[0]] + [p.offsets[1:] + s for p, s in zip(parts, shifts)])
+        return cls(vectors, offsets.astype(np.int64))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.vectors[self.offsets[i] : self.offsets[i + 1]]
+
+    def owners(self) -> np.ndarray:
+        """(total,) int64: the passage each row belongs to."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)

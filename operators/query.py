@@ -1,0 +1,38 @@
+"""Query encoding: ColBERT query tokens (markers, [MASK] augmentation) through the same model
+and projection as the passages, giving every query-side representation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from operators.compress import l2_normalize, pooled
+from operators.encoder import TokenEncoder
+from operators.tokenizer import PassageTokenizer
+
+
+@dataclass
+class EncodedQuery:
+    """``tokens``: (n_q, dim) float32 L2-normalised; ``pooled``: (dim,) float32 L2-normalised."""
+
+    text: str
+    tokens: np.ndarray
+    pooled: np.ndarray
+
+
+class QueryEncoder:
+    def __init__(self, encoder: TokenEncoder, tokenizer: PassageTokenizer, projection: Optional[np.ndarray] = None, pooling: str = "mean") -> None:
+        self.encoder = encoder
+        self.tokenizer = tokenizer
+        self.projection = projection
+        self.pooling = pooling
+
+    def __call__(self, texts: Sequence[str], batch_size: int = 32) -> list[EncodedQuery]:
+        ids = self.tokenizer.queries(texts)
+        raw = self.encoder.encode(ids, batch_size, self.tokenizer.pad_id)
+        if self.projection is not None:
+            raw = [r @ self.projection for r in raw]
+        pools = pooled(raw, self.pooling)
+        return [EncodedQuery(t, l2_normalize(r), p) for t, r, p in zip(texts, raw, pools)]

@@ -1,0 +1,128 @@
+"""Tokenization with ColBERT conventions: marker tokens, [MASK] query augmentation,
+punctuation skiplist, and splitting long documents into overlapping token windows."""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One window of a document. ``input_ids``: (n,) int32, specials and marker included;
+    ``char_start``/``char_end``: the window's span in the document string (title included)."""
+
+    doc_id: str
+    passage_idx: int
+    text: str
+    input_ids: np.ndarray
+    char_start: int
+    char_end: int
+
+
+class PassageTokenizer:
+    """Wraps a Hugging Face *fast* tokenizer. Settings mirror ``TokenizerConfig``."""
+
+    def __init__(
+        self,
+        hf_tokenizer,
+        passage_tokens: int = 256,
+        stride_tokens: int = 192,
+        split_long_documents: bool = True,
+        query_tokens: int = 32,
+        query_marker: Optional[str] = None,
+        document_marker: Optional[str] = None,
+        query_augmentation: bool = False,
+        skip_punctuation: bool = False,
+        title_separator: str = " ",
+    ) -> None:
+        if not getattr(hf_tokenizer, "is_fast", False):
+            raise ValueError("a fast (Rust) tokenizer is required for character offsets")
+        self.tok = hf_tokenizer
+        self.passage_tokens = passage_tokens
+        self.stride_tokens = stride_tokens
+        self.split_long_documents = split_long_documents
+        self.query_tokens = query_tokens
+        self.query_augmentation = query_augmentation
+        self.title_separator = title_separator
+        self.cls_id = hf_tokenizer.cls_token_id
+        self.sep_id = hf_tokenizer.sep_token_id
+        self.mask_id = hf_tokenizer.mask_token_id
+        self.pad_id = hf_tokenizer.pad_token_id or 0
+        if self.cls_id is None or self.sep_id is None:
+            raise ValueError("tokenizer needs [CLS]/[SEP]-style special tokens (cls_token, sep_token)")
+        self.q_marker = self._token_id(query_marker)
+        self.d_marker = self._token_id(document_marker)
+        self.skip_ids = self._punctuation_ids() if skip_punctuation else np.zeros(0, dtype=np.int32)
+
+    def _token_id(self, token: Optional[str]) -> Optional[int]:
+        if token is None:
+            return None
+        tid = self.tok.convert_tokens_to_ids(token)
+        if tid is None or tid == self.tok.unk_token_id:
+            raise ValueError(f"marker token {token!r} is not in the tokenizer's vocabulary")
+        return int(tid)
+
+    def _punctuation_ids(self) -> np.ndarray:
+        ids = set()
+        for ch in string.punctuation:
+            ids.update(self.tok.encode(ch, add_special_tokens=False))
+        return np.array(sorted(ids), dtype=np.int32)
+
+    # -- documents -------------------------------------------------------------------------
+
+    def document_string(self, title: str, text: str) -> str:
+        return f"{title}{self.title_separator}{text}" if title else text
+
+    def split(self, doc_ids: Sequence[str], titles: Sequence[str], texts: Sequence[str]) -> list[Passage]:
+        """Documents to passages, in order. A document of at most ``passage_tokens`` tokens
+        (specials included) is one passage; a longer one becomes windows of that length that
+        start every ``stride_tokens`` tokens, the last one ending at the document's end."""
+        docs = [self.document_string(t, x) for t, x in zip(titles, texts)]
+        if not docs:
+            return []
+        enc = self.tok(docs, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        prefix = [self.cls_id] + ([self.d_marker] if self.d_marker is not None else [])
+        budget = self.passage_tokens - len(prefix) - 1
+        if budget < 1:
+            raise ValueError("passage_tokens leaves no room for text after the special tokens")
+        out: list[Passage] = []
+        for doc_id, doc, ids, offsets in zip(doc_ids, docs, enc["input_ids"], enc["offset_mapping"]):
+            n = len(ids)
+            if n <= budget or not self.split_long_documents:
+                starts = [0]
+            else:
+                last = n - budget
+                starts = list(range(0, last, self.stride_tokens)) + [last]
+            for p, s in enumerate(starts):
+                e = min(s + budget, n)
+                window = prefix + list(ids[s:e]) + [self.sep_id]
+                c0 = offsets[s][0] if e > s else 0
+                c1 = offsets[e - 1][1] if e > s else 0
+                out.append(Passage(doc_id, p, doc[c0:c1], np.asarray(window, dtype=np.int32), c0, c1))
+        return out
+
+    def keep_mask(self, input_ids: np.ndarray) -> np.ndarray:
+        """(n,) bool: which document token vectors are stored (punctuation dropped if set)."""
+        if self.skip_ids.size == 0:
+            return np.ones(len(input_ids), dtype=bool)
+        return ~np.isin(input_ids, self.skip_ids)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Query token ids, (n,) int32 each: [CLS] [Q]? tokens [SEP], truncated to
+        ``query_tokens``; with augmentation padded with [MASK] to exactly ``query_tokens``."""
+        prefix = [self.cls_id] + ([self.q_marker] if self.q_marker is not None else [])
+        budget = self.query_tokens - len(prefix) - 1
+        enc = self.tok(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
+        out = []
+        for ids in enc:
+            q = prefix + list(ids[:budget]) + [self.sep_id]
+            if self.query_augmentation:
+                q += [self.mask_id] * (self.query_tokens - len(q))
+            out.append(np.asarray(q, dtype=np.int32))
+        return out

@@ -1,0 +1,198 @@
+"""The indexing graph on Ray Data: corpus → validate → tokenize → encode → compress → shards,
+then rejects, catalog and the manifest (committed last).
+
+Two passes over the input: a cheap validation scan (ids and reasons, so duplicate ids can be
+resolved across blocks with DuckDB: first one wins), then the main pass. Both are resumable:
+a block's scan and each written shard are recorded in staging, and a rerun skips them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import ray
+
+from operators.checkpoint import detect_format, fingerprint, resolve_model_path
+from pipeline.config import IndexConfig
+from pipeline.ray_runtime import init_ray, plan_encode
+from pipeline.encode_stage import EncodeCompress
+from pipeline.stages import ReadTokenize, scan_blocks, write_shards
+from storage import catalog, index_dir, staging
+from storage.corpus import InputBlock, plan_blocks
+from storage.manifest import Manifest, ShardEntry, commit_manifest, read_manifest
+from storage.shards import committed_records, shard_dim
+
+
+class IndexExistsError(RuntimeError):
+    """The target already holds a different committed index (or an unfinished job of one)."""
+
+
+@dataclass
+class IndexResult:
+    manifest: Manifest
+    up_to_date: bool  # nothing was done: the index already matched corpus and config
+    seconds: float
+
+    @property
+    def summary(self) -> str:
+        c = self.manifest.counts
+        return (
+            f"indexed {c['indexed_documents']}, rejected {c['rejected']} (input rows {c['input_rows']}); "
+            f"{c['passages']} passages, {c['tokens']} token vectors"
+        )
+
+
+def _apply_limit(index_url: str, blocks: list[InputBlock], limit: Optional[int]) -> list[InputBlock]:
+    """Keep the first ``limit`` rows of the input (in input order) after the scan."""
+    if limit is None:
+        return blocks
+    kept, remaining = [], limit
+    for b in blocks:
+        if remaining <= 0:
+            break
+        n = staging.scan_rows(index_url, b.block_id)
+        if n >= remaining:  # the last block kept (a rerun finds it truncated already)
+            staging.truncate_scan(index_url, b.block_id, remaining)
+            b = InputBlock(**{**b.to_dict(), "max_rows": remaining})
+        kept.append(b)
+        remaining -= min(n, remaining)
+    return kept
+
+
+def _prepare(corpus_url: str, index_url: str, config: IndexConfig, overwrite: bool, log: Callable[[str], None]):
+    """Resolve rerun semantics. Returns (blocks, plan key) or a committed Manifest if up to date."""
+    blocks, input_fp = plan_blocks(corpus_url, config.runtime.block_bytes, config.runtime.parquet_rows_per_block)
+    key = {"corpus": corpus_url, "input": input_fp, "settings": config.vector_settings(), "limit": config.limit}
+    existing = read_manifest(index_url)
+    staged = staging.load_plan(index_url)
+    if overwrite and (existing is not None or staged is not None):
+        log(f"--overwrite: removing the index at {index_url}")
+        index_dir.clear(index_url)
+        existing = staged = None
+    if existing is not None:
+        if existing.input.get("key") == key:
+            return existing, key
+        raise IndexExistsError(
+            f"{index_url} already holds an index of another corpus or configuration "
+            "(pass --overwrite to replace it)"
+        )
+    if staged is not None:
+        if staged["key"] != key:
+            raise IndexExistsError(
+                f"{index_url} holds an unfinished indexing job of another corpus or configuration "
+                "(pass --overwrite to discard it)"
+            )
+        log(f"resuming the unfinished job in {index_url}")
+        return [InputBlock.from_dict(b) for b in staged["blocks"]], key
+    staging.save_plan(index_url, {"key": key, "blocks": [b.to_dict() for b in blocks]})
+    return blocks, key
+
+
+def index_corpus(
+    corpus_url: str,
+    index_url: str,
+    config: IndexConfig,
+    overwrite: bool = False,
+    log: Callable[[str], None] = print,
+) -> IndexResult:
+    """Index ``corpus_url`` into ``index_url``. Resumable and idempotent: rerunning after a
+    crash finishes the job; rerunning after success changes nothing."""
+    t0 = time.time()
+    prepared, key = _prepare(corpus_url, index_url, config, overwrite, log)
+    if isinstance(prepared, Manifest):
+        log(f"{index_url} is up to date (manifest version {prepared.version})")
+        return IndexResult(prepared, True, time.time() - t0)
+    blocks: list[InputBlock] = prepared
+    init_ray()
+    placement = plan_encode(config.runtime)
+    log(f"{len(blocks)} input blocks; encode: {placement}")
+
+    # Pass 1: validate every row, once per block.
+    todo = [b.to_dict() for b in blocks if not staging.scanned(index_url, b.block_id)]
+    if todo:
+        scan = ray.data.from_items(todo, override_num_blocks=len(todo)).map_batches(
+            scan_blocks, batch_size=1, batch_format="pyarrow", fn_kwargs={"index_url": index_url}, num_cpus=placement.io_cpus
+        )
+        scan.materialize()
+    blocks = _apply_limit(index_url, blocks, config.limit)
+    duplicates = catalog.find_duplicates(index_url, blocks)
+    log(f"validated {len(blocks)} blocks in {time.time() - t0:.1f} s; {duplicates} duplicate ids (first occurrence kept)")
+    t1 = time.time()
+
+    # Pass 2: passages → token ids → vectors → shards.
+    model = config.model.model_dump()
+    ds = ray.data.from_items([b.to_dict() for b in blocks], override_num_blocks=len(blocks))
+    ds = ds.map_batches(
+        ReadTokenize,
+        batch_size=1,
+        batch_format="pyarrow",
+        fn_constructor_kwargs={"index_url": index_url, "model_name": model["name"], "tokenizer_settings": config.tokenizer.model_dump()},
+        compute=ray.data.ActorPoolStrategy(size=1),
+        num_cpus=placement.io_cpus,
+    )
+    ds = ds.map_batches(
+        EncodeCompress,
+        batch_size=config.runtime.encode_actor_batch,
+        batch_format="pyarrow",
+        fn_constructor_kwargs={
+            "model": model,
+            "tokenizer_settings": config.tokenizer.model_dump(),
+            "compress": config.compress.model_dump(),
+            "batch_size": config.runtime.encode_batch_size,
+            "torch_threads": placement.threads,
+        },
+        compute=ray.data.ActorPoolStrategy(size=placement.actors),
+        num_cpus=placement.cpus,
+        num_gpus=placement.gpus,
+    )
+    ds = ds.map_batches(
+        write_shards,
+        batch_size=config.runtime.write_rows_per_shard,
+        batch_format="pyarrow",
+        fn_kwargs={"index_url": index_url},
+        num_cpus=placement.io_cpus,
+    )
+    ds.materialize()
+    log(f"encoded and wrote passages in {time.time() - t1:.1f} s")
+    return IndexResult(_commit(corpus_url, index_url, config, blocks, key, log), False, time.time() - t0)
+
+
+def _commit(corpus_url: str, index_url: str, config: IndexConfig, blocks: list[InputBlock], key: dict, log) -> Manifest:
+    """Rejects, catalog, reconciliation, then the manifest (the commit point)."""
+    records = committed_records(index_url, [b.block_id for b in blocks])
+    rejected = catalog.write_rejects(index_url, blocks)
+    scan = catalog.scan_counts(index_url, blocks)
+    counts = catalog.build_catalog(index_url, [r["path"] for r in records])
+    indexed = scan["valid_rows"] - scan["duplicates"]
+    problems = []
+    if counts["distinct_passage_keys"] != counts["passages"]:
+        problems.append(f"{counts['passages'] - counts['distinct_passage_keys']} passages written twice")
+    if counts["distinct_document_keys"] != indexed:
+        problems.append(f"{counts['distinct_document_keys']} documents in the shards, {indexed} valid input rows")
+    if indexed + rejected != scan["input_rows"]:
+        problems.append(f"indexed {indexed} + rejected {rejected} != input rows {scan['input_rows']}")
+    if problems:
+        raise RuntimeError("index does not reconcile with its input, not committing: " + "; ".join(problems))
+    path = resolve_model_path(config.model.name)
+    dim = shard_dim(index_url, records[0]["path"]) if records else 0
+    manifest = Manifest(
+        config=config.model_dump(mode="json"),
+        model={"name": config.model.name, "path": path, "format": detect_format(path), "fingerprint": fingerprint(path)},
+        input={"url": corpus_url, "fingerprint": key["input"], "blocks": len(blocks), "key": key},
+        counts={
+            "input_rows": scan["input_rows"],
+            "indexed_documents": indexed,
+            "rejected": rejected,
+            "duplicates": scan["duplicates"],
+            "passages": counts["passages"],
+            "tokens": counts["tokens"],
+        },
+        dim=dim,
+        shards=[ShardEntry(**r) for r in records],
+    )
+    index_dir.remove_orphan_shards(index_url, {r["path"] for r in records})
+    commit_manifest(index_url, manifest)
+    staging.clear(index_url)
+    log(f"committed {index_url} (manifest version {manifest.version})")
+    return manifest

@@ -1,0 +1,113 @@
+"""The light per-batch callables of the indexing graph (Ray Data ``map_batches``): validating
+blocks, reading and tokenizing them, writing shards. They import no torch, so their workers
+start fast; the encode actor is in ``encode_stage.py``. Ray wiring lives in ``indexing.py``."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+
+from operators.checkpoint import load_tokenizer
+from operators.tokenizer import PassageTokenizer
+from operators.validation import Document, Reject, parse_rows
+from storage import staging
+from storage.corpus import InputBlock, parquet_fields, read_block
+from storage.shards import committed_in_block, covered_seqs, write_shard
+
+PASSAGE_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("passage_idx", pa.int32()),
+        ("block_id", pa.string()),
+        ("row_index", pa.int32()),
+        ("seq", pa.int32()),
+        ("title", pa.string()),
+        ("text", pa.string()),
+        ("char_start", pa.int32()),
+        ("char_end", pa.int32()),
+        ("input_ids", pa.list_(pa.int32())),
+    ]
+)
+
+
+def block_rows(block: InputBlock) -> list:
+    """Parsed rows (Document | Reject) of one block, capped at ``block.max_rows``."""
+    fields = parquet_fields(block.url) if block.format == "parquet" else None
+    rows = parse_rows(read_block(block), block.format, block.start == 0, fields)
+    return rows if block.max_rows is None else rows[: block.max_rows]
+
+
+def scan_blocks(batch: pa.Table, index_url: str) -> pa.Table:
+    """Validate each block of the batch and record its rows' outcomes in staging."""
+    out = {"block_id": [], "rows": [], "valid": []}
+    for spec in batch.to_pylist():
+        block = InputBlock.from_dict(spec)
+        fields = parquet_fields(block.url) if block.format == "parquet" else None
+        raw = list(read_block(block))
+        rows = parse_rows(raw, block.format, block.start == 0, fields)
+        staging.write_scan(
+            index_url,
+            block,
+            [(r.index, r.doc_id, r.reason if isinstance(r, Reject) else None) for r in rows],
+            raw_rows=len(raw),
+        )
+        out["block_id"].append(block.block_id)
+        out["rows"].append(len(rows))
+        out["valid"].append(sum(isinstance(r, Document) for r in rows))
+    return pa.table(out)
+
+
+class ReadTokenize:
+    """Block spec → its passages with token ids, minus duplicates and already-written ones,
+    ordered by token count (length bucketing: consecutive rows pad little when batched)."""
+
+    def __init__(self, index_url: str, model_name: str, tokenizer_settings: dict) -> None:
+        self.index_url = index_url
+        self.tokenizer = PassageTokenizer(load_tokenizer(model_name), **tokenizer_settings)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        parts = [self._block(InputBlock.from_dict(spec)) for spec in batch.to_pylist()]
+        return pa.concat_tables(parts) if parts else PASSAGE_SCHEMA.empty_table()
+
+    def _block(self, block: InputBlock) -> pa.Table:
+        duplicates = staging.duplicates_in_block(self.index_url, block.block_id)
+        docs = [r for r in block_rows(block) if isinstance(r, Document) and r.index not in duplicates]
+        passages = self.tokenizer.split([d.doc_id for d in docs], [d.title for d in docs], [d.text for d in docs])
+        written = set(covered_seqs(committed_in_block(self.index_url, block.block_id)).tolist())
+        todo = [seq for seq in range(len(passages)) if seq not in written]
+        todo.sort(key=lambda seq: len(passages[seq].input_ids))
+        doc_of = {d.doc_id: d for d in docs}
+        rows = [passages[seq] for seq in todo]
+        return pa.table(
+            {
+                "doc_id": [p.doc_id for p in rows],
+                "passage_idx": [p.passage_idx for p in rows],
+                "block_id": [block.block_id] * len(rows),
+                "row_index": [doc_of[p.doc_id].index for p in rows],
+                "seq": todo,
+                "title": [doc_of[p.doc_id].title for p in rows],
+                "text": [p.text for p in rows],
+                "char_start": [p.char_start for p in rows],
+                "char_end": [p.char_end for p in rows],
+                "input_ids": [p.input_ids for p in rows],
+            },
+            schema=PASSAGE_SCHEMA,
+        )
+
+
+def write_shards(batch: pa.Table, index_url: str) -> pa.Table:
+    """Write the batch as shards, one per input block it contains (rows ordered by ``seq``).
+    Returns one row per shard written: block_id, passages, tokens."""
+    out: dict[str, list] = {"block_id": [], "passages": [], "tokens": []}
+    if batch.num_rows:
+        batch = batch.sort_by([("block_id", "ascending"), ("seq", "ascending")])
+        blocks = batch["block_id"].to_numpy(zero_copy_only=False)
+        breaks = np.flatnonzero(blocks[1:] != blocks[:-1]) + 1
+        for start, end in zip(np.r_[0, breaks], np.r_[breaks, len(blocks)]):
+            record = write_shard(index_url, batch.slice(start, end - start), str(blocks[start]))
+            out["block_id"].append(record["block_id"])
+            out["passages"].append(record["rows"])
+            out["tokens"].append(record["tokens"])
+    return pa.table(out, schema=pa.schema([("block_id", pa.string()), ("passages", pa.int64()), ("tokens", pa.int64())]))

@@ -1,0 +1,179 @@
+"""DuckDB over the index: duplicate-id detection across blocks, the rejects file, and the
+catalog (``catalog.duckdb``: passages without vectors, shards, rejects) for lookups and stats."""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from typing import Sequence
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage import fs
+from storage.corpus import InputBlock
+from storage.staging import duplicates_url, raw_rows, scan_urls, write_duplicates
+
+CATALOG_FILE = "catalog.duckdb"
+REJECTS_FILE = "rejects.parquet"
+
+
+def connect(url: str, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that can read ``url``'s filesystem (fsspec registered if remote)."""
+    con = duckdb.connect(database)
+    if not fs.is_local(url):
+        con.register_filesystem(fs.resolve(url)[0])
+    return con
+
+
+def _arrow(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+    """Run ``sql`` and fetch an Arrow table (DuckDB 1.x and 2.x spell this differently)."""
+    rel = con.sql(sql)
+    fetch = getattr(rel, "to_arrow_table", None) or getattr(rel, "arrow")
+    return fetch()
+
+
+def _list(urls: Sequence[str]) -> str:
+    return "[" + ", ".join("'" + u.replace("'", "''") + "'" for u in urls) + "]"
+
+
+def find_duplicates(index_url: str, blocks: Sequence[InputBlock]) -> int:
+    """Rows whose id appeared earlier in input order (first one wins) → duplicates file.
+    Returns how many rows are duplicates."""
+    con = connect(index_url)
+    table = _arrow(con,
+        f"""
+        WITH valid AS (
+            SELECT block_id, row_index, doc_id FROM read_parquet({_list(scan_urls(index_url, blocks))})
+            WHERE reason IS NULL),
+        ranked AS (
+            SELECT *, first_value(block_id) OVER w AS first_block, first_value(row_index) OVER w AS first_row,
+                   row_number() OVER w AS rn
+            FROM valid WINDOW w AS (PARTITION BY doc_id ORDER BY block_id, row_index))
+        SELECT block_id, row_index::INTEGER AS row_index, doc_id,
+               'duplicate id: first seen in block ' || first_block || ' row ' || first_row AS reason
+        FROM ranked WHERE rn > 1 ORDER BY block_id, row_index
+        """,
+    )
+    write_duplicates(index_url, table)
+    return table.num_rows
+
+
+def write_rejects(index_url: str, blocks: Sequence[InputBlock]) -> int:
+    """All rejected rows (validation + duplicates) → ``rejects.parquet`` with the source file,
+    the 1-based line (or row) number in that file, the id if any, and the reason."""
+    firsts, line_base = [], {}
+    for b in blocks:
+        line_base.setdefault(b.url, 0)
+        firsts.append((b.block_id, b.url, line_base[b.url]))
+        line_base[b.url] += raw_rows(index_url, b.block_id)
+    con = connect(index_url)
+    con.register("block_lines", pa.table({"block_id": [f[0] for f in firsts], "source": [f[1] for f in firsts], "base": [f[2] for f in firsts]}))
+    table = _arrow(con,
+        f"""
+        WITH r AS (
+            SELECT block_id, row_index, doc_id, reason FROM read_parquet({_list(scan_urls(index_url, blocks))}) WHERE reason IS NOT NULL
+            UNION ALL
+            SELECT block_id, row_index, doc_id, reason FROM read_parquet({_list([duplicates_url(index_url)])}))
+        SELECT l.source, (l.base + r.row_index + 1)::BIGINT AS line, r.block_id, r.row_index, r.doc_id, r.reason
+        FROM r JOIN block_lines l USING (block_id) ORDER BY l.source, line
+        """,
+    )
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    fs.write_bytes_atomic(fs.join(index_url, REJECTS_FILE), buf.getvalue())
+    return table.num_rows
+
+
+def scan_counts(index_url: str, blocks: Sequence[InputBlock]) -> dict:
+    """Input rows, valid rows and duplicates over the staging scan results."""
+    con = connect(index_url)
+    rows, valid = con.execute(
+        f"SELECT count(*), count(*) FILTER (WHERE reason IS NULL) FROM read_parquet({_list(scan_urls(index_url, blocks))})"
+    ).fetchone()
+    (dups,) = con.execute(f"SELECT count(*) FROM read_parquet({_list([duplicates_url(index_url)])})").fetchone()
+    return {"input_rows": int(rows), "valid_rows": int(valid), "duplicates": int(dups)}
+
+
+def build_catalog(index_url: str, shard_paths: Sequence[str]) -> dict:
+    """Write ``catalog.duckdb`` (tables passages, shards, rejects) and return the counts it
+    reconciles: passages, documents, tokens, distinct (block, seq) and (block, row) keys."""
+    urls = [fs.join(index_url, p) for p in shard_paths]
+    with tempfile.TemporaryDirectory() as tmp:
+        local = os.path.join(tmp, CATALOG_FILE)
+        con = connect(index_url, local)
+        cols = "doc_id, passage_idx, block_id, row_index, seq, title, text, char_start, char_end, n_tokens, filename AS shard"
+        if urls:
+            con.execute(f"CREATE TABLE passages AS SELECT {cols} FROM read_parquet({_list(urls)}, filename=true)")
+        else:
+            con.execute(
+                "CREATE TABLE passages (doc_id VARCHAR, passage_idx INTEGER, block_id VARCHAR, row_index INTEGER, seq INTEGER,"
+                " title VARCHAR, text VARCHAR, char_start INTEGER, char_end INTEGER, n_tokens INTEGER, shard VARCHAR)"
+            )
+        con.execute(f"CREATE TABLE rejects AS SELECT * FROM read_parquet({_list([fs.join(index_url, REJECTS_FILE)])})")
+        counts = con.execute(
+            """SELECT count(*), count(DISTINCT doc_id), coalesce(sum(n_tokens), 0),
+                      count(DISTINCT (block_id, seq)), count(DISTINCT (block_id, row_index)) FROM passages"""
+        ).fetchone()
+        con.execute("CREATE INDEX passages_doc ON passages (doc_id)")
+        con.close()
+        with open(local, "rb") as f:
+            fs.write_bytes_atomic(fs.join(index_url, CATALOG_FILE), f.read())
+    keys = ("passages", "documents", "tokens", "distinct_passage_keys", "distinct_document_keys")
+    return dict(zip(keys, (int(c) for c in counts)))
+
+
+class Catalog:
+    """Read-only view of ``catalog.duckdb`` (copied locally first when the index is remote)."""
+
+    def __init__(self, index_url: str) -> None:
+        url = fs.join(index_url, CATALOG_FILE)
+        if not fs.exists(url):
+            raise FileNotFoundError(f"no catalog at {url}: the index was not committed")
+        self._tmp = None
+        if fs.is_local(url):
+            path = fs.resolve(url)[1]
+        else:
+            self._tmp = tempfile.TemporaryDirectory()
+            path = os.path.join(self._tmp.name, CATALOG_FILE)
+            with open(path, "wb") as f:
+                f.write(fs.read_bytes(url))
+        self.con = duckdb.connect(path, read_only=True)
+
+    def rejects_by_reason(self) -> list[tuple[str, int]]:
+        return self.con.execute(
+            "SELECT split_part(reason, ':', 1) AS kind, count(*) FROM rejects GROUP BY kind ORDER BY 2 DESC, 1"
+        ).fetchall()
+
+    def totals(self) -> dict:
+        p, d, t = self.con.execute("SELECT count(*), count(DISTINCT doc_id), coalesce(sum(n_tokens), 0) FROM passages").fetchone()
+        return {"passages": int(p), "documents": int(d), "tokens": int(t)}
+
+    def documents(self, doc_ids: Sequence[str]) -> dict[str, dict]:
+        """doc_id → {title, text}: the document text rebuilt from its passages' spans
+        (overlaps removed, the title prefix the passages carry taken off)."""
+        if not doc_ids:
+            return {}
+        self.con.register("wanted", pa.table({"doc_id": list(doc_ids)}))
+        rows = self.con.execute(
+            """SELECT doc_id, title, text, char_start, char_end FROM passages JOIN wanted USING (doc_id)
+               ORDER BY doc_id, passage_idx"""
+        ).fetchall()
+        self.con.unregister("wanted")
+        out: dict[str, dict] = {}
+        for doc_id, title, text, start, end in rows:
+            doc = out.setdefault(doc_id, {"title": title, "text": "", "_end": 0})
+            doc["text"] += text[max(doc["_end"] - start, 0) :]
+            doc["_end"] = max(doc["_end"], end)
+        for doc in out.values():
+            del doc["_end"]
+            if doc["title"] and doc["text"].startswith(doc["title"]):
+                doc["text"] = doc["text"][len(doc["title"]) :].lstrip()
+        return out
+
+    def close(self) -> None:
+        self.con.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()

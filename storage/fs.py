@@ -1,0 +1,98 @@
+"""fsspec paths: every file the project reads or writes goes through here.
+
+URLs are local paths or any fsspec URL (``memory://``, ``s3://``, ``gs://`` when their
+packages are installed). Writes are atomic: a local file is written to a temporary name and
+renamed; an object store's single PUT is atomic already.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+
+def resolve(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """(filesystem, path inside it) for a URL or local path."""
+    fs, path = fsspec.core.url_to_fs(str(url))
+    return fs, path
+
+
+def join(url: str, *parts: str) -> str:
+    """Join path parts onto a URL, keeping its protocol."""
+    base = str(url).rstrip("/")
+    return posixpath.join(base, *parts) if parts else base
+
+
+def is_local(url: str) -> bool:
+    return isinstance(resolve(url)[0], LocalFileSystem)
+
+
+def exists(url: str) -> bool:
+    fs, path = resolve(url)
+    return fs.exists(path)
+
+
+def read_bytes(url: str) -> bytes:
+    fs, path = resolve(url)
+    return fs.cat_file(path)
+
+
+def open_file(url: str, mode: str = "rb", **kwargs: Any):
+    fs, path = resolve(url)
+    return fs.open(path, mode, **kwargs)
+
+
+def makedirs(url: str) -> None:
+    fs, path = resolve(url)
+    fs.makedirs(path, exist_ok=True)
+
+
+def write_bytes_atomic(url: str, data: bytes) -> None:
+    """Write ``data`` so that readers see either nothing or the whole file."""
+    fs, path = resolve(url)
+    parent = posixpath.dirname(path)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    if isinstance(fs, LocalFileSystem):
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        with fs.open(tmp, "wb") as f:
+            f.write(data)
+        fs.mv(tmp, path)  # os.replace: atomic on one filesystem
+    else:
+        fs.pipe_file(path, data)
+
+
+def list_files(url: str, suffix: str = "") -> list[str]:
+    """Full URLs of the files directly under ``url`` ending in ``suffix`` (sorted); [] if absent."""
+    fs, path = resolve(url)
+    if not fs.exists(path):
+        return []
+    out = []
+    for entry in fs.ls(path, detail=True):
+        name = entry["name"]
+        if entry.get("type") == "file" and name.endswith(suffix) and ".tmp-" not in name:
+            out.append(unstrip(fs, name))
+    return sorted(out)
+
+
+def remove(url: str, recursive: bool = False) -> None:
+    fs, path = resolve(url)
+    if fs.exists(path):
+        fs.rm(path, recursive=recursive)
+
+
+def info(url: str) -> dict:
+    fs, path = resolve(url)
+    return fs.info(path)
+
+
+def unstrip(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """Turn a filesystem-internal path back into a URL usable with ``resolve``."""
+    if isinstance(fs, LocalFileSystem) or "://" in path:
+        return path
+    protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
+    return f"{protocol}://{path}"

@@ -1,0 +1,116 @@
+"""Shard files and their commit records.
+
+A shard holds passages of one input block, identified by their sequence numbers in that
+block, and is named by the block and its smallest sequence number
+(``{block_id}-{first:07d}.parquet``). A shard counts as written once its commit record
+``_staging/committed/{block_id}/{name}.json`` exists (written after the shard, atomically);
+the record lists the shard's sequence numbers as ranges, and a rerun skips those passages.
+Since the passages of shards are disjoint, no two shards of a block share a smallest
+sequence number: a name is never reused except by an orphan (a shard without a record,
+left by a killed run), which is overwritten or removed at commit."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import posixpath
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage import fs
+from storage.schema import VECTOR_COLUMNS
+
+SHARDS_DIR = "shards"
+STAGING_DIR = "_staging"
+
+
+def shard_name(block_id: str, first_seq: int) -> str:
+    return f"{block_id}-{first_seq:07d}.parquet"
+
+
+def seq_ranges(seqs: np.ndarray) -> list[list[int]]:
+    """Sorted sequence numbers as inclusive ranges, e.g. [0, 1, 2, 5] → [[0, 2], [5, 5]]."""
+    if len(seqs) == 0:
+        return []
+    s = np.sort(np.asarray(seqs, dtype=np.int64))
+    breaks = np.flatnonzero(np.diff(s) != 1)
+    starts = np.r_[s[0], s[breaks + 1]]
+    ends = np.r_[s[breaks], s[-1]]
+    return [[int(a), int(b)] for a, b in zip(starts, ends)]
+
+
+def covered_seqs(records: Sequence[dict]) -> np.ndarray:
+    """Sorted sequence numbers the commit records cover."""
+    parts = [np.arange(a, b + 1) for r in records for a, b in r["seq_ranges"]]
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _record_url(index_url: str, block_id: str, name: str) -> str:
+    return fs.join(index_url, STAGING_DIR, "committed", block_id, f"{name}.json")
+
+
+def write_shard(index_url: str, table: pa.Table, block_id: str) -> dict:
+    """Write the passages of ``table`` (all from ``block_id``, ordered by ``seq``) as one
+    shard, then its commit record. Returns the record: path (relative to the index), rows,
+    tokens, bytes, sha256, block_id, seq_ranges."""
+    seqs = table["seq"].to_numpy()
+    name = shard_name(block_id, int(seqs.min()))
+    buf = io.BytesIO()
+    compression = {c: ("none" if c in VECTOR_COLUMNS else "zstd") for c in table.column_names}
+    pq.write_table(table, buf, compression=compression, row_group_size=1024)
+    data = buf.getvalue()
+    rel = posixpath.join(SHARDS_DIR, name)
+    fs.write_bytes_atomic(fs.join(index_url, rel), data)
+    record = {
+        "path": rel,
+        "rows": table.num_rows,
+        "tokens": int(pa.compute.sum(table["n_tokens"]).as_py() or 0),
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "block_id": block_id,
+        "seq_ranges": seq_ranges(seqs),
+    }
+    fs.write_bytes_atomic(_record_url(index_url, block_id, name), json.dumps(record).encode())
+    return record
+
+
+def committed_in_block(index_url: str, block_id: str) -> list[dict]:
+    """Commit records of the shards already written for one block."""
+    return [json.loads(fs.read_bytes(u)) for u in fs.list_files(fs.join(index_url, STAGING_DIR, "committed", block_id), ".json")]
+
+
+def committed_records(index_url: str, block_ids: Sequence[str]) -> list[dict]:
+    """Commit records of all written shards of the given blocks, in block and sequence order."""
+    out = []
+    for b in block_ids:
+        out.extend(sorted(committed_in_block(index_url, b), key=lambda r: r["seq_ranges"][0][0]))
+    return out
+
+
+def read_shard(index_url: str, rel_path: str, columns: Optional[list[str]] = None) -> pa.Table:
+    with fs.open_file(fs.join(index_url, rel_path)) as f:
+        return pq.read_table(f, columns=columns)
+
+
+def iter_shards(index_url: str, paths: Sequence[str], columns: Optional[list[str]] = None) -> Iterator[pa.Table]:
+    """Stream the shards at ``paths`` (relative to the index), one table each."""
+    for p in paths:
+        yield read_shard(index_url, p, columns)
+
+
+def sha256_of(index_url: str, rel_path: str) -> str:
+    h = hashlib.sha256()
+    with fs.open_file(fs.join(index_url, rel_path)) as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def shard_dim(index_url: str, rel_path: str) -> int:
+    """Vector dimension of a shard, from its schema."""
+    with fs.open_file(fs.join(index_url, rel_path)) as f:
+        return int(pq.read_schema(f).metadata[b"mvr.dim"])

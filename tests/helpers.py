@@ -1,0 +1,34 @@
+"""Test helpers: BEIR data loading and an independent evaluation with ir-measures."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import ir_measures
+from ir_measures import nDCG
+
+# ../shared/datasets/README.md, exact search with the packaged all-MiniLM-L6-v2 weights.
+REFERENCE_NDCG10 = {
+    "msmarco-sample": {"pooled": 0.798, "maxsim": 0.802, "first-m": 0.778, "softmax-centroid": 0.671, "bm25": 0.727},
+    "dbpedia-sample": {"pooled": 0.511, "maxsim": 0.481, "first-m": 0.414, "softmax-centroid": 0.285, "bm25": 0.368},
+}
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def read_qrels(path: Path) -> list[ir_measures.Qrel]:
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    return [ir_measures.Qrel(r["query-id"], r["corpus-id"], int(r["score"])) for r in rows]
+
+
+def ndcg10(run: dict[str, list[tuple[str, float]]], qrels: list[ir_measures.Qrel]) -> float:
+    """nDCG@10 over the judged queries of ``run`` ({query_id: [(doc_id, score), ...]})."""
+    judged = {q.query_id for q in qrels}
+    scored = [ir_measures.ScoredDoc(q, d, s) for q, hits in run.items() if q in judged for d, s in hits]
+    return ir_measures.calc_aggregate([nDCG @ 10], qrels, scored)[nDCG @ 10]
