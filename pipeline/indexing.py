@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import ray
+from tqdm import tqdm
 
 from operators.checkpoint import detect_format, fingerprint, resolve_model_path
 from pipeline.config import IndexConfig
 from pipeline.ray_runtime import init_ray, plan_encode
 from pipeline.encode_stage import EncodeCompress
-from pipeline.stages import ReadTokenize, scan_blocks, write_shards
+from pipeline.stages import read_tokenize, scan_block, write_shards
 from storage import catalog, index_dir, staging
 from storage.corpus import InputBlock, plan_blocks
 from storage.manifest import Manifest, ShardEntry, commit_manifest, read_manifest
@@ -41,6 +42,19 @@ class IndexResult:
             f"indexed {c['indexed_documents']}, rejected {c['rejected']} (input rows {c['input_rows']}); "
             f"{c['passages']} passages, {c['tokens']} token vectors"
         )
+
+
+def _scan(index_url: str, blocks: list[InputBlock], cpus: float) -> None:
+    """Run ``scan_block`` for every block as Ray tasks, with a progress bar."""
+    if not blocks:
+        return
+    task = ray.remote(num_cpus=cpus, max_retries=3)(scan_block)
+    pending = [task.remote(b.to_dict(), index_url) for b in blocks]
+    with tqdm(total=len(pending), desc="validate", unit="block") as bar:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=min(len(pending), 16), timeout=1.0)
+            ray.get(done)  # raises if a block failed after its retries
+            bar.update(len(done))
 
 
 def _apply_limit(index_url: str, blocks: list[InputBlock], limit: Optional[int]) -> list[InputBlock]:
@@ -108,13 +122,8 @@ def index_corpus(
     placement = plan_encode(config.runtime)
     log(f"{len(blocks)} input blocks; encode: {placement}")
 
-    # Pass 1: validate every row, once per block.
-    todo = [b.to_dict() for b in blocks if not staging.scanned(index_url, b.block_id)]
-    if todo:
-        scan = ray.data.from_items(todo, override_num_blocks=len(todo)).map_batches(
-            scan_blocks, batch_size=1, batch_format="pyarrow", fn_kwargs={"index_url": index_url}, num_cpus=placement.io_cpus
-        )
-        scan.materialize()
+    # Pass 1: validate every row, once per block (Ray tasks; a rerun skips scanned blocks).
+    _scan(index_url, [b for b in blocks if not staging.scanned(index_url, b.block_id)], placement.io_cpus)
     blocks = _apply_limit(index_url, blocks, config.limit)
     duplicates = catalog.find_duplicates(index_url, blocks)
     log(f"validated {len(blocks)} blocks in {time.time() - t0:.1f} s; {duplicates} duplicate ids (first occurrence kept)")
@@ -124,11 +133,10 @@ def index_corpus(
     model = config.model.model_dump()
     ds = ray.data.from_items([b.to_dict() for b in blocks], override_num_blocks=len(blocks))
     ds = ds.map_batches(
-        ReadTokenize,
+        read_tokenize,
         batch_size=1,
         batch_format="pyarrow",
-        fn_constructor_kwargs={"index_url": index_url, "model_name": model["name"], "tokenizer_settings": config.tokenizer.model_dump()},
-        compute=ray.data.ActorPoolStrategy(size=1),
+        fn_kwargs={"index_url": index_url, "model_name": model["name"], "tokenizer_settings": config.tokenizer.model_dump()},
         num_cpus=placement.io_cpus,
     )
     ds = ds.map_batches(

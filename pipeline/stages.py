@@ -4,7 +4,8 @@ start fast; the encode actor is in ``encode_stage.py``. Ray wiring lives in ``in
 
 from __future__ import annotations
 
-from typing import Optional
+import functools
+import json
 
 import numpy as np
 import pyarrow as pa
@@ -39,62 +40,60 @@ def block_rows(block: InputBlock) -> list:
     return rows if block.max_rows is None else rows[: block.max_rows]
 
 
-def scan_blocks(batch: pa.Table, index_url: str) -> pa.Table:
-    """Validate each block of the batch and record its rows' outcomes in staging."""
-    out = {"block_id": [], "rows": [], "valid": []}
-    for spec in batch.to_pylist():
-        block = InputBlock.from_dict(spec)
-        fields = parquet_fields(block.url) if block.format == "parquet" else None
-        raw = list(read_block(block))
-        rows = parse_rows(raw, block.format, block.start == 0, fields)
-        staging.write_scan(
-            index_url,
-            block,
-            [(r.index, r.doc_id, r.reason if isinstance(r, Reject) else None) for r in rows],
-            raw_rows=len(raw),
-        )
-        out["block_id"].append(block.block_id)
-        out["rows"].append(len(rows))
-        out["valid"].append(sum(isinstance(r, Document) for r in rows))
-    return pa.table(out)
+def scan_block(spec: dict, index_url: str) -> dict:
+    """Validate one block and record its rows' outcomes in staging. Returns its counts."""
+    block = InputBlock.from_dict(spec)
+    fields = parquet_fields(block.url) if block.format == "parquet" else None
+    raw = list(read_block(block))
+    rows = parse_rows(raw, block.format, block.start == 0, fields)
+    staging.write_scan(
+        index_url,
+        block,
+        [(r.index, r.doc_id, r.reason if isinstance(r, Reject) else None) for r in rows],
+        raw_rows=len(raw),
+    )
+    return {"block_id": block.block_id, "rows": len(rows), "valid": sum(isinstance(r, Document) for r in rows)}
 
 
-class ReadTokenize:
-    """Block spec → its passages with token ids, minus duplicates and already-written ones,
-    ordered by token count (length bucketing: consecutive rows pad little when batched)."""
+@functools.lru_cache(maxsize=4)
+def _tokenizer(model_name: str, settings_json: str) -> PassageTokenizer:
+    """One tokenizer per worker process and settings (loaded on first use)."""
+    return PassageTokenizer(load_tokenizer(model_name), **json.loads(settings_json))
 
-    def __init__(self, index_url: str, model_name: str, tokenizer_settings: dict) -> None:
-        self.index_url = index_url
-        self.tokenizer = PassageTokenizer(load_tokenizer(model_name), **tokenizer_settings)
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        parts = [self._block(InputBlock.from_dict(spec)) for spec in batch.to_pylist()]
-        return pa.concat_tables(parts) if parts else PASSAGE_SCHEMA.empty_table()
+def read_tokenize(batch: pa.Table, index_url: str, model_name: str, tokenizer_settings: dict) -> pa.Table:
+    """Block specs → their passages with token ids, minus rejects, duplicates and passages
+    already written, ordered by token count within each block (length bucketing: consecutive
+    rows pad little when batched for the encoder)."""
+    tokenizer = _tokenizer(model_name, json.dumps(tokenizer_settings, sort_keys=True))
+    parts = [_block_passages(InputBlock.from_dict(spec), index_url, tokenizer) for spec in batch.to_pylist()]
+    return pa.concat_tables(parts) if parts else PASSAGE_SCHEMA.empty_table()
 
-    def _block(self, block: InputBlock) -> pa.Table:
-        duplicates = staging.duplicates_in_block(self.index_url, block.block_id)
-        docs = [r for r in block_rows(block) if isinstance(r, Document) and r.index not in duplicates]
-        passages = self.tokenizer.split([d.doc_id for d in docs], [d.title for d in docs], [d.text for d in docs])
-        written = set(covered_seqs(committed_in_block(self.index_url, block.block_id)).tolist())
-        todo = [seq for seq in range(len(passages)) if seq not in written]
-        todo.sort(key=lambda seq: len(passages[seq].input_ids))
-        doc_of = {d.doc_id: d for d in docs}
-        rows = [passages[seq] for seq in todo]
-        return pa.table(
-            {
-                "doc_id": [p.doc_id for p in rows],
-                "passage_idx": [p.passage_idx for p in rows],
-                "block_id": [block.block_id] * len(rows),
-                "row_index": [doc_of[p.doc_id].index for p in rows],
-                "seq": todo,
-                "title": [doc_of[p.doc_id].title for p in rows],
-                "text": [p.text for p in rows],
-                "char_start": [p.char_start for p in rows],
-                "char_end": [p.char_end for p in rows],
-                "input_ids": [p.input_ids for p in rows],
-            },
-            schema=PASSAGE_SCHEMA,
-        )
+
+def _block_passages(block: InputBlock, index_url: str, tokenizer: PassageTokenizer) -> pa.Table:
+    duplicates = staging.duplicates_in_block(index_url, block.block_id)
+    docs = [r for r in block_rows(block) if isinstance(r, Document) and r.index not in duplicates]
+    passages = tokenizer.split([d.doc_id for d in docs], [d.title for d in docs], [d.text for d in docs])
+    written = set(covered_seqs(committed_in_block(index_url, block.block_id)).tolist())
+    todo = [seq for seq in range(len(passages)) if seq not in written]
+    todo.sort(key=lambda seq: len(passages[seq].input_ids))
+    doc_of = {d.doc_id: d for d in docs}
+    rows = [passages[seq] for seq in todo]
+    return pa.table(
+        {
+            "doc_id": [p.doc_id for p in rows],
+            "passage_idx": [p.passage_idx for p in rows],
+            "block_id": [block.block_id] * len(rows),
+            "row_index": [doc_of[p.doc_id].index for p in rows],
+            "seq": todo,
+            "title": [doc_of[p.doc_id].title for p in rows],
+            "text": [p.text for p in rows],
+            "char_start": [p.char_start for p in rows],
+            "char_end": [p.char_end for p in rows],
+            "input_ids": [p.input_ids for p in rows],
+        },
+        schema=PASSAGE_SCHEMA,
+    )
 
 
 def write_shards(batch: pa.Table, index_url: str) -> pa.Table:

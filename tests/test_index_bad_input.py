@@ -112,3 +112,13 @@ def test_stats_command_prints_rejects_by_reason(messy, capsys):
     out = capsys.readouterr().out
     assert "rejected: duplicate id" in out and "rejected: invalid UTF-8" in out
     assert "passages" in out
+
+
+def test_limit_keeps_the_first_rows_in_input_order(messy, tmp_path):
+    """--limit 12: the ten good rows, then a malformed and an empty-text row."""
+    config = IndexConfig.from_yaml(None, **{"runtime.block_bytes": 4096, "limit": 12})
+    result = index_corpus(messy["corpus"], str(tmp_path / "limited"), config)
+    c = result.manifest.counts
+    assert (c["input_rows"], c["indexed_documents"], c["rejected"]) == (12, 10, 2)
+    reasons = sorted(r["reason"].split(":")[0] for r in pq.read_table(tmp_path / "limited" / "rejects.parquet").to_pylist())
+    assert reasons == ["empty text", "malformed JSON"]

@@ -1,0 +1,13 @@
+"""ray_cluster.yaml passes Ray's own cluster-launcher validation (no cloud access needed)."""
+
+from pathlib import Path
+
+import yaml
+from ray.autoscaler._private.util import prepare_config, validate_config
+
+
+def test_cluster_config_is_valid():
+    cfg = prepare_config(yaml.safe_load((Path(__file__).resolve().parents[1] / "ray_cluster.yaml").read_text()))
+    validate_config(cfg)
+    types = cfg["available_node_types"]
+    assert types["gpu_encode"]["resources"]["GPU"] >= 1 and "GPU" not in types[cfg["head_node_type"]]["resources"]
