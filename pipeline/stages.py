@@ -15,22 +15,10 @@ from operators.tokenizer import PassageTokenizer
 from operators.validation import Document, Reject, parse_rows
 from storage import staging
 from storage.corpus import InputBlock, parquet_fields, read_block
+from storage.schema import PASSAGE_FIELDS
 from storage.shards import committed_in_block, covered_seqs, write_shard
 
-PASSAGE_SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.string()),
-        ("passage_idx", pa.int32()),
-        ("block_id", pa.string()),
-        ("row_index", pa.int32()),
-        ("seq", pa.int32()),
-        ("title", pa.string()),
-        ("text", pa.string()),
-        ("char_start", pa.int32()),
-        ("char_end", pa.int32()),
-        ("input_ids", pa.list_(pa.int32())),
-    ]
-)
+PASSAGE_SCHEMA = pa.schema(PASSAGE_FIELDS + [pa.field("input_ids", pa.list_(pa.int32()))])
 
 
 def block_rows(block: InputBlock) -> list:

@@ -35,9 +35,20 @@ import pyarrow as pa
 from operators.packed import Packed
 
 SCHEMA_VERSION = 1
-META_COLUMNS = ["doc_id", "passage_idx", "block_id", "row_index", "seq", "title", "text", "char_start", "char_end", "n_tokens"]
-MULTI_VECTOR_COLUMNS = ["tokens", "first_m", "centroids"]
-VECTOR_COLUMNS = MULTI_VECTOR_COLUMNS + ["pooled"]
+VECTOR_COLUMNS = ["tokens", "pooled", "first_m", "centroids"]
+# Where a passage comes from and what it says: shared by the shards and the tokenized
+# passages flowing through the indexing graph.
+PASSAGE_FIELDS = [
+    pa.field("doc_id", pa.string()),
+    pa.field("passage_idx", pa.int32()),
+    pa.field("block_id", pa.string()),
+    pa.field("row_index", pa.int32()),
+    pa.field("seq", pa.int32()),
+    pa.field("title", pa.string()),
+    pa.field("text", pa.string()),
+    pa.field("char_start", pa.int32()),
+    pa.field("char_end", pa.int32()),
+]
 
 
 def vector_type(dim: int) -> pa.DataType:
@@ -48,21 +59,13 @@ def vector_type(dim: int) -> pa.DataType:
 def shard_schema(dim: int) -> pa.Schema:
     vec = vector_type(dim)
     return pa.schema(
-        [
-            ("doc_id", pa.string()),
-            ("passage_idx", pa.int32()),
-            ("block_id", pa.string()),
-            ("row_index", pa.int32()),
-            ("seq", pa.int32()),
-            ("title", pa.string()),
-            ("text", pa.string()),
-            ("char_start", pa.int32()),
-            ("char_end", pa.int32()),
-            ("n_tokens", pa.int32()),
-            ("tokens", pa.list_(vec)),
-            ("pooled", vec),
-            ("first_m", pa.list_(vec)),
-            ("centroids", pa.list_(vec)),
+        PASSAGE_FIELDS
+        + [
+            pa.field("n_tokens", pa.int32()),
+            pa.field("tokens", pa.list_(vec)),
+            pa.field("pooled", vec),
+            pa.field("first_m", pa.list_(vec)),
+            pa.field("centroids", pa.list_(vec)),
         ],
         metadata={"mvr.schema_version": str(SCHEMA_VERSION), "mvr.dim": str(dim)},
     )
