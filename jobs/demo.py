@@ -11,7 +11,8 @@ import tempfile
 
 from rich.console import Console
 
-from jobs.common import console
+from jobs.common import console, print_config
+from pipeline.config import IndexConfig
 from jobs.render import results_table
 from pipeline.demo import DEMO_QUERIES, run_demo
 from pipeline.demo_corpus import DEFAULT_LIMIT
@@ -35,8 +36,10 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     workdir = args.workdir or tempfile.mkdtemp(prefix="mvr-demo-")
+    config = IndexConfig()
+    print_config("mvr demo: index configuration", config)
     console.rule(f"mvr demo: {workdir}")
-    result = run_demo(workdir, args.limit, args.k, log=console.print)
+    result = run_demo(workdir, args.limit, args.k, log=console.print, config=config)
     out = Console()
     for body in result.answers:
         t = body["timings_ms"]

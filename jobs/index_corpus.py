@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     print_config("mvr index: configuration", config)
     try:
         result = index_corpus(args.corpus, args.index, config, overwrite=args.overwrite, log=console.print)
-    except (IndexExistsError, CorpusError) as exc:
+    except (IndexExistsError, CorpusError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
     print(result.summary)

@@ -42,7 +42,11 @@ class DemoResult:
 
 
 def run_demo(
-    workdir: str, limit: int = DEFAULT_LIMIT, k: int = 3, log: Callable[[str], None] = print
+    workdir: str,
+    limit: int = DEFAULT_LIMIT,
+    k: int = 3,
+    log: Callable[[str], None] = print,
+    config: IndexConfig | None = None,
 ) -> DemoResult:
     """Corpus → index → ``k`` exact MaxSim results for each of ``DEMO_QUERIES``."""
     t0 = time.time()
@@ -51,7 +55,7 @@ def run_demo(
     rows = build_demo_corpus(limit)
     written = write_jsonl(corpus_url, rows)
     log(f"{'wrote' if written else 'reusing'} {corpus_url}: {len(rows)} documents from the Python docs")
-    result = index_corpus(corpus_url, index_url, IndexConfig(), overwrite=written, log=log)
+    result = index_corpus(corpus_url, index_url, config or IndexConfig(), overwrite=written, log=log)
     log(result.summary)
     searcher = ExactSearcher(index_url, modes=(DEMO_MODE,))
     catalog = Catalog(index_url)

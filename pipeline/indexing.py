@@ -76,6 +76,12 @@ def _apply_limit(index_url: str, blocks: list[InputBlock], limit: Optional[int])
 
 def _prepare(corpus_url: str, index_url: str, config: IndexConfig, overwrite: bool, log: Callable[[str], None]):
     """Resolve rerun semantics. Returns (blocks, plan key) or a committed Manifest if up to date."""
+    for url in (corpus_url, index_url):
+        if str(url).startswith("memory://"):
+            raise ValueError(
+                f"{url}: memory:// exists only inside one process and Ray workers cannot see it; "
+                "use a local path or a shared filesystem / object store URL"
+            )
     blocks, input_fp = plan_blocks(corpus_url, config.runtime.block_bytes, config.runtime.parquet_rows_per_block)
     key = {"corpus": corpus_url, "input": input_fp, "settings": config.vector_settings(), "limit": config.limit}
     existing = read_manifest(index_url)

@@ -21,24 +21,24 @@ from storage.shards import committed_in_block, covered_seqs, write_shard
 PASSAGE_SCHEMA = pa.schema(PASSAGE_FIELDS + [pa.field("input_ids", pa.list_(pa.int32()))])
 
 
-def block_rows(block: InputBlock) -> list:
-    """Parsed rows (Document | Reject) of one block, capped at ``block.max_rows``."""
+def parse_block(block: InputBlock) -> tuple[list, int]:
+    """(parsed rows: Document | Reject, raw lines or rows read) of one block, rows capped at
+    ``block.max_rows``."""
     fields = parquet_fields(block.url) if block.format == "parquet" else None
-    rows = parse_rows(read_block(block), block.format, block.start == 0, fields)
-    return rows if block.max_rows is None else rows[: block.max_rows]
+    raw = list(read_block(block))
+    rows = parse_rows(raw, block.format, block.start == 0, fields)
+    return (rows if block.max_rows is None else rows[: block.max_rows]), len(raw)
 
 
 def scan_block(spec: dict, index_url: str) -> dict:
     """Validate one block and record its rows' outcomes in staging. Returns its counts."""
     block = InputBlock.from_dict(spec)
-    fields = parquet_fields(block.url) if block.format == "parquet" else None
-    raw = list(read_block(block))
-    rows = parse_rows(raw, block.format, block.start == 0, fields)
+    rows, raw_rows = parse_block(block)
     staging.write_scan(
         index_url,
         block,
         [(r.index, r.doc_id, r.reason if isinstance(r, Reject) else None) for r in rows],
-        raw_rows=len(raw),
+        raw_rows=raw_rows,
     )
     return {"block_id": block.block_id, "rows": len(rows), "valid": sum(isinstance(r, Document) for r in rows)}
 
@@ -60,7 +60,7 @@ def read_tokenize(batch: pa.Table, index_url: str, model_name: str, tokenizer_se
 
 def _block_passages(block: InputBlock, index_url: str, tokenizer: PassageTokenizer) -> pa.Table:
     duplicates = staging.duplicates_in_block(index_url, block.block_id)
-    docs = [r for r in block_rows(block) if isinstance(r, Document) and r.index not in duplicates]
+    docs = [r for r in parse_block(block)[0] if isinstance(r, Document) and r.index not in duplicates]
     passages = tokenizer.split([d.doc_id for d in docs], [d.title for d in docs], [d.text for d in docs])
     written = set(covered_seqs(committed_in_block(index_url, block.block_id)).tolist())
     todo = [seq for seq in range(len(passages)) if seq not in written]
