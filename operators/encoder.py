@@ -5,7 +5,9 @@ Loads three checkpoint formats from a local directory:
   weights file (how Stanford's colbertv2.0 is published);
 - ``sentence-transformers`` (also PyLate): ``modules.json`` naming a Transformer module and,
   optionally, a ``Dense`` module in a sub-directory;
-- ``plain``: any encoder ``AutoModel`` loads; no projection (the offline default).
+- ``plain``: any encoder ``AutoModel`` loads; no projection. (The offline default, the
+  packaged all-MiniLM-L6-v2, is a sentence-transformers checkpoint without a Dense module,
+  so it has no projection either.)
 """
 
 from __future__ import annotations

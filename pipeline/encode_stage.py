@@ -41,6 +41,8 @@ class EncodeCompress:
         self.schema = shard_schema(self.dim)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        if batch.num_rows == 0:
+            return self.schema.empty_table()
         ids = list_column(batch["input_ids"])
         raw = self.encoder.encode(ids, self.batch_size, self.tokenizer.pad_id)
         reps = self.compressor(raw, [self.tokenizer.keep_mask(i) for i in ids])
