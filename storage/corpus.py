@@ -8,7 +8,6 @@ block size, so a shard named by its block is never written twice by a rerun.
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 from dataclasses import asdict, dataclass
 from typing import Iterator, Optional, Union
@@ -148,7 +147,3 @@ def parquet_fields(url: str) -> tuple[str, str, Optional[str]]:
     if id_col is None or text_col is None:
         raise CorpusError(f"{url}: Parquet corpus needs an id column and a text column, has {names}")
     return id_col, text_col, pick(("title",))
-
-
-def read_json(url: str) -> Optional[dict]:
-    return json.loads(fs.read_bytes(url)) if fs.exists(url) else None

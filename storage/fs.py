@@ -46,11 +46,6 @@ def open_file(url: str, mode: str = "rb", **kwargs: Any):
     return fs.open(path, mode, **kwargs)
 
 
-def makedirs(url: str) -> None:
-    fs, path = resolve(url)
-    fs.makedirs(path, exist_ok=True)
-
-
 def write_bytes_atomic(url: str, data: bytes) -> None:
     """Write ``data`` so that readers see either nothing or the whole file."""
     fs, path = resolve(url)
