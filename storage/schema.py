@@ -20,8 +20,8 @@ Schema version 1, one row per passage:
 
 ``vector`` is ``fixed_size_binary(2 * dim)``: dim IEEE float16 values, little-endian, i.e. a
 fixed-size float16 vector that numpy views without a copy. (Parquet's FLOAT16 logical type,
-``fixed_size_list<float16>``, decodes about 30x slower in pyarrow: 18 s against 0.5 s for a
-4,096-passage shard, measured here.) The dimension is in the schema metadata ``mvr.dim``.
+``fixed_size_list<float16>``, decodes about 20x slower in pyarrow: ``benchmarks/shard_read.py``.)
+The dimension is in the schema metadata ``mvr.dim``.
 Vector columns are stored uncompressed (zstd saves < 10% on float16), the rest zstd.
 """
 
