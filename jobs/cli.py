@@ -8,6 +8,8 @@ import sys
 
 COMMANDS = {
     "index": ("jobs.index_corpus", "build an index from a corpus (Ray Data)"),
+    "build-ann": ("jobs.build_ann", "build partitioned ANN indexes (FAISS IVFPQ or ScaNN) over an index"),
+    "eval": ("jobs.evaluate", "evaluate search on a BEIR collection (ir-measures, latency, overlap with exact)"),
     "stats": ("jobs.stats", "print an index's counts and rejects"),
     "search": ("jobs.search", "answer one query in-process (exact search) and print the results"),
     "demo": ("jobs.demo", "index a small offline corpus (Python's docs) and query it"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
 from rich.syntax import Syntax
@@ -10,6 +11,17 @@ from rich.syntax import Syntax
 from pipeline.config import IndexConfig
 
 console = Console(stderr=True)
+
+
+def error(exc: BaseException) -> int:
+    """Print a job's error on stderr; the exit status for it (2)."""
+    console.print(f"[red]error:[/red] {exc}")
+    return 2
+
+
+def output_console() -> Console:
+    """Console for tables on stdout: a terminal's width, or 160 columns when piped to a file."""
+    return Console() if sys.stdout.isatty() else Console(width=160)
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:

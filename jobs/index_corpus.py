@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.common import add_config_args, console, load_index_config, print_config
+from jobs.common import add_config_args, console, error, load_index_config, print_config
 from pipeline.indexing import IndexExistsError, index_corpus
 from storage.corpus import CorpusError
 
@@ -25,8 +25,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = index_corpus(args.corpus, args.index, config, overwrite=args.overwrite, log=console.print)
     except (IndexExistsError, CorpusError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
+        return error(exc)
     print(result.summary)
     console.print(f"{result.seconds:.1f} s")
     return 0

@@ -1,5 +1,6 @@
 """``mvr search INDEX "query text"`` / ``python -m jobs.search``: one query from the shell,
-answered in-process by exact search; ``--json`` prints the ``POST /search`` response body."""
+answered in-process by the search core (ANN partitions when built, else exact; ``--exact``
+forces brute force); ``--json`` prints the ``POST /search`` response body."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import sys
 
 from rich.console import Console
 
-from jobs.common import console
+from jobs.common import error
 from jobs.render import results_table
-from pipeline.exact_search import MODES, ExactSearcher
-from pipeline.local_search import answer, validate_request
+from operators.scoring import MODES
+from pipeline.config import SearchConfig
+from pipeline.local_search import answer
+from pipeline.search import Searcher, validate_request
 from storage.catalog import Catalog
 
 
@@ -21,23 +24,22 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("index", help="index directory (path or fsspec URL)")
     p.add_argument("query", help="query text")
     p.add_argument("-k", "--k", type=int, default=10, help="number of documents to return (1..1000)")
-    p.add_argument("--mode", choices=MODES, default="maxsim", help="exact scoring mode")
+    p.add_argument("--mode", choices=MODES, default="maxsim", help="scoring mode")
+    p.add_argument("--exact", action="store_true", help="brute-force search even when ANN partitions exist")
     p.add_argument("--json", action="store_true", help="print the response as JSON on stdout")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        validate_request(args.query, args.k)
+        validate_request(args.query, args.k, args.mode)
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
+        return error(exc)
     try:
-        searcher = ExactSearcher(args.index, modes=(args.mode,))
+        searcher = Searcher(args.index, modes=(args.mode,), config=SearchConfig(exact=args.exact))
         catalog = Catalog(args.index)
     except (FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
+        return error(exc)
     try:
         body = answer(searcher, catalog, args.query, args.k, args.mode)
     finally:
@@ -46,7 +48,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(body, ensure_ascii=False))
         return 0
     t = body["timings_ms"]
-    caption = f"encode {t['encode']:.1f} ms · rescore {t['rescore']:.1f} ms · total {t['total']:.1f} ms"
+    caption = (
+        f"{body['path']} search · {body['candidates']} passages rescored · encode {t['encode']:.1f} ms · "
+        f"candidates {t['candidates']:.1f} ms · rescore {t['rescore']:.1f} ms · total {t['total']:.1f} ms"
+    )
     Console().print(results_table(f"{args.mode}: {args.query}", body["results"], caption))
     return 0
 

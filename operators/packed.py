@@ -43,6 +43,18 @@ class Packed:
     def __getitem__(self, i: int) -> np.ndarray:
         return self.vectors[self.offsets[i] : self.offsets[i + 1]]
 
+    def take(self, indices: np.ndarray, dtype=None) -> "Packed":
+        """The passages at ``indices`` (in that order) as a new Packed, vectors cast to
+        ``dtype`` (None: keep). Copies only the selected rows."""
+        idx = np.asarray(indices, dtype=np.int64)
+        starts, lengths = self.offsets[idx], self.lengths[idx]
+        offsets = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        # row r of the result comes from starts[owner] + (r - offsets[owner])
+        rows = np.arange(offsets[-1], dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
+        vectors = self.vectors[rows]
+        return Packed(vectors if dtype is None else vectors.astype(dtype, copy=False), offsets)
+
     def owners(self) -> np.ndarray:
         """(total,) int64: the passage each row belongs to."""
         return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)

@@ -16,13 +16,17 @@ Defaults are computed from the number of vectors present at build (the ``n_vecto
 
 - fewer than 4,096 vectors: brute force (``score_brute_force``, exact float32);
 - ``num_leaves`` = round(sqrt(n)), at most n/50 (ScaNN's minimum partition size);
-- ``leaves_to_search`` (search knob) = num_leaves/16 rounded up, at least 8 (or num_leaves if
-  smaller): about 1/16 of the data scanned a query, as FAISS's ``nprobe``;
+- ``leaves_to_search`` (search knob) = num_leaves/64 rounded up, at least 8 (or num_leaves if
+  smaller): about 1/64 of the data scanned a query, as FAISS's ``nprobe``;
 - ``reorder_k`` (search knob) = 100 AH candidates rescored exactly, raised to k when k is
   larger (on clustered data, 50 already recovers > 99% of the exact top-10);
 - AH: 2 dimensions a block, 16 centres a block (lut16), anisotropic threshold 0.2
-  (ScaNN's recommendation for normalised data);
-- ``training_sample_size`` = all vectors up to 65,536, else 64 a leaf."""
+  (ScaNN's recommendation for normalised data; None turns anisotropic quantization off,
+  which halves the build: 9.3 s → 4.3 s for 93,000 384-dim vectors);
+- ``training_sample_size`` = all vectors up to 65,536, else 64 a leaf;
+- ``spherical`` tree (spherical k-means: leaf centres normalised): on msmarco-sample's 5,000
+  pooled vectors the exact top-10 within ScaNN's top-100 rose from 0.84 to 0.95 at 8 of 71
+  leaves (0.55 → 0.74 for its 40,000 first-m vectors)."""
 
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ from operators.ann import (
     check_params,
     check_positive_int,
     check_vectors,
+    build_threads,
     default_probes,
     training_sample_size,
 )
@@ -54,6 +59,7 @@ PARAMS = {
     "dims_per_block",
     "anisotropic_quantization_threshold",
     "training_sample_size",
+    "spherical",
 }
 PARALLEL_BATCH = 256  # queries a thread when searching in parallel
 UPSERT_BATCH = 256  # vectors an insertion batch after the build
@@ -77,6 +83,7 @@ def default_params(dim: int, n_vectors: int, overrides: Optional[dict[str, Any]]
         "dims_per_block": 2,
         "anisotropic_quantization_threshold": 0.2,
         "training_sample_size": training_sample_size(n_vectors, num_leaves),
+        "spherical": True,
     }
     p.update(o)
     for name in ("num_leaves", "leaves_to_search", "reorder_k", "dims_per_block", "training_sample_size"):
@@ -84,8 +91,15 @@ def default_params(dim: int, n_vectors: int, overrides: Optional[dict[str, Any]]
     if p["dims_per_block"] > dim:
         raise ValueError(f"dims_per_block={p['dims_per_block']} exceeds dim={dim}")
     p["brute_force"] = bool(p["brute_force"])
-    p["anisotropic_quantization_threshold"] = float(p["anisotropic_quantization_threshold"])
+    p["spherical"] = bool(p["spherical"])
+    aq = p["anisotropic_quantization_threshold"]
+    p["anisotropic_quantization_threshold"] = None if aq is None or aq != aq else float(aq)  # None: plain AH
     return p
+
+
+def _nan_if_none(value: Optional[float]) -> float:
+    """ScaNN's spelling of "no anisotropic quantization" is NaN; ours (JSON-safe) is None."""
+    return float("nan") if value is None else value
 
 
 class ScannIndex(AnnIndex):
@@ -94,6 +108,7 @@ class ScannIndex(AnnIndex):
 
     backend = "scann"
     knobs = ("leaves_to_search", "reorder_k")
+    probe_knob = "leaves_to_search"
 
     def __init__(self, dim: int, n_hint: int, overrides: dict[str, Any], trained: bool = False) -> None:
         super().__init__(dim)
@@ -107,7 +122,7 @@ class ScannIndex(AnnIndex):
     @classmethod
     def create(cls, dim: int, n_vectors: int, **params: Any) -> "ScannIndex":
         """New index; ``params`` ⊆ {brute_force, num_leaves, leaves_to_search, reorder_k,
-        dims_per_block, anisotropic_quantization_threshold, training_sample_size}; the rest are
+        dims_per_block, anisotropic_quantization_threshold, training_sample_size, spherical}; the rest are
         recomputed from the data at build."""
         check_params(cls.backend, params, PARAMS)
         dim = check_positive_int("dim", dim)
@@ -118,6 +133,10 @@ class ScannIndex(AnnIndex):
     @property
     def params(self) -> dict[str, Any]:
         return dict(self._params)
+
+    @property
+    def cells(self) -> int:
+        return 1 if self._params["brute_force"] else int(self._params["num_leaves"])
 
     @property
     def ntotal(self) -> int:
@@ -140,6 +159,9 @@ class ScannIndex(AnnIndex):
             self._pending.append(vectors)
             self._n_pending += len(vectors)
 
+    def finalize(self) -> None:
+        self._build()
+
     def _build(self) -> None:
         """Build the searcher from the buffered vectors (no-op once built or when empty)."""
         if self._searcher is not None or self._n_pending == 0:
@@ -158,16 +180,20 @@ class ScannIndex(AnnIndex):
                     f"{need} vectors, got {n}; use brute_force=True or fewer leaves"
                 )
             sample = min(p["training_sample_size"], n)
-            self._searcher = (
-                builder.tree(p["num_leaves"], min(p["leaves_to_search"], p["num_leaves"]), training_sample_size=sample)
+            builder = (
+                builder.tree(
+                    p["num_leaves"], min(p["leaves_to_search"], p["num_leaves"]), training_sample_size=sample, spherical=p["spherical"]
+                )
                 .score_ah(
                     p["dims_per_block"],
-                    anisotropic_quantization_threshold=p["anisotropic_quantization_threshold"],
+                    anisotropic_quantization_threshold=_nan_if_none(p["anisotropic_quantization_threshold"]),
                     training_sample_size=sample,
                 )
                 .reorder(p["reorder_k"])
-                .build()
             )
+            if build_threads():
+                builder.set_n_training_threads(build_threads())
+            self._searcher = builder.build()
         self._pending, self._n_pending = [], 0
 
     def _search(self, queries: np.ndarray, k: int, knobs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:

@@ -6,6 +6,8 @@ converted on every call)."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from operators.packed import Packed
@@ -44,3 +46,43 @@ def softmax_centroid(query: np.ndarray, docs: Packed) -> np.ndarray:
 def dot(query: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     """Single-vector: q · d for (n, dim) passage vectors."""
     return _f32(vectors) @ _f32(query)
+
+
+# Search modes and the stored vectors each one scores (and searches with ANN).
+MODES = ("maxsim", "softmax-centroid", "first-m", "pooled")
+MODE_VECTORS = {"maxsim": "tokens", "softmax-centroid": "centroids", "first-m": "first-m", "pooled": "pooled"}
+VECTOR_KINDS = ("tokens", "centroids", "first-m", "pooled")
+
+
+class QueryVectors(Protocol):
+    """An encoded query: ``tokens`` (n_q, dim) and ``pooled`` (dim,), float32, L2-normalised."""
+
+    tokens: np.ndarray
+    pooled: np.ndarray
+
+
+def check_mode(mode: str) -> str:
+    """``mode`` if known; ValueError listing the modes otherwise."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    return mode
+
+
+def first_stage_vectors(mode: str, query: QueryVectors) -> np.ndarray:
+    """The query vectors that search a mode's ANN index: every token vector for ``maxsim``
+    (ColBERT), the pooled vector for the others; (n, dim) float32."""
+    return _f32(query.tokens) if mode == "maxsim" else _f32(query.pooled)[None, :]
+
+
+def score(mode: str, query: QueryVectors, docs: Packed | np.ndarray) -> np.ndarray:
+    """(n,) exact scores of n passages under ``mode``; ``docs`` is the mode's stored vectors
+    (Packed for tokens, centroids and first-m; an (n, dim) matrix for pooled)."""
+    if mode == "maxsim":
+        return maxsim(query.tokens, docs)
+    if mode == "first-m":
+        return first_m_max(query.pooled, docs)
+    if mode == "softmax-centroid":
+        return softmax_centroid(query.pooled, docs)
+    if mode == "pooled":
+        return dot(query.pooled, docs)
+    raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")

@@ -3,14 +3,44 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Literal, Optional, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from operators.candidates import FirstStage
+from operators.scoring import MODES, VECTOR_KINDS
+
+_Job = TypeVar("_Job", bound="_JobConfig")
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class _JobConfig(_Section):
+    """A job's whole configuration: YAML in and out, dotted overrides from the command line."""
+
+    @classmethod
+    def from_yaml(cls: type[_Job], path: str | Path | None, **overrides: object) -> _Job:
+        """Load a YAML file (or defaults when ``path`` is None) and apply dotted overrides,
+        e.g. ``{"model.name": "/models/colbertv2.0"}``; None values are skipped. A file or
+        override may give part of a section: the rest keeps its defaults."""
+        data = cls().model_dump(mode="json", by_alias=True)
+        if path is not None:
+            _deep_update(data, yaml.safe_load(Path(path).read_text()) or {})
+        for key, value in overrides.items():
+            if value is None:
+                continue
+            node = data
+            *parents, leaf = key.split(".")
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = value
+        return cls.model_validate(data)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)
 
 
 class ModelConfig(_Section):
@@ -67,7 +97,15 @@ class RuntimeConfig(_Section):
     write_rows_per_shard: int = Field(1024, ge=1, description="passages per shard file at most")
 
 
-class IndexConfig(_Section):
+def _deep_update(base: dict, update: dict) -> None:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_update(base[key], value)
+        else:
+            base[key] = value
+
+
+class IndexConfig(_JobConfig):
     """Configuration of ``mvr index``: everything that determines the vectors in the shards."""
 
     model: ModelConfig = ModelConfig()
@@ -76,26 +114,73 @@ class IndexConfig(_Section):
     runtime: RuntimeConfig = RuntimeConfig()
     limit: Optional[int] = Field(None, ge=1, description="index only the first N input rows")
 
-    @classmethod
-    def from_yaml(cls, path: str | Path | None, **overrides: object) -> "IndexConfig":
-        """Load a YAML file (or defaults when ``path`` is None) and apply dotted overrides,
-        e.g. ``{"model.name": "/models/colbertv2.0"}``."""
-        data: dict = {}
-        if path is not None:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        for key, value in overrides.items():
-            if value is None:
-                continue
-            node = data
-            *parents, leaf = key.split(".")
-            for p in parents:
-                node = node.setdefault(p, {})
-            node[leaf] = value
-        return cls.model_validate(data)
-
-    def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
-
     def vector_settings(self) -> dict:
         """The part of the config that determines the stored vectors (for resume checks)."""
         return self.model_dump(mode="json", include={"model", "tokenizer", "compress"})
+
+
+class AnnBuildConfig(_JobConfig):
+    """Configuration of ``mvr build-ann``: which vectors get ANN partitions, and how built.
+    ``params`` override the backend's size-based defaults (FAISS: nlist, m, nbits,
+    training_sample_size, nprobe, seed; ScaNN: num_leaves, training_sample_size,
+    leaves_to_search, reorder_k, dims_per_block, anisotropic_quantization_threshold; see
+    docs/ann.md); they apply to every partition of every kind built."""
+
+    backend: Literal["faiss-ivfpq", "scann"] = "faiss-ivfpq"
+    partitions: int = Field(1, ge=1)
+    vectors: list[Literal["tokens", "centroids", "first-m", "pooled"]] = Field(default_factory=lambda: list(VECTOR_KINDS))
+    params: dict[str, Any] = Field(default_factory=dict)
+    cpus_per_task: Optional[float] = Field(None, gt=0, description="default: a node's CPUs shared by the tasks that run at once")
+    threads_per_task: Optional[int] = Field(None, ge=1, description="FAISS / ScaNN threads; default: the CPUs reserved")
+
+
+class FirstStageConfig(_Section):
+    """Candidate-stage knobs of one mode (``operators.partition.FirstStage``). Backend knobs
+    left unset use the index's defaults; each backend reads only its own."""
+
+    k_prime: int = Field(ge=1, description="nearest indexed vectors asked for each query vector")
+    candidate_cap: int = Field(ge=1, description="passages rescored at most, over all partitions")
+    probe_fraction: Optional[float] = Field(None, gt=0, le=1, description="share of coarse cells visited (at least 8); None: the index's default")
+    nprobe: Optional[int] = Field(None, ge=1, description="FAISS: coarse cells visited (overrides probe_fraction)")
+    leaves_to_search: Optional[int] = Field(None, ge=1, description="ScaNN: tree leaves visited (overrides probe_fraction)")
+    reorder_k: Optional[int] = Field(None, ge=1, description="ScaNN: candidates re-ranked in float")
+
+    def first_stage(self) -> FirstStage:
+        knobs = {"probe_fraction": self.probe_fraction, "nprobe": self.nprobe, "leaves_to_search": self.leaves_to_search, "reorder_k": self.reorder_k}
+        return FirstStage(self.k_prime, self.candidate_cap, {k: v for k, v in knobs.items() if v is not None})
+
+
+class SearchConfig(_JobConfig):
+    """How queries are answered (``pipeline/search.py``): first-stage knobs per mode, or
+    ``exact`` brute force. Defaults meet the targets in docs/search.md."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    exact: bool = False
+    vectors_dtype: Literal["float32", "float16"] = Field(
+        "float32", description="in-memory precision of the exact vectors: float16 halves RAM, costs a cast a candidate"
+    )
+    maxsim: FirstStageConfig = FirstStageConfig(k_prime=32, candidate_cap=1024, probe_fraction=1 / 64)
+    softmax_centroid: FirstStageConfig = Field(FirstStageConfig(k_prime=200, candidate_cap=1024, probe_fraction=1 / 4), alias="softmax-centroid")
+    first_m: FirstStageConfig = Field(FirstStageConfig(k_prime=100, candidate_cap=1024, probe_fraction=1 / 4), alias="first-m")
+    pooled: FirstStageConfig = FirstStageConfig(k_prime=100, candidate_cap=1024, probe_fraction=1 / 4)
+
+    def for_mode(self, mode: str) -> FirstStageConfig:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        return getattr(self, mode.replace("-", "_"))
+
+
+class EvalConfig(_JobConfig):
+    """Configuration of ``mvr eval``: which collection, which modes, how searched. ``sweep``
+    lists values of the first-stage knob ``sweep_knob`` to measure quality against latency
+    (each mode's other knobs stay at ``search``'s values)."""
+
+    dataset: str = ""
+    split: str = "test"
+    modes: list[Literal["maxsim", "softmax-centroid", "first-m", "pooled"]] = Field(default_factory=lambda: list(MODES))
+    k: int = Field(100, ge=10, le=1000, description="documents retrieved a query (R@100 needs 100)")
+    overlap: bool = Field(True, description="also run exact search for overlap@10 with the exact ranking")
+    sweep: list[float] = Field(default_factory=list)
+    sweep_knob: Literal["k_prime", "candidate_cap", "probe_fraction", "nprobe", "leaves_to_search", "reorder_k"] = "k_prime"
+    search: SearchConfig = SearchConfig()

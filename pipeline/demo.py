@@ -12,9 +12,9 @@ from typing import Callable
 
 from pipeline.config import IndexConfig
 from pipeline.demo_corpus import DEFAULT_LIMIT, build_demo_corpus
-from pipeline.exact_search import ExactSearcher
 from pipeline.indexing import IndexResult, index_corpus
 from pipeline.local_search import answer
+from pipeline.search import Searcher
 from storage import fs
 from storage.catalog import Catalog
 from storage.jsonl import write_jsonl
@@ -57,7 +57,7 @@ def run_demo(
     log(f"{'wrote' if written else 'reusing'} {corpus_url}: {len(rows)} documents from the Python docs")
     result = index_corpus(corpus_url, index_url, config or IndexConfig(), overwrite=written, log=log)
     log(result.summary)
-    searcher = ExactSearcher(index_url, modes=(DEMO_MODE,))
+    searcher = Searcher(index_url, modes=(DEMO_MODE,))
     catalog = Catalog(index_url)
     try:
         answers = [{"query": q, **answer(searcher, catalog, q, k, DEMO_MODE)} for q in DEMO_QUERIES]

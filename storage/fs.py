@@ -91,3 +91,17 @@ def unstrip(fs: fsspec.AbstractFileSystem, path: str) -> str:
         return path
     protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
     return f"{protocol}://{path}"
+
+
+def local_path(url: str) -> str | None:
+    """The OS path of a local URL, None for any other filesystem."""
+    fs, path = resolve(url)
+    return path if isinstance(fs, LocalFileSystem) else None
+
+
+def list_dirs(url: str) -> list[str]:
+    """Full URLs of the directories directly under ``url`` (sorted); [] if absent."""
+    fs, path = resolve(url)
+    if not fs.exists(path):
+        return []
+    return sorted(unstrip(fs, e["name"]) for e in fs.ls(path, detail=True) if e.get("type") == "directory")

@@ -25,3 +25,25 @@ def minilm_tokenizer():
     from operators.checkpoint import load_tokenizer
 
     return load_tokenizer("minilm")
+
+
+def _index(tmp_path_factory, datasets: Path, name: str) -> str:
+    from pipeline.config import IndexConfig
+    from pipeline.indexing import index_corpus
+
+    url = str(tmp_path_factory.mktemp("idx") / name)
+    result = index_corpus(str(datasets / name), url, IndexConfig())
+    assert not result.up_to_date
+    return url
+
+
+@pytest.fixture(scope="session")
+def msmarco_index(tmp_path_factory, datasets) -> str:
+    """The whole msmarco-sample corpus indexed once with the default (reference) settings."""
+    return _index(tmp_path_factory, datasets, "msmarco-sample")
+
+
+@pytest.fixture(scope="session")
+def dbpedia_index(tmp_path_factory, datasets) -> str:
+    """The whole dbpedia-sample corpus indexed once with the default (reference) settings."""
+    return _index(tmp_path_factory, datasets, "dbpedia-sample")

@@ -84,8 +84,9 @@ def test_recall_at_default_knobs(built, data, backend):
         assert r10 >= 0.9  # AH candidates reordered exactly
     else:
         # IVFPQ ranks by PQ-estimated scores (no reorder: exact rescoring happens downstream),
-        # so its own top-10 misses near-ties; measured 0.73 here with 4-dim sub-vectors.
-        assert r10 >= 0.6
+        # so its own top-10 misses near-ties; measured 0.52 here with the default 8-dim
+        # sub-vectors (0.73 with 4-dim ones, which train 20x slower at dim 384).
+        assert r10 >= 0.45
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -102,7 +103,8 @@ def test_scores_are_inner_products_best_first(built, data, backend):
         np.testing.assert_allclose(scores, true, atol=1e-5)
     else:  # asymmetric PQ estimates of the same inner products
         err = np.abs(scores - true)
-        assert err.mean() < 0.05 and err.max() < 0.25, (err.mean(), err.max())  # measured 0.027, 0.12
+        # measured 0.076, 0.23 with the default 8-dim sub-vectors (0.027, 0.12 with 4-dim ones)
+        assert err.mean() < 0.1 and err.max() < 0.35, (err.mean(), err.max())
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -174,7 +176,7 @@ def test_ivfpq_with_tiny_lists_pads_missing(data):
     """IVFPQ proper (not flat) on little data: with one probe, lists run out before k."""
     x, q, _ = data
     index = make_index("faiss-ivfpq", DIM, 2000, brute_force=False, nlist=16, nbits=4)
-    assert index.params["m"] == 16 and index.params["nprobe"] == 8
+    assert index.params["m"] == 8 and index.params["nprobe"] == 8
     index.train(x[:2000])
     index.add(x[:2000])
     ids, scores = index.search(q[:5], 1000, nprobe=1)
@@ -237,14 +239,14 @@ def test_scann_parallel_batches_match_serial(built, data):
 
 
 def test_default_parameter_rules():
-    assert [ivfpq.default_m(d) for d in (64, 100, 128, 384, 768)] == [16, 25, 32, 96, 96]
+    assert [ivfpq.default_m(d) for d in (64, 100, 128, 384, 768)] == [8, 10, 16, 48, 96]
     p = ivfpq.default_params(128, 20_000)
-    assert (p["nlist"], p["nbits"], p["nprobe"], p["brute_force"]) == (512, 8, 32, False)
+    assert (p["nlist"], p["nbits"], p["nprobe"], p["brute_force"]) == (512, 8, 8, False)
     p = ivfpq.default_params(128, 6_000)  # 6000/39 = 153 → 128 lists; < 39·256 points → 7 bits
     assert (p["nlist"], p["nbits"], p["nprobe"]) == (128, 7, 8)
     p = ivfpq.default_params(128, 10_000_000)
-    assert (p["nlist"], p["training_sample_size"], p["nprobe"]) == (16384, 1_048_576, 1024)
+    assert (p["nlist"], p["training_sample_size"], p["nprobe"]) == (16384, 1_048_576, 256)
     assert ivfpq.default_params(128, 4095)["brute_force"]
     s = scann_index.default_params(128, 1_000_000)
-    assert (s["num_leaves"], s["leaves_to_search"], s["reorder_k"], s["brute_force"]) == (1000, 63, 100, False)
+    assert (s["num_leaves"], s["leaves_to_search"], s["reorder_k"], s["brute_force"]) == (1000, 16, 100, False)
     assert scann_index.default_params(128, 4095)["brute_force"]

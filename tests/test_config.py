@@ -26,3 +26,21 @@ def test_invalid_settings_are_refused(tmp_path):
     bad.write_text("tokenizer:\n  pasage_tokens: 64\n")  # misspelt key
     with pytest.raises(ValidationError, match="pasage_tokens"):
         IndexConfig.from_yaml(bad)
+
+
+def test_search_and_build_configs_round_trip_and_merge_partial_sections(tmp_path):
+    from pipeline.config import AnnBuildConfig, EvalConfig, SearchConfig
+
+    assert EvalConfig.from_yaml(CONFIGS / "eval.yaml") == EvalConfig()
+    assert AnnBuildConfig.from_yaml(CONFIGS / "ann.yaml") == AnnBuildConfig()
+    part = tmp_path / "search.yaml"
+    part.write_text("first-m:\n  k_prime: 7\n")  # one knob of one mode: the rest keep defaults
+    s = SearchConfig.from_yaml(part)
+    assert s.for_mode("first-m").k_prime == 7 and s.for_mode("first-m").candidate_cap == 1024
+    assert s.for_mode("maxsim") == SearchConfig().maxsim
+    fs = SearchConfig.from_yaml(None, **{"pooled.nprobe": 3}).for_mode("pooled").first_stage()
+    assert fs.ann == {"probe_fraction": 0.25, "nprobe": 3}
+    with pytest.raises(ValueError, match="unknown mode"):
+        s.for_mode("bm25")
+    with pytest.raises(ValidationError, match="probe_fraction"):
+        SearchConfig.from_yaml(None, **{"maxsim.probe_fraction": 2})

@@ -1,0 +1,74 @@
+"""``mvr build-ann INDEX`` / ``python -m jobs.build_ann INDEX``: partitioned ANN indexes
+(FAISS IVFPQ or ScaNN) over an index's vectors, one Ray task a partition."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.table import Table
+
+from jobs.common import console, error, output_console, print_config
+from pipeline.ann_build import build_ann
+from pipeline.config import AnnBuildConfig
+
+VECTOR_CHOICES = ("tokens", "centroids", "first-m", "pooled")
+
+
+def _param(text: str) -> tuple[str, object]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    name, value = text.split("=", 1)
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
+def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    p = p or argparse.ArgumentParser(prog="python -m jobs.build_ann", description=__doc__)
+    p.add_argument("index", help="index directory (path or fsspec URL)")
+    p.add_argument("--config", help="YAML file with an AnnBuildConfig")
+    p.add_argument("--backend", choices=("faiss-ivfpq", "scann"), help="default faiss-ivfpq")
+    p.add_argument("--partitions", type=int, help="number of partitions P (default 1)")
+    p.add_argument("--vectors", help=f"comma-separated kinds out of {','.join(VECTOR_CHOICES)} (default: all)")
+    p.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE", help="backend build parameter, e.g. nlist=1024 (repeatable)")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = {"backend": args.backend, "partitions": args.partitions}
+    if args.vectors:
+        overrides["vectors"] = [v.strip() for v in args.vectors.split(",") if v.strip()]
+    try:
+        config = AnnBuildConfig.from_yaml(args.config, **overrides)
+        if args.param:
+            config = config.model_copy(update={"params": {**config.params, **dict(args.param)}})
+    except ValueError as exc:
+        return error(exc)
+    print_config("mvr build-ann: configuration", config)
+    try:
+        result = build_ann(args.index, config, log=console.print)
+    except (FileNotFoundError, ValueError) as exc:
+        return error(exc)
+    table = Table(title=f"ANN partitions of {args.index} (manifest version {result.manifest.version})")
+    for col in ("vectors", "partition", "passages", "indexed vectors", "MB", "build s"):
+        table.add_column(col, justify="right" if col != "vectors" else "left")
+    table.add_column("params", overflow="fold")
+    for kind, entry in result.built.items():
+        for n, part in enumerate(entry["partitions"]):
+            mb = sum(f["bytes"] for f in part["files"].values()) / 1e6
+            params = " ".join(f"{k}={v}" for k, v in part["params"].items() if v is not None and not isinstance(v, bool))
+            table.add_row(kind, str(n), f"{part['passages']:,}", f"{part['vectors']:,}", f"{mb:.1f}", f"{part['build_seconds']:.1f}", params)
+    output_console().print(table)
+    console.print(f"{result.seconds:.1f} s")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""``mvr eval INDEX --dataset DIR`` / ``python -m jobs.evaluate``: a BEIR collection's judged
+queries through search, scored with ir-measures; a table per mode, JSON, and a sweep plot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.table import Table
+
+from jobs.common import console, error, output_console, print_config
+from operators.scoring import MODES
+from pipeline.config import EvalConfig
+from pipeline.evaluation import evaluate, plot_sweep
+from storage import fs
+
+
+def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    p = p or argparse.ArgumentParser(prog="python -m jobs.evaluate", description=__doc__)
+    p.add_argument("index", help="index directory (path or fsspec URL)")
+    p.add_argument("--dataset", help="BEIR dataset directory (queries.jsonl, qrels/SPLIT.tsv)")
+    p.add_argument("--config", help="YAML file with an EvalConfig (search knobs under 'search')")
+    p.add_argument("--split", help="qrels split (default test)")
+    p.add_argument("--modes", help=f"comma-separated, out of {','.join(MODES)} (default: all)")
+    p.add_argument("-k", "--k", type=int, help="documents retrieved a query (default 100)")
+    p.add_argument("--exact", action="store_true", help="brute-force search only (the exact reference)")
+    p.add_argument("--no-overlap", action="store_true", help="skip the exact run that overlap@10 needs")
+    p.add_argument("--sweep", help="comma-separated values of the first-stage knob, e.g. 4,8,16,32,64")
+    p.add_argument("--sweep-knob", help="k_prime (default), candidate_cap, probe_fraction, nprobe, leaves_to_search or reorder_k")
+    p.add_argument("--json", dest="json_out", help="write the results as JSON here (path or URL)")
+    p.add_argument("--plot", help="write the sweep's quality-vs-latency PNG here (default: next to --json)")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides: dict = {"dataset": args.dataset, "split": args.split, "k": args.k, "sweep_knob": args.sweep_knob}
+    if args.modes:
+        overrides["modes"] = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if args.sweep:
+        overrides["sweep"] = [float(v) for v in args.sweep.split(",") if v.strip()]
+    if args.exact:
+        overrides["search.exact"] = True
+    if args.no_overlap:
+        overrides["overlap"] = False
+    try:
+        config = EvalConfig.from_yaml(args.config, **overrides)
+        if not config.dataset:
+            raise ValueError("--dataset is required (a BEIR directory)")
+    except ValueError as exc:
+        return error(exc)
+    print_config("mvr eval: configuration", config)
+    try:
+        result = evaluate(args.index, config, log=console.print)
+    except (FileNotFoundError, ValueError) as exc:
+        return error(exc)
+    table = Table(title=f"{result.collection}: {result.queries} judged queries, k={config.k}")
+    columns = ["mode", "path", "partitions", "nDCG@10", "RR@10", "R@100", "p50 ms", "p95 ms", "overlap@10", "exact nDCG@10", "exact p50 ms"]
+    for c in columns:
+        table.add_column(c, justify="left" if c in ("mode", "path") else "right")
+    for mode, f in result.modes.items():
+        ex = f.get("exact", {})
+        table.add_row(
+            mode, f["path"], str(f["partitions"]), f"{f['nDCG@10']:.4f}", f"{f['RR@10']:.4f}", f"{f['R@100']:.4f}",
+            f"{f['latency_ms_p50']:.1f}", f"{f['latency_ms_p95']:.1f}", _opt(f.get("overlap@10")), _opt(ex.get("nDCG@10")), _opt(ex.get("latency_ms_p50"), 1),
+        )
+    output_console().print(table)
+    for mode, points in result.sweep.items():
+        t = Table(title=f"sweep of {config.sweep_knob}: {mode}")
+        for c in (config.sweep_knob, "nDCG@10", "R@100", "overlap@10", "search p50 ms"):
+            t.add_column(c, justify="right")
+        for p in points:
+            t.add_row(str(p[config.sweep_knob]), f"{p['nDCG@10']:.4f}", f"{p['R@100']:.4f}", _opt(p.get("overlap@10")), f"{p['search_ms_p50']:.2f}")
+        output_console().print(t)
+    index_version = _index_version(args.index)
+    if args.json_out:
+        fs.write_bytes_atomic(args.json_out, json.dumps(result.to_json(config, args.index, index_version), indent=1).encode())
+        console.print(f"wrote {args.json_out}")
+    plot = args.plot or (args.json_out.rsplit(".", 1)[0] + ".png" if args.json_out else None)
+    if result.sweep and plot:
+        fs.write_bytes_atomic(plot, plot_sweep(result, config.sweep_knob, plot.rsplit("/", 1)[-1]))
+        console.print(f"wrote {plot}")
+    return 0
+
+
+def _opt(value, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _index_version(index_url: str) -> int:
+    from storage.manifest import load_manifest
+
+    return load_manifest(index_url).version
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Candidate selection across partitions: the first-stage hits of every partition merged as
+if one index held all vectors, so the candidates do not depend on the number of partitions.
+
+ColBERT's end-to-end retrieval: each query vector's k' nearest indexed vectors, their
+passages deduplicated. Here each partition returns its own top-k' per query vector; the merge
+keeps each query vector's global top-k', estimates every passage by Σ_i max_{hits of q_i}
+score (MaxSim over the hits; the max hit for a single query vector), and keeps the
+``candidate_cap`` best passages for exact rescoring. Too few passages for k documents: k'
+grows and the partitions are asked again."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from operators.partition import Hits
+
+
+@dataclass
+class FirstStage:
+    """Candidate-stage knobs. ``k_prime``: nearest indexed vectors asked for each query vector
+    (raised while fewer than k passages come back); ``candidate_cap``: passages rescored at
+    most over all partitions (the best by first-stage estimate; raised to k); ``ann``: backend
+    search knobs (FAISS ``nprobe``; ScaNN ``leaves_to_search``, ``reorder_k``), unset = the
+    index's defaults."""
+
+    k_prime: int = 100
+    candidate_cap: int = 1000
+    ann: dict[str, Any] = field(default_factory=dict)
+
+
+def select(hits: Sequence[Hits], k_prime: int, cap: int) -> tuple[list[np.ndarray], int]:
+    """Candidate rows for each partition (sorted) from all partitions' hits, and the number of
+    distinct passages hit before the cap."""
+    if not any(len(h) for h in hits):
+        return [np.zeros(0, np.int64) for _ in hits], 0
+    part = np.concatenate([np.full(len(h), i, np.int64) for i, h in enumerate(hits)])
+    qv = np.concatenate([h.query_vector for h in hits])
+    rows = np.concatenate([h.rows for h in hits])
+    scores = np.concatenate([h.scores for h in hits]).astype(np.float64)
+    # each query vector's global top-k' vectors, then the best hit per (query vector, passage)
+    order = np.lexsort((-scores, qv))
+    qv, part, rows, scores = qv[order], part[order], rows[order], scores[order]
+    keep = (np.arange(len(qv)) - np.searchsorted(qv, qv, side="left")) < k_prime
+    qv, part, rows, scores = qv[keep], part[keep], rows[keep], scores[keep]
+    width = int(rows.max()) + 1
+    passage = part * width + rows
+    pair = np.unique(qv * (len(hits) * width) + passage, return_index=True)[1]  # first = best
+    passages, inverse = np.unique(passage[pair], return_inverse=True)
+    estimate = np.bincount(inverse, weights=scores[pair], minlength=len(passages))
+    n_hit = len(passages)
+    if n_hit > cap:
+        passages = np.sort(passages[np.argpartition(-estimate, cap - 1)[:cap]])
+    return [passages[passages // width == i] % width for i in range(len(hits))], n_hit
+
+
+def candidates(
+    gather: Callable[[int], Sequence[Hits]], first_stage: FirstStage, k: int, n_passages: int, n_vectors: int
+) -> tuple[list[np.ndarray], int]:
+    """Run the first stage: ``gather(k_prime)`` asks every partition for its hits; k' grows
+    until at least min(k, n_passages) passages are hit or k' covers all ``n_vectors`` indexed
+    vectors. Returns (candidate rows per partition, the k' finally used)."""
+    max_vectors = max(1, n_vectors)
+    k_prime = max(1, min(first_stage.k_prime, max_vectors))
+    cap = max(first_stage.candidate_cap, k)
+    need = min(k, n_passages)
+    while True:
+        rows, n_hit = select(gather(k_prime), k_prime, cap)
+        if n_hit >= need or k_prime >= max_vectors:
+            return rows, k_prime
+        # grow by the shortfall (at least 2x) so a few rounds suffice
+        k_prime = min(max_vectors, k_prime * max(2, -(-2 * need // max(1, n_hit))))

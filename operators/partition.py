@@ -1,0 +1,130 @@
+"""One partition of an index: the exact vectors of its passages (one vector kind), their
+document ids, and optionally an ANN index over those vectors. A query takes two trips:
+
+1. ``hits``: each query vector's k' nearest indexed vectors, mapped to the partition's
+   passages (the best score of each query vector and passage);
+2. ``rank``: exact rescoring of the candidate passages chosen from every partition's hits
+   (``operators/candidates.py``) and the partition's top-k documents.
+
+Without an ANN index the partition is exact: ``rank`` scores every passage (brute force)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from operators import scoring
+from operators.ann import AnnIndex
+from operators.packed import Packed
+from operators.ranking import Ranked, top_documents
+
+
+@dataclass
+class Hits:
+    """A partition's first-stage hits, one entry per indexed vector found: ``query_vector``
+    (n,) int64 which query vector found it, ``rows`` (n,) int64 the passage (row in the
+    partition) it belongs to, ``scores`` (n,) float32 its first-stage score."""
+
+    query_vector: np.ndarray
+    rows: np.ndarray
+    scores: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclass
+class PartitionResult:
+    """A partition's answer: its top documents, the passages it rescored, and milliseconds."""
+
+    ranked: Ranked
+    candidates: int
+    rescore_ms: float
+
+
+class Partition:
+    """``vectors``: Packed (n passages; tokens, centroids or first-m) or an (n, dim) matrix
+    (pooled), float16 or float32; ``doc_ids`` (n,) str; ``passage_idx`` (n,) int32; ``ann``:
+    index over the vectors' rows in order (row r of a Packed belongs to passage owners[r])."""
+
+    def __init__(
+        self,
+        kind: str,
+        vectors: Packed | np.ndarray,
+        doc_ids: Sequence[str],
+        passage_idx: np.ndarray,
+        ann: Optional[AnnIndex] = None,
+    ) -> None:
+        if kind not in scoring.VECTOR_KINDS:
+            raise ValueError(f"unknown vector kind {kind!r}; choose one of {', '.join(scoring.VECTOR_KINDS)}")
+        self.kind = kind
+        self.vectors = vectors
+        self.doc_ids = list(doc_ids)
+        self.passage_idx = np.asarray(passage_idx, dtype=np.int32)
+        n_rows = len(vectors.vectors) if isinstance(vectors, Packed) else len(vectors)
+        if len(self.doc_ids) != len(vectors) or len(self.passage_idx) != len(vectors):
+            raise ValueError(f"{len(vectors)} passages' vectors but {len(self.doc_ids)} doc ids, {len(self.passage_idx)} passage numbers")
+        if ann is not None and ann.ntotal != n_rows:
+            raise ValueError(f"the ANN index holds {ann.ntotal} vectors, the partition {n_rows}")
+        self.ann = ann
+        # vector → passage map: the passage (row of doc_ids) of each indexed vector
+        self.vector_owner = vectors.owners() if isinstance(vectors, Packed) else np.arange(len(vectors), dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    @property
+    def n_vectors(self) -> int:
+        return len(self.vector_owner)
+
+    @property
+    def exact(self) -> bool:
+        return self.ann is None
+
+    def hits(self, query_vectors: np.ndarray, k_prime: int, knobs: Optional[dict[str, Any]] = None) -> Hits:
+        """First stage for (n_q, dim) query vectors: each one's ``k_prime`` nearest indexed
+        vectors (ANN scores) mapped to their passages. ``knobs``: backend knobs (those the
+        backend does not take, e.g. ``nprobe`` for ScaNN, are ignored) and ``probe_fraction``
+        (share of cells visited, unless the backend's own probe knob is given)."""
+        if self.ann is None:
+            raise ValueError("an exact partition has no first stage: rank every passage instead")
+        k_prime = max(1, min(int(k_prime), self.ann.ntotal))
+        knobs = dict(knobs or {})
+        fraction = knobs.pop("probe_fraction", None)
+        if fraction is not None and self.ann.probe_knob not in knobs:
+            knobs[self.ann.probe_knob] = self.ann.probes(fraction)
+        knobs = {k: v for k, v in knobs.items() if k in self.ann.knobs}
+        ids, scores = self.ann.search(query_vectors, k_prime, **knobs)
+        qi = np.repeat(np.arange(len(ids), dtype=np.int64), ids.shape[1])
+        ids, scores = ids.ravel(), scores.ravel()
+        ok = ids >= 0
+        qi, rows, s = qi[ok], self.vector_owner[ids[ok]], scores[ok]
+        return Hits(qi, rows, s.astype(np.float32))
+
+    def rescore(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray] = None) -> np.ndarray:
+        """Exact ``mode`` scores of the passages at ``rows`` (None: all), (n,) float32."""
+        if rows is None:
+            return scoring.score(mode, query, self.vectors)
+        if isinstance(self.vectors, Packed):
+            return scoring.score(mode, query, self.vectors.take(rows, np.float32))
+        return scoring.score(mode, query, np.asarray(self.vectors[rows], dtype=np.float32))
+
+    def rank(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray], k: int) -> PartitionResult:
+        """The top-``k`` documents among the passages at ``rows`` (None: every passage) by
+        exact ``mode`` scores (this partition must hold the mode's vectors); a document scores
+        as its best passage."""
+        if scoring.MODE_VECTORS[scoring.check_mode(mode)] != self.kind:
+            raise ValueError(f"mode {mode} scores {scoring.MODE_VECTORS[mode]} vectors; this partition holds {self.kind}")
+        t0 = time.perf_counter()
+        if rows is not None and len(rows) == 0:
+            return PartitionResult(Ranked(), 0, 0.0)
+        scores = self.rescore(mode, query, rows)
+        if rows is None:
+            ranked = top_documents(scores, self.doc_ids, self.passage_idx, k)
+        else:
+            ranked = top_documents(scores, [self.doc_ids[r] for r in rows], self.passage_idx[rows], k)
+        n = len(self) if rows is None else len(rows)
+        return PartitionResult(ranked, n, (time.perf_counter() - t0) * 1e3)

@@ -1,0 +1,154 @@
+"""``mvr eval``: a BEIR collection's judged queries through the search core, scored with
+ir-measures (nDCG@10, RR@10, R@100), with per-query latency and, for approximate search, the
+overlap of the top-10 with exact search. An optional sweep of one first-stage knob gives
+quality against latency (``plot_sweep`` draws it)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import ir_measures
+import numpy as np
+from ir_measures import R, RR, nDCG
+from tqdm import tqdm
+
+from operators.query import EncodedQuery
+from pipeline.config import EvalConfig
+from pipeline.search import SearchResult, Searcher
+from storage.beir import TestCollection, read_collection
+
+MEASURES = {"nDCG@10": nDCG @ 10, "RR@10": RR @ 10, "R@100": R @ 100}
+
+
+def quality(results: dict[str, SearchResult], collection: TestCollection) -> dict[str, float]:
+    """ir-measures over the judged queries of ``results`` ({query_id: result})."""
+    qrels = [ir_measures.Qrel(j.query_id, j.doc_id, j.relevance) for j in collection.qrels]
+    run = [ir_measures.ScoredDoc(q, d, s) for q, r in results.items() for d, s in r.hits()]
+    agg = ir_measures.calc_aggregate(list(MEASURES.values()), qrels, run)
+    return {name: round(float(agg[m]), 4) for name, m in MEASURES.items()}
+
+
+def overlap_at_10(approx: dict[str, SearchResult], exact: dict[str, SearchResult]) -> float:
+    """Mean share of the exact top-10 documents found in the approximate top-10."""
+    shares = [len(set(approx[q].ranked.doc_ids[:10]) & set(e.ranked.doc_ids[:10])) / max(1, min(10, len(e.ranked))) for q, e in exact.items()]
+    return round(float(np.mean(shares)), 4) if shares else float("nan")
+
+
+def latency(results: dict[str, SearchResult], stage: str = "total") -> dict[str, float]:
+    ms = np.array([r.timings_ms[stage] for r in results.values()])
+    return {"p50": round(float(np.percentile(ms, 50)), 2), "p95": round(float(np.percentile(ms, 95)), 2)}
+
+
+def _search_ms_p50(results: dict[str, SearchResult]) -> float:
+    """Median latency without query encoding (candidates + rescore + merge)."""
+    return round(float(np.median([r.timings_ms["total"] - r.timings_ms["encode"] for r in results.values()])), 3)
+
+
+@dataclass
+class Evaluation:
+    """``modes``: {mode: figures}; ``sweep``: {mode: [figures at each knob value]}."""
+
+    collection: str
+    queries: int
+    modes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sweep: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def to_json(self, config: EvalConfig, index_url: str, index_version: int) -> dict[str, Any]:
+        return {
+            "index": index_url,
+            "index_version": index_version,
+            "collection": self.collection,
+            "queries": self.queries,
+            "modes": self.modes,
+            "sweep": self.sweep,
+            "config": config.model_dump(mode="json", by_alias=True),
+        }
+
+
+def _run(searcher: Searcher, encoded: dict[str, tuple[EncodedQuery, float]], mode: str, k: int, **knobs: Any) -> dict[str, SearchResult]:
+    return {q: searcher.search_encoded(e, k, mode, encode_ms, **knobs) for q, (e, encode_ms) in encoded.items()}
+
+
+def evaluate(index_url: str, config: EvalConfig, log: Callable[[str], None] = print, searcher: Optional[Searcher] = None) -> Evaluation:
+    """Run the evaluation ``config`` describes. Latency per query covers encoding (one query
+    at a time, as a service sees them) and search; sweep latencies leave encoding out."""
+    collection = read_collection(config.dataset, config.split)
+    queries = collection.judged_queries
+    if not queries:
+        raise ValueError(f"{config.dataset}: no judged queries in split {config.split!r}")
+    searcher = searcher or Searcher(index_url, config.modes, config.search)
+    exact = None
+    if config.overlap and not config.search.exact and any(searcher.paths[m] == "ann" for m in config.modes):
+        exact = Searcher(index_url, config.modes, config.search.model_copy(update={"exact": True}), searcher.query_encoder.encoder)
+    for text in queries.values():
+        searcher.check(text, config.k, config.modes[0])
+    searcher.encode(["warm-up"])
+    encoded: dict[str, tuple[EncodedQuery, float]] = {}
+    for q, text in tqdm(queries.items(), desc="encode queries", unit="query"):
+        t0 = time.perf_counter()
+        encoded[q] = (searcher.encode([text])[0], (time.perf_counter() - t0) * 1e3)
+    out = Evaluation(collection.name, len(queries))
+    for mode in config.modes:
+        results = _run(searcher, encoded, mode, config.k)
+        figures: dict[str, Any] = {**quality(results, collection)}
+        lat = latency(results)
+        figures.update({"latency_ms_p50": lat["p50"], "latency_ms_p95": lat["p95"], "path": searcher.paths[mode]})
+        figures["search_ms_p50"] = _search_ms_p50(results)
+        figures["candidates_mean"] = round(float(np.mean([r.candidates for r in results.values()])), 1)
+        figures["partitions"] = len(searcher.partitions[mode])
+        if exact is not None and searcher.paths[mode] == "ann":
+            reference = _run(exact, encoded, mode, config.k)
+            figures["overlap@10"] = overlap_at_10(results, reference)
+            figures["exact"] = {**quality(reference, collection), "latency_ms_p50": latency(reference)["p50"]}
+        out.modes[mode] = figures
+        log(f"{mode}: " + ", ".join(f"{k}={v}" for k, v in figures.items() if not isinstance(v, dict)))
+        if config.sweep and searcher.paths[mode] == "ann":
+            points = []
+            for value in config.sweep:
+                value = value if config.sweep_knob == "probe_fraction" else int(value)
+                swept = _run(searcher, encoded, mode, config.k, **{config.sweep_knob: value})
+                point = {config.sweep_knob: value, **quality(swept, collection)}
+                point["search_ms_p50"] = _search_ms_p50(swept)
+                if exact is not None:
+                    point["overlap@10"] = overlap_at_10(swept, reference)
+                points.append(point)
+            out.sweep[mode] = points
+    return out
+
+
+def plot_sweep(evaluation: Evaluation, knob: str, path: str) -> bytes:
+    """PNG of nDCG@10 and overlap@10 against search latency over the sweep, one line per mode
+    (exact nDCG@10 dashed). Returns the PNG bytes (``path`` is the title's file name)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, (mode, points) in enumerate(evaluation.sweep.items()):
+        color = f"C{i}"
+        x = [p["search_ms_p50"] for p in points]
+        axes[0].plot(x, [p["nDCG@10"] for p in points], "o-", color=color, label=mode)
+        for p, xv in zip(points, x):
+            axes[0].annotate(str(p[knob]), (xv, p["nDCG@10"]), textcoords="offset points", xytext=(3, 3), fontsize=7)
+        exact = evaluation.modes.get(mode, {}).get("exact")
+        if exact:
+            axes[0].axhline(exact["nDCG@10"], color=color, linestyle="--", linewidth=0.8)
+        if all("overlap@10" in p for p in points):
+            axes[1].plot(x, [p["overlap@10"] for p in points], "o-", color=color, label=mode)
+    for ax, ylabel in zip(axes, ("nDCG@10 (dashed: exact)", "overlap@10 with exact")):
+        ax.set_xscale("log")
+        ax.set_xlabel("search latency p50, ms (query encoding excluded)")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{evaluation.collection}: quality vs latency over {knob} ({path})", fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    return buf.getvalue()

@@ -1,0 +1,215 @@
+"""ANN partitions on storage: which shard rows each partition holds, and the files of a built
+partition.
+
+Passages are numbered globally in manifest order (shard by shard, row by row); partition p of
+P holds the contiguous range [p·N/P, (p+1)·N/P), so every vector kind is split the same way.
+A built partition is a directory ``ann/{kind}/{build}/part-{p:05d}/`` holding
+
+- ``passages.parquet``: one row a passage, in order: ``passage`` (int64 global number),
+  ``doc_id``, ``passage_idx`` and ``vectors`` (the kind's exact vectors, the shard encoding:
+  float16 ``fixed_size_binary`` cells, a list of them per passage except for ``pooled``);
+- ``index/``: the ANN index (``ann.json`` + the backend's own files) over those vectors in
+  row order; the vector→passage map is the list offsets of ``vectors`` (vector r belongs to
+  the passage whose list holds row r).
+
+The manifest's ``ann[kind]`` entry lists the partitions with each file's size and sha256;
+a build directory the manifest does not list is garbage from an older or failed build."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import posixpath
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from operators.ann import AnnIndex, load_index
+from operators.packed import Packed
+from operators.partition import Partition
+from storage import fs
+from storage.manifest import Manifest
+from storage.schema import arrow_to_matrix, arrow_to_packed, matrix_to_arrow
+from storage.shards import read_shard
+
+ANN_DIR = "ann"
+PASSAGES_FILE = "passages.parquet"
+INDEX_SUBDIR = "index"
+# vector kind → shard column
+KIND_COLUMN = {"tokens": "tokens", "centroids": "centroids", "first-m": "first_m", "pooled": "pooled"}
+
+
+@dataclass
+class ShardSlice:
+    """Rows [start, stop) of the shard at ``path`` (relative to the index)."""
+
+    path: str
+    start: int
+    stop: int
+
+
+@dataclass
+class PartitionPlan:
+    """Partition ``number`` holds global passages [first_passage, first_passage + passages)."""
+
+    number: int
+    first_passage: int
+    passages: int
+    slices: list[ShardSlice]
+
+
+def plan_partitions(manifest: Manifest, partitions: int) -> list[PartitionPlan]:
+    """Split the index's passages into ``partitions`` contiguous ranges of near-equal size."""
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        raise ValueError(f"partitions must be a positive integer, got {partitions!r}")
+    total = sum(s.rows for s in manifest.shards)
+    if partitions > max(total, 1):
+        raise ValueError(f"{partitions} partitions for {total} passages: each partition needs at least one passage")
+    bounds = [p * total // partitions for p in range(partitions + 1)]
+    shard_starts = np.cumsum([0] + [s.rows for s in manifest.shards])
+    plans = []
+    for p in range(partitions):
+        lo, hi = bounds[p], bounds[p + 1]
+        slices = []
+        for s, start in zip(manifest.shards, shard_starts[:-1]):
+            a, b = max(lo, int(start)), min(hi, int(start) + s.rows)
+            if a < b:
+                slices.append(ShardSlice(s.path, a - int(start), b - int(start)))
+        plans.append(PartitionPlan(p, lo, hi - lo, slices))
+    return plans
+
+
+@dataclass
+class PassageVectors:
+    """Passages in global order: ``doc_ids`` (n,), ``passage_idx`` (n,) int32 and one kind's
+    ``vectors`` (Packed, or an (n, dim) matrix for pooled; float16 as stored)."""
+
+    doc_ids: list[str]
+    passage_idx: np.ndarray
+    vectors: Packed | np.ndarray
+
+
+def read_passages(index_url: str, slices: Sequence[ShardSlice], kind: str) -> PassageVectors:
+    """One kind's vectors of the passages in ``slices``, read shard by shard."""
+    column = KIND_COLUMN[kind]
+    doc_ids: list[str] = []
+    passage_idx, parts = [], []
+    for sl in slices:
+        try:
+            t = read_shard(index_url, sl.path, ["doc_id", "passage_idx", column])
+        except (KeyError, pa.ArrowInvalid) as e:
+            raise ValueError(f"{sl.path} holds no {column} vectors (the index was built without them): {e}") from None
+        t = t.slice(sl.start, sl.stop - sl.start)
+        doc_ids.extend(t["doc_id"].to_pylist())
+        passage_idx.append(t["passage_idx"].to_numpy())
+        parts.append(arrow_to_matrix(t[column]) if kind == "pooled" else arrow_to_packed(t[column]))
+    pidx = np.concatenate(passage_idx).astype(np.int32) if passage_idx else np.zeros(0, np.int32)
+    if kind == "pooled":
+        vectors = np.concatenate(parts) if parts else np.zeros((0, 1), np.float16)
+    else:
+        vectors = Packed.concat(parts) if parts else Packed(np.zeros((0, 1), np.float16), np.zeros(1, np.int64))
+    return PassageVectors(doc_ids, pidx, vectors)
+
+
+def build_dir(kind: str, build: str) -> str:
+    """Relative directory of one build of a kind's partitions."""
+    return posixpath.join(ANN_DIR, kind, build)
+
+
+def _file_entry(data: bytes) -> dict[str, Any]:
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def write_partition(index_url: str, rel_dir: str, first_passage: int, passages: PassageVectors, ann: AnnIndex) -> dict[str, Any]:
+    """Write a partition's passages and ANN index under ``rel_dir``; returns its manifest entry
+    (path, passages, vectors, first_passage, files with bytes and sha256, ANN params)."""
+    v = passages.vectors
+    n = len(passages.doc_ids)
+    column = matrix_to_arrow(v) if isinstance(v, np.ndarray) else pa.ListArray.from_arrays(pa.array(v.offsets.astype(np.int32)), matrix_to_arrow(v.vectors))
+    table = pa.table(
+        {
+            "passage": pa.array(np.arange(first_passage, first_passage + n, dtype=np.int64)),
+            "doc_id": pa.array(passages.doc_ids, pa.string()),
+            "passage_idx": pa.array(passages.passage_idx, pa.int32()),
+            "vectors": column,
+        }
+    )
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression={"passage": "zstd", "doc_id": "zstd", "passage_idx": "zstd", "vectors": "none"})
+    files = {PASSAGES_FILE: buf.getvalue()}
+    with tempfile.TemporaryDirectory(prefix="mvr-ann-") as tmp:
+        ann.save(tmp)
+        for name in sorted(os.listdir(tmp)):
+            with open(os.path.join(tmp, name), "rb") as f:
+                files[posixpath.join(INDEX_SUBDIR, name)] = f.read()
+    for name, data in files.items():
+        fs.write_bytes_atomic(fs.join(index_url, rel_dir, name), data)
+    return {
+        "path": rel_dir,
+        "first_passage": int(first_passage),
+        "passages": n,
+        "vectors": int(ann.ntotal),
+        "files": {name: _file_entry(data) for name, data in files.items()},
+        "params": ann.params,
+    }
+
+
+def load_partition(index_url: str, kind: str, entry: dict[str, Any], dtype=np.float32, verify: bool = False) -> Partition:
+    """Open a built partition: its passages (exact vectors held as ``dtype``) and its ANN
+    index. With ``verify`` every file's sha256 is checked against the manifest entry first."""
+    rel = entry["path"]
+    table = pq.read_table(io.BytesIO(_read_checked(index_url, rel, PASSAGES_FILE, entry, verify)))
+    col = table["vectors"]
+    vectors = _as_dtype(arrow_to_matrix(col) if kind == "pooled" else arrow_to_packed(col), dtype)
+    if table.num_rows != entry["passages"]:
+        raise ValueError(f"{rel}/{PASSAGES_FILE} holds {table.num_rows} passages, the manifest says {entry['passages']}")
+    index_files = [n for n in entry["files"] if n.startswith(INDEX_SUBDIR + "/")]
+    local = fs.local_path(fs.join(index_url, rel, INDEX_SUBDIR))
+    if local is not None and not verify:
+        ann = load_index(local)
+    else:  # backends read local files: copy the index down first
+        with tempfile.TemporaryDirectory(prefix="mvr-ann-") as tmp:
+            for name in index_files:
+                target = os.path.join(tmp, name[len(INDEX_SUBDIR) + 1 :])
+                with open(target, "wb") as f:
+                    f.write(_read_checked(index_url, rel, name, entry, verify))
+            ann = load_index(tmp)
+    return Partition(kind, vectors, table["doc_id"].to_pylist(), table["passage_idx"].to_numpy(), ann)
+
+
+def _read_checked(index_url: str, rel: str, name: str, entry: dict[str, Any], verify: bool) -> bytes:
+    data = fs.read_bytes(fs.join(index_url, rel, name))
+    expected = entry["files"].get(name)
+    if expected is None:
+        raise ValueError(f"{rel}/{name} is not listed in the manifest")
+    if verify and hashlib.sha256(data).hexdigest() != expected["sha256"]:
+        raise ValueError(f"{rel}/{name} does not match its checksum in the manifest (corrupted or replaced)")
+    return data
+
+
+def exact_partition(index_url: str, manifest: Manifest, kind: str, dtype=np.float32) -> Partition:
+    """All passages of the index as one exact (brute-force) partition, vectors as ``dtype``."""
+    (plan,) = plan_partitions(manifest, 1) if manifest.shards else [PartitionPlan(0, 0, 0, [])]
+    pv = read_passages(index_url, plan.slices, kind)
+    return Partition(kind, _as_dtype(pv.vectors, dtype), pv.doc_ids, pv.passage_idx)
+
+
+def _as_dtype(v: Packed | np.ndarray, dtype) -> Packed | np.ndarray:
+    if isinstance(v, np.ndarray):
+        return v.astype(dtype, copy=False)
+    return Packed(v.vectors.astype(dtype, copy=False), v.offsets)
+
+
+def remove_stale_builds(index_url: str, kind: str, keep: Optional[str]) -> int:
+    """Delete build directories of ``kind`` other than ``keep`` (older or failed builds)."""
+    removed = 0
+    for url in fs.list_dirs(fs.join(index_url, ANN_DIR, kind)):
+        if url.rstrip("/").rsplit("/", 1)[-1] != keep:
+            fs.remove(url, recursive=True)
+            removed += 1
+    return removed

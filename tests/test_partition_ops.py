@@ -1,0 +1,108 @@
+"""Partition, candidate selection and merging on small random data (milliseconds, no Ray)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from operators.ann import make_index
+from operators.candidates import FirstStage, candidates, select
+from operators.packed import Packed
+from operators.partition import Partition
+from operators.ranking import merge, top_documents
+from operators.scoring import maxsim
+
+DIM = 16
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 12, size=300)
+    arrays = [unit(rng.standard_normal((n, DIM))) for n in lengths]
+    doc_ids = [f"d{i // 2}" for i in range(300)]  # two passages a document
+    return arrays, doc_ids, rng
+
+
+def partitions(arrays, doc_ids, bounds):
+    """Partitions over passage ranges, each with a brute-force (exact) inner-product index."""
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        packed = Packed.from_list(arrays[lo:hi], DIM)
+        ann = make_index("faiss-ivfpq", DIM, len(packed.vectors), brute_force=True)
+        ann.train(packed.vectors)
+        ann.add(packed.vectors)
+        out.append(Partition("tokens", packed, doc_ids[lo:hi], np.arange(hi - lo) % 2, ann))
+    return out
+
+
+def test_take_gathers_passages_in_order(corpus):
+    arrays, _, _ = corpus
+    p = Packed.from_list(arrays, DIM)
+    rows = np.array([5, 0, 299, 5])
+    sub = p.take(rows, np.float32)
+    assert len(sub) == 4 and np.array_equal(sub.lengths, p.lengths[rows])
+    assert all(np.array_equal(sub[i], arrays[r]) for i, r in enumerate(rows))
+
+
+def test_merge_keeps_each_documents_best_score():
+    a = top_documents(np.array([0.9, 0.5, 0.1]), ["x", "y", "z"], np.zeros(3), 3)
+    b = top_documents(np.array([0.7, 0.95]), ["y", "w"], np.zeros(2), 2)
+    m = merge([a, b], 3)
+    assert m.doc_ids == ["w", "x", "y"] and np.allclose(m.scores, [0.95, 0.9, 0.7])
+
+
+def test_candidates_and_ranking_do_not_depend_on_partitioning(corpus):
+    arrays, doc_ids, rng = corpus
+    q = SimpleNamespace(tokens=unit(rng.standard_normal((4, DIM))), pooled=None)
+    fs = FirstStage(k_prime=20, candidate_cap=40)
+    answers = []
+    for bounds in ([0, 300], [0, 70, 71, 300], [0, 100, 200, 300]):
+        parts = partitions(arrays, doc_ids, bounds)
+        rows, _ = candidates(lambda kp: [p.hits(q.tokens, kp) for p in parts], fs, 10, 300, sum(p.n_vectors for p in parts))
+        chosen = sorted(lo + r for lo, rs in zip(bounds, rows) for r in rs)
+        ranked = merge([p.rank("maxsim", q, r, 10).ranked for p, r in zip(parts, rows)], 10)
+        answers.append((chosen, ranked.doc_ids, ranked.scores))
+    for chosen, ids, scores in answers[1:]:
+        assert chosen == answers[0][0] and ids == answers[0][1] and np.allclose(scores, answers[0][2])
+    # exhaustive first stage: the same top-10 documents as scoring every passage
+    parts = partitions(arrays, doc_ids, [0, 100, 200, 300])
+    everything = FirstStage(k_prime=10_000, candidate_cap=10_000)
+    rows, _ = candidates(lambda kp: [p.hits(q.tokens, kp) for p in parts], everything, 10, 300, sum(p.n_vectors for p in parts))
+    assert sum(map(len, rows)) == 300
+    ranked = merge([p.rank("maxsim", q, r, 10).ranked for p, r in zip(parts, rows)], 10)
+    s = maxsim(q.tokens, Packed.from_list(arrays, DIM))
+    assert ranked.doc_ids == top_documents(s, doc_ids, np.zeros(300), 10).doc_ids
+
+
+def test_k_prime_grows_until_k_passages_are_hit(corpus):
+    arrays, doc_ids, rng = corpus
+    parts = partitions(arrays, doc_ids, [0, 150, 300])
+    qv = unit(rng.standard_normal((1, DIM)))
+    rows, k_prime = candidates(lambda kp: [p.hits(qv, kp) for p in parts], FirstStage(k_prime=1, candidate_cap=1000), 50, 300, 2000)
+    assert sum(len(r) for r in rows) >= 50 and k_prime > 1
+
+
+def test_candidate_cap_keeps_the_best_estimates():
+    from operators.partition import Hits
+
+    hits = [Hits(np.array([0, 0, 0]), np.array([0, 1, 2]), np.array([0.9, 0.2, 0.5], np.float32))]
+    rows, n_hit = select(hits, k_prime=10, cap=2)
+    assert n_hit == 3 and rows[0].tolist() == [0, 2]
+
+
+def test_exact_partition_ranks_every_passage(corpus):
+    arrays, doc_ids, rng = corpus
+    part = Partition("tokens", Packed.from_list(arrays, DIM), doc_ids, np.zeros(300))
+    q = SimpleNamespace(tokens=unit(rng.standard_normal((3, DIM))), pooled=None)
+    assert part.exact and part.rank("maxsim", q, None, 5).candidates == 300
+    with pytest.raises(ValueError, match="no first stage"):
+        part.hits(q.tokens, 5)
+    with pytest.raises(ValueError, match="holds tokens"):
+        part.rank("pooled", q, None, 5)
