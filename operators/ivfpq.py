@@ -11,8 +11,8 @@ Defaults from the expected number of vectors n (``default_params``):
   two ≤ n/39 (FAISS wants ≥ 39 training points a centroid);
 - ``m`` sub-quantizers: the divisor of dim ≤ 96 that makes sub-vectors closest to 8 dims
   (64 → 8, 128 → 16 as in ColBERT, 384 → 48, 768 → 96); 96 bytes is also the GPU IVFPQ
-  limit. (4-dim sub-vectors train 20x slower in FAISS: 91 s against 4.7 s for 20,000
-  384-dim vectors, m = 96 against 48, one thread; see docs/ann.md);
+  limit. (4-dim sub-vectors train 21x slower in FAISS: 141 s against 6.7 s for 20,000
+  384-dim vectors, m = 96 against 48, one thread; ``python benchmarks/ann_build.py``);
 - ``nbits`` = 8, or floor(log2(sample / 39)) (≥ 1) when the training sample holds fewer than
   39 · 256 vectors, so each sub-quantizer still has ≥ 39 points a code;
 - ``training_sample_size`` = all vectors up to 65,536, else 64 a coarse cell;
