@@ -80,8 +80,9 @@ def evaluate(index_url: str, config: EvalConfig, log: Callable[[str], None] = pr
         raise ValueError(f"{config.dataset}: no judged queries in split {config.split!r}")
     searcher = searcher or Searcher(index_url, config.modes, config.search)
     exact = None
-    if config.overlap and not config.search.exact and any(searcher.paths[m] == "ann" for m in config.modes):
-        exact = Searcher(index_url, config.modes, config.search.model_copy(update={"exact": True}), searcher.query_encoder.encoder)
+    ann_modes = [m for m in config.modes if searcher.paths[m] == "ann"]
+    if config.overlap and ann_modes:  # the exact reference, for the modes ANN answers only
+        exact = Searcher(index_url, ann_modes, config.search.model_copy(update={"exact": True}), searcher.query_encoder.encoder)
     for text in queries.values():
         searcher.check(text, config.k, config.modes[0])
     searcher.encode(["warm-up"])

@@ -34,7 +34,7 @@ from operators.packed import Packed
 from operators.partition import Partition
 from storage import fs
 from storage.manifest import Manifest
-from storage.schema import arrow_to_matrix, arrow_to_packed, matrix_to_arrow
+from storage.schema import arrow_to_matrix, arrow_to_packed, matrix_to_arrow, packed_column
 from storage.shards import read_shard
 
 ANN_DIR = "ann"
@@ -130,7 +130,7 @@ def write_partition(index_url: str, rel_dir: str, first_passage: int, passages: 
     (path, passages, vectors, first_passage, files with bytes and sha256, ANN params)."""
     v = passages.vectors
     n = len(passages.doc_ids)
-    column = matrix_to_arrow(v) if isinstance(v, np.ndarray) else pa.ListArray.from_arrays(pa.array(v.offsets.astype(np.int32)), matrix_to_arrow(v.vectors))
+    column = matrix_to_arrow(v) if isinstance(v, np.ndarray) else packed_column(v)
     table = pa.table(
         {
             "passage": pa.array(np.arange(first_passage, first_passage + n, dtype=np.int64)),

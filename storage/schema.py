@@ -85,8 +85,12 @@ def _matrix(arr: pa.FixedSizeBinaryArray) -> np.ndarray:
 
 def packed_to_arrow(arrays: Sequence[np.ndarray], dim: int) -> pa.Array:
     """List of (n_i, dim) float arrays → list<vector> (float16)."""
-    p = Packed.from_list(arrays, dim, dtype=np.float16)
-    return pa.ListArray.from_arrays(pa.array(p.offsets.astype(np.int32)), _vectors(p.vectors))
+    return packed_column(Packed.from_list(arrays, dim, dtype=np.float16))
+
+
+def packed_column(packed: Packed) -> pa.Array:
+    """Packed vectors → list<vector> column (float16), one list a passage."""
+    return pa.ListArray.from_arrays(pa.array(packed.offsets.astype(np.int32)), _vectors(packed.vectors))
 
 
 def matrix_to_arrow(matrix: np.ndarray) -> pa.Array:

@@ -131,7 +131,10 @@ def test_ann_quality_within_tolerance_of_exact(runs, backend, partitions, mode):
     approx_ndcg, exact_ndcg = ndcg10(a, runs["qrels"]), ndcg10(exact, runs["qrels"])
     print(f"\n{runs['name']} {mode} {backend} P={partitions}: nDCG@10 {approx_ndcg:.4f} (exact {exact_ndcg:.4f}), overlap@10 {overlap:.3f}")
     assert overlap >= 0.9, overlap
-    assert approx_ndcg == pytest.approx(exact_ndcg, abs=0.01)
+    # One-sided: the approximate path ranks a candidate subset by exact scores, so it can only
+    # differ from exact by missing passages; missing a non-relevant one can raise nDCG (ScaNN's
+    # threaded training varies per build: dbpedia pooled P=1 has measured 0.523 vs exact 0.511).
+    assert approx_ndcg >= exact_ndcg - 0.01, (approx_ndcg, exact_ndcg)
 
 
 @pytest.mark.parametrize("backend", ["faiss-ivfpq", "scann"])
