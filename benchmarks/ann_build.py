@@ -74,7 +74,7 @@ def main() -> None:
     print(f"2. PQ training, {len(x)} vectors, m=48: FAISS defaults {a:.1f} s, mvr's {b:.1f} s, ratio {a / b:.1f}x")
 
     x = vectors(whole, "pooled")
-    encoder = load_query_encoder(manifest)
+    encoder = load_query_encoder(manifest.config)
     q = np.stack([e.pooled for e in encoder(list(read_collection(args.dataset).queries.values()))])
     exact = np.argsort(-(q @ x.T), axis=1)[:, :10]
     found = {}

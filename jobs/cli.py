@@ -11,7 +11,8 @@ COMMANDS = {
     "build-ann": ("jobs.build_ann", "build partitioned ANN indexes (FAISS IVFPQ or ScaNN) over an index"),
     "eval": ("jobs.evaluate", "evaluate search on a BEIR collection (ir-measures, latency, overlap with exact)"),
     "stats": ("jobs.stats", "print an index's counts and rejects"),
-    "search": ("jobs.search", "answer one query in-process (exact search) and print the results"),
+    "search": ("jobs.search", "answer one query (in-process, or --url of a running service) and print the results"),
+    "serve": ("jobs.serve", "start the Ray Serve search service over an index (HTTP + handles)"),
     "demo": ("jobs.demo", "index a small offline corpus (Python's docs) and query it"),
 }
 

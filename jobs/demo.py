@@ -1,6 +1,7 @@
 """``mvr demo`` / ``python -m jobs.demo``: the whole path offline on a small real corpus
-(Python's own documentation): build the corpus, index it, answer a few queries with exact
-MaxSim and print the results. Rerun with the same ``--workdir`` to reuse the index."""
+(Python's own documentation): build the corpus, index it, build ANN partitions, start the
+Serve search service, send a few queries over HTTP, print the results and shut down. Rerun
+with the same ``--workdir`` to reuse the index."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import tempfile
 from rich.console import Console
 
 from jobs.common import console, print_config
-from pipeline.config import IndexConfig
+from pipeline.config import IndexConfig, ServeConfig
 from jobs.render import results_table
 from pipeline.demo import DEMO_QUERIES, run_demo
 from pipeline.demo_corpus import DEFAULT_LIMIT
@@ -31,6 +32,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
         "reused by a rerun, the index rebuilt when the corpus changed")
     p.add_argument("--limit", type=_positive, default=DEFAULT_LIMIT, help=f"documents in the corpus (default {DEFAULT_LIMIT})")
     p.add_argument("-k", "--k", type=_positive, default=3, help="results shown per query (default 3)")
+    p.add_argument("--port", type=_positive, default=8000, help="HTTP port of the demo service (default 8000)")
     return p
 
 
@@ -39,21 +41,25 @@ def run(args: argparse.Namespace) -> int:
     config = IndexConfig()
     print_config("mvr demo: index configuration", config)
     console.rule(f"mvr demo: {workdir}")
-    result = run_demo(workdir, args.limit, args.k, log=console.print, config=config)
+    result = run_demo(workdir, args.limit, args.k, log=console.print, config=config, serve_config=ServeConfig(port=args.port))
     out = Console()
     for body in result.answers:
         t = body["timings_ms"]
-        caption = f"encode {t['encode']:.1f} ms · rescore {t['rescore']:.1f} ms · total {t['total']:.1f} ms"
+        caption = (
+            f"POST {result.url}/search · {body['path']} · {body['partitions_answered']}/{body['partitions']} partitions · "
+            f"encode {t['encode']:.1f} ms · candidates {t['candidates']:.1f} ms · rescore {t['rescore']:.1f} ms · total {t['total']:.1f} ms"
+        )
         out.print(results_table(f"{body['mode']}: {body['query']}", body["results"], caption, show_title=False))
     counts = result.index.manifest.counts
     indexing = "index up to date" if result.index.up_to_date else f"indexed in {result.index.seconds:.1f} s"
+    indexing += ", ANN partitions built" if result.ann_built else ", ANN partitions reused"
     mean_ms = sum(b["timings_ms"]["total"] for b in result.answers) / max(len(result.answers), 1)
     out.print(
         f"demo: {counts['indexed_documents']} documents, {counts['passages']} passages, "
         f"{counts['tokens']} token vectors ({indexing}); {len(DEMO_QUERIES)} queries, "
-        f"{mean_ms:.0f} ms/query mean; {result.seconds:.1f} s total"
+        f"{mean_ms:.0f} ms/query mean in the service; {result.seconds:.1f} s total (service shut down)"
     )
-    out.print(f"try: mvr search {shlex.quote(result.index_url)} \"parse command-line arguments\"")
+    out.print(f"try: mvr serve {shlex.quote(result.index_url)}   then   mvr search --url {result.url} \"parse command-line arguments\"")
     return 0
 
 

@@ -1,6 +1,7 @@
 """``mvr search INDEX "query text"`` / ``python -m jobs.search``: one query from the shell,
 answered in-process by the search core (ANN partitions when built, else exact; ``--exact``
-forces brute force); ``--json`` prints the ``POST /search`` response body."""
+forces brute force), or ``mvr search --url http://host:8000 "query text"`` by a running
+service (``mvr serve``); ``--json`` prints the ``POST /search`` response body."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import argparse
 import json
 import sys
 
+import requests
 from rich.console import Console
 
 from jobs.common import error
 from jobs.render import results_table
 from operators.scoring import MODES
+from pipeline.client import SearchClient, ServiceError
 from pipeline.config import SearchConfig
 from pipeline.local_search import answer
 from pipeline.search import Searcher, validate_request
@@ -21,8 +24,10 @@ from storage.catalog import Catalog
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p = p or argparse.ArgumentParser(prog="python -m jobs.search", description=__doc__)
-    p.add_argument("index", help="index directory (path or fsspec URL)")
+    p.add_argument("index", nargs="?", help="index directory (path or fsspec URL); omitted with --url")
     p.add_argument("query", help="query text")
+    p.add_argument("--url", help="ask a running service (mvr serve) at this base URL instead of searching in-process")
+    p.add_argument("--token", help="bearer token for --url (default: $MVR_TOKEN)")
     p.add_argument("-k", "--k", type=int, default=10, help="number of documents to return (1..1000)")
     p.add_argument("--mode", choices=MODES, default="maxsim", help="scoring mode")
     p.add_argument("--exact", action="store_true", help="brute-force search even when ANN partitions exist")
@@ -35,6 +40,15 @@ def run(args: argparse.Namespace) -> int:
         validate_request(args.query, args.k, args.mode)
     except ValueError as exc:
         return error(exc)
+    if args.url:
+        client = SearchClient(args.url, args.token)
+        try:
+            body = client.search(args.query, args.k, args.mode)
+        except (ServiceError, requests.RequestException) as exc:
+            return error(exc)
+        return show(args, body)
+    if not args.index:
+        return error(ValueError("give an INDEX, or --url of a running service"))
     try:
         searcher = Searcher(args.index, modes=(args.mode,), config=SearchConfig(exact=args.exact))
         catalog = Catalog(args.index)
@@ -44,12 +58,18 @@ def run(args: argparse.Namespace) -> int:
         body = answer(searcher, catalog, args.query, args.k, args.mode)
     finally:
         catalog.close()
+    return show(args, body)
+
+
+def show(args: argparse.Namespace, body: dict) -> int:
+    """Print a ``POST /search`` body as JSON or as a results table."""
     if args.json:
         print(json.dumps(body, ensure_ascii=False))
         return 0
     t = body["timings_ms"]
+    degraded = f" · DEGRADED: {body['partitions_answered']}/{body['partitions']} partitions answered" if body.get("degraded") else ""
     caption = (
-        f"{body['path']} search · {body['candidates']} passages rescored · encode {t['encode']:.1f} ms · "
+        f"{body['path']} search · {body['candidates']} passages rescored{degraded} · encode {t['encode']:.1f} ms · "
         f"candidates {t['candidates']:.1f} ms · rescore {t['rescore']:.1f} ms · total {t['total']:.1f} ms"
     )
     Console().print(results_table(f"{args.mode}: {args.query}", body["results"], caption))

@@ -11,7 +11,7 @@ grows and the partitions are asked again."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -56,19 +56,34 @@ def select(hits: Sequence[Hits], k_prime: int, cap: int) -> tuple[list[np.ndarra
     return [passages[passages // width == i] % width for i in range(len(hits))], n_hit
 
 
+class CandidateRounds:
+    """The first stage's rounds, for callers that gather hits their own way (in process, or
+    from Serve replicas with ``await``): ask every partition for ``k_prime`` hits, ``offer``
+    them; ``offer`` returns the candidate rows per partition, or None after raising
+    ``k_prime`` because fewer than min(k, n_passages) passages were hit (k' stops growing
+    once it covers all ``n_vectors`` indexed vectors)."""
+
+    def __init__(self, first_stage: FirstStage, k: int, n_passages: int, n_vectors: int) -> None:
+        self.max_vectors = max(1, n_vectors)
+        self.k_prime = max(1, min(first_stage.k_prime, self.max_vectors))
+        self.cap = max(first_stage.candidate_cap, k)
+        self.need = min(k, n_passages)
+
+    def offer(self, hits: Sequence[Hits]) -> Optional[list[np.ndarray]]:
+        rows, n_hit = select(hits, self.k_prime, self.cap)
+        if n_hit >= self.need or self.k_prime >= self.max_vectors:
+            return rows
+        # grow by the shortfall (at least 2x) so a few rounds suffice
+        self.k_prime = min(self.max_vectors, self.k_prime * max(2, -(-2 * self.need // max(1, n_hit))))
+        return None
+
+
 def candidates(
     gather: Callable[[int], Sequence[Hits]], first_stage: FirstStage, k: int, n_passages: int, n_vectors: int
 ) -> tuple[list[np.ndarray], int]:
-    """Run the first stage: ``gather(k_prime)`` asks every partition for its hits; k' grows
-    until at least min(k, n_passages) passages are hit or k' covers all ``n_vectors`` indexed
-    vectors. Returns (candidate rows per partition, the k' finally used)."""
-    max_vectors = max(1, n_vectors)
-    k_prime = max(1, min(first_stage.k_prime, max_vectors))
-    cap = max(first_stage.candidate_cap, k)
-    need = min(k, n_passages)
-    while True:
-        rows, n_hit = select(gather(k_prime), k_prime, cap)
-        if n_hit >= need or k_prime >= max_vectors:
-            return rows, k_prime
-        # grow by the shortfall (at least 2x) so a few rounds suffice
-        k_prime = min(max_vectors, k_prime * max(2, -(-2 * need // max(1, n_hit))))
+    """Run the first stage in process: ``gather(k_prime)`` asks every partition for its hits
+    (``CandidateRounds``). Returns (candidate rows per partition, the k' finally used)."""
+    rounds = CandidateRounds(first_stage, k, n_passages, n_vectors)
+    while (rows := rounds.offer(gather(rounds.k_prime))) is None:
+        pass
+    return rows, rounds.k_prime

@@ -35,6 +35,11 @@ class Hits:
     def __len__(self) -> int:
         return len(self.rows)
 
+    @classmethod
+    def empty(cls) -> "Hits":
+        """No hits (a partition that did not answer)."""
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+
 
 @dataclass
 class PartitionResult:

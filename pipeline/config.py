@@ -184,3 +184,41 @@ class EvalConfig(_JobConfig):
     sweep: list[float] = Field(default_factory=list)
     sweep_knob: Literal["k_prime", "candidate_cap", "probe_fraction", "nprobe", "leaves_to_search", "reorder_k"] = "k_prime"
     search: SearchConfig = SearchConfig()
+
+
+class ReplicaConfig(_Section):
+    """Replicas of one Serve deployment and what each reserves. ``None`` = sized from the
+    cluster by ``pipeline.serve_app.plan_resources`` (docs/serve.md says how)."""
+
+    replicas: int = Field(1, ge=1)
+    num_cpus: Optional[float] = Field(None, gt=0, description="logical CPUs reserved per replica")
+    threads: Optional[int] = Field(None, ge=1, description="torch / OpenMP / BLAS threads per replica")
+    max_ongoing_requests: int = Field(32, ge=1, description="requests a replica works on at once; more wait in the handle's queue")
+
+
+class EncoderReplicaConfig(ReplicaConfig):
+    """The query encoder: batches concurrent queries (Serve's ``@serve.batch``)."""
+
+    num_gpus: Optional[float] = Field(None, ge=0, description="None: 1 when the cluster has a GPU")
+    max_batch_size: int = Field(16, ge=1, description="queries encoded in one forward pass at most")
+    batch_wait_ms: float = Field(0.0, ge=0, description="how long a batch waits to fill; 0: queries that queued while the last batch ran form the next")
+
+
+class ServeConfig(_JobConfig):
+    """Configuration of ``mvr serve``: what is served, the HTTP endpoint, replica sizing,
+    limits and the fault timeout. The bearer token is not part of it (``--token`` /
+    ``MVR_TOKEN``): configs are printed and stored."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    app_name: str = Field("mvr", description="Serve application of the ingress (the HTTP route /)")
+    modes: list[Literal["maxsim", "softmax-centroid", "first-m", "pooled"]] = Field(default_factory=lambda: list(MODES))
+    search: SearchConfig = SearchConfig()
+    encoder: EncoderReplicaConfig = EncoderReplicaConfig()
+    partition: ReplicaConfig = ReplicaConfig()
+    searcher: ReplicaConfig = ReplicaConfig(num_cpus=0.1, max_ongoing_requests=64)
+    partition_timeout_s: float = Field(2.0, gt=0, description="a partition not answering a trip within this is left out (degraded answer)")
+    encode_timeout_s: float = Field(10.0, gt=0, description="a query not encoded within this is answered 503")
+    max_batch_queries: int = Field(256, ge=1, description="queries in one POST /search/batch at most")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="request bodies above this are refused with 413")
+    cluster_share: float = Field(0.5, gt=0, le=1, description="share of the cluster's CPUs one index version reserves by default, so a new version can start beside it")

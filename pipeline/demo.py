@@ -1,8 +1,10 @@
 """``mvr demo``: the whole path offline on a small real corpus. Builds the stdlib-docs corpus
 (``pipeline.demo_corpus``), writes it as ``WORKDIR/corpus.jsonl``, indexes it into
-``WORKDIR/index`` with the default configuration (packaged MiniLM), and answers a few fixed
-queries with exact MaxSim. Rerunning with the same workdir reuses the committed index; when
-the corpus file had to be (re)written, the workdir's index is rebuilt from scratch."""
+``WORKDIR/index`` with the default configuration (packaged MiniLM), builds FAISS IVFPQ
+partitions (P = 2) of every vector kind, starts the Serve search service, sends a few fixed
+queries over HTTP, and shuts the service down. Rerunning with the same workdir reuses the
+committed index and its ANN partitions; when the corpus file had to be (re)written, the
+workdir's index is rebuilt from scratch."""
 
 from __future__ import annotations
 
@@ -10,14 +12,15 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from pipeline.config import IndexConfig
+from pipeline.ann_build import build_ann
+from pipeline.client import SearchClient
+from pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
 from pipeline.demo_corpus import DEFAULT_LIMIT, build_demo_corpus
 from pipeline.indexing import IndexResult, index_corpus
-from pipeline.local_search import answer
-from pipeline.search import Searcher
+from pipeline.serve_app import deploy, shutdown
 from storage import fs
-from storage.catalog import Catalog
 from storage.jsonl import write_jsonl
+from storage.manifest import load_manifest
 
 DEMO_QUERIES: tuple[str, ...] = (
     "how do I parse JSON from a string",
@@ -27,6 +30,7 @@ DEMO_QUERIES: tuple[str, ...] = (
     "read and write zip archives",
 )
 DEMO_MODE = "maxsim"
+DEMO_ANN = AnnBuildConfig(backend="faiss-ivfpq", partitions=2)
 
 
 @dataclass
@@ -37,7 +41,9 @@ class DemoResult:
     documents: int  # rows written to the corpus
     corpus_written: bool  # False: an identical corpus file was already there
     index: IndexResult
-    answers: list[dict]  # one ``answer`` body per query, with "query" added
+    ann_built: bool  # False: the partitions of an earlier run were reused
+    url: str  # where the service answered
+    answers: list[dict]  # one ``POST /search`` body per query, with "query" added
     seconds: float
 
 
@@ -47,8 +53,10 @@ def run_demo(
     k: int = 3,
     log: Callable[[str], None] = print,
     config: IndexConfig | None = None,
+    serve_config: ServeConfig | None = None,
 ) -> DemoResult:
-    """Corpus → index → ``k`` exact MaxSim results for each of ``DEMO_QUERIES``."""
+    """Corpus → index → ANN partitions → service → ``k`` MaxSim results over HTTP for each of
+    ``DEMO_QUERIES`` → service shut down."""
     t0 = time.time()
     corpus_url = fs.join(workdir, "corpus.jsonl")
     index_url = fs.join(workdir, "index")
@@ -57,10 +65,16 @@ def run_demo(
     log(f"{'wrote' if written else 'reusing'} {corpus_url}: {len(rows)} documents from the Python docs")
     result = index_corpus(corpus_url, index_url, config or IndexConfig(), overwrite=written, log=log)
     log(result.summary)
-    searcher = Searcher(index_url, modes=(DEMO_MODE,))
-    catalog = Catalog(index_url)
+    ann = load_manifest(index_url).ann
+    ann_built = not all(len(ann.get(kind, {}).get("partitions", [])) == DEMO_ANN.partitions for kind in DEMO_ANN.vectors)
+    if ann_built:
+        build_ann(index_url, DEMO_ANN, log=log)
+    serve_config = serve_config or ServeConfig()
+    deployment = deploy(index_url, serve_config, log=log)
+    client = SearchClient(deployment.url)
     try:
-        answers = [{"query": q, **answer(searcher, catalog, q, k, DEMO_MODE)} for q in DEMO_QUERIES]
+        answers = [{"query": q, **client.search(q, k, DEMO_MODE)} for q in DEMO_QUERIES]
     finally:
-        catalog.close()
-    return DemoResult(workdir, corpus_url, index_url, len(rows), written, result, answers, time.time() - t0)
+        client.close()
+        shutdown(serve_config)
+    return DemoResult(workdir, corpus_url, index_url, len(rows), written, result, ann_built, deployment.url, answers, time.time() - t0)

@@ -1,5 +1,6 @@
-"""One query answered in-process by the search core, with the documents' titles and text:
-the body of ``POST /search`` (results, mode, path, timings)."""
+"""The response body of a search, the same in process and from the service: ranked documents
+with their titles and text from the catalog, the mode, path, timings and how many partitions
+answered (the body of ``POST /search``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from storage.catalog import Catalog
 
 def response_body(result: SearchResult, catalog: Catalog) -> dict[str, Any]:
     """``{"results": [{"doc_id", "score", "title", "text"}], "mode", "path", "candidates",
-    "timings_ms": {"encode", "candidates", "rescore", "merge", "total"}}``."""
+    "timings_ms": {"encode", "candidates", "rescore", "merge", "total"}, "partitions",
+    "partitions_answered", "degraded"}``; the catalog look-up counts in ``total``."""
+    t0 = time.perf_counter()
     docs = catalog.documents(result.ranked.doc_ids)
     results = [
         {
@@ -23,13 +26,21 @@ def response_body(result: SearchResult, catalog: Catalog) -> dict[str, Any]:
         }
         for d, s in zip(result.ranked.doc_ids, result.ranked.scores)
     ]
-    return {"results": results, "mode": result.mode, "path": result.path, "candidates": result.candidates, "timings_ms": dict(result.timings_ms)}
+    timings = dict(result.timings_ms)
+    timings["total"] = round(timings.get("total", 0.0) + (time.perf_counter() - t0) * 1e3, 3)
+    return {
+        "results": results,
+        "mode": result.mode,
+        "path": result.path,
+        "candidates": result.candidates,
+        "timings_ms": timings,
+        "partitions": result.partitions,
+        "partitions_answered": result.partitions_answered,
+        "degraded": result.partitions_answered < result.partitions,
+    }
 
 
 def answer(searcher: Searcher, catalog: Catalog, query: str, k: int = 10, mode: str = "maxsim", **knobs: Any) -> dict[str, Any]:
     """One query through ``searcher`` (ValueError for a bad request), shaped as ``response_body``."""
     (result,) = searcher.search([query], k, mode, **knobs)
-    t0 = time.perf_counter()
-    body = response_body(result, catalog)
-    body["timings_ms"]["total"] = round(body["timings_ms"]["total"] + (time.perf_counter() - t0) * 1e3, 3)
-    return body
+    return response_body(result, catalog)

@@ -1,6 +1,6 @@
 """The search core, in-process and free of HTTP: encode a query, ask every partition of the
 mode for candidates, rescore them exactly where the vectors are, merge the partitions' ranked
-documents, and report per-stage timings. The Serve application (``pipeline/serve_app.py``)
+documents, and report per-stage timings. The Serve ingress (``pipeline/serve_api.py``)
 runs the same steps with the partitions in their own deployments.
 
 A mode is answered by its ANN partitions when the manifest lists them (``mvr build-ann``), and
@@ -76,9 +76,10 @@ def first_stage(defaults: FirstStageConfig, knobs: dict[str, Any]) -> FirstStage
     return cfg.first_stage()
 
 
-def load_query_encoder(manifest: Manifest, encoder: Optional[TokenEncoder] = None) -> QueryEncoder:
-    """The query encoder an index was built for (same model, conventions and projection)."""
-    config = IndexConfig.model_validate(manifest.config)
+def load_query_encoder(index_config: dict[str, Any], encoder: Optional[TokenEncoder] = None) -> QueryEncoder:
+    """The query encoder an index was built for (same model, conventions and projection), from
+    the index configuration its manifest stores (``Manifest.config``)."""
+    config = IndexConfig.model_validate(index_config)
     encoder = encoder or TokenEncoder(config.model.name, config.model.device, config.model.dtype)
     tokenizer = PassageTokenizer(encoder.tokenizer, **config.tokenizer.model_dump())
     c = config.compress
@@ -142,7 +143,7 @@ class Searcher:
         self.paths: dict[str, str] = {}
         for m in dict.fromkeys(modes):
             self.partitions[m], self.paths[m] = load_partitions(index_url, self.manifest, m, self.config)
-        self.query_encoder = load_query_encoder(self.manifest, encoder)
+        self.query_encoder = load_query_encoder(self.manifest.config, encoder)
 
     @property
     def modes(self) -> tuple[str, ...]:

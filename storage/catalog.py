@@ -148,7 +148,7 @@ class Catalog:
         ).fetchall()
 
     def totals(self) -> dict:
-        p, d, t = self.con.execute("SELECT count(*), count(DISTINCT doc_id), coalesce(sum(n_tokens), 0) FROM passages").fetchone()
+        ((p, d, t),) = self.con.execute("SELECT count(*), count(DISTINCT doc_id), coalesce(sum(n_tokens), 0) FROM passages").fetchall()
         return {"passages": int(p), "documents": int(d), "tokens": int(t)}
 
     def documents(self, doc_ids: Sequence[str]) -> dict[str, dict]:
@@ -156,12 +156,12 @@ class Catalog:
         (overlaps removed, the title prefix the passages carry taken off)."""
         if not doc_ids:
             return {}
-        self.con.register("wanted", pa.table({"doc_id": list(doc_ids)}))
-        rows = self.con.execute(
-            """SELECT doc_id, title, text, char_start, char_end FROM passages JOIN wanted USING (doc_id)
-               ORDER BY doc_id, passage_idx"""
-        ).fetchall()
-        self.con.unregister("wanted")
+        with self.con.cursor() as cur:  # a cursor per call: callers may overlap (the Serve ingress)
+            cur.register("wanted", pa.table({"doc_id": list(doc_ids)}))
+            rows = cur.execute(
+                """SELECT doc_id, title, text, char_start, char_end FROM passages JOIN wanted USING (doc_id)
+                   ORDER BY doc_id, passage_idx"""
+            ).fetchall()
         out: dict[str, dict] = {}
         for doc_id, title, text, start, end in rows:
             doc = out.setdefault(doc_id, {"title": title, "text": "", "_end": 0})

@@ -1,8 +1,8 @@
-"""Partitioned ANN search against exact search on msmarco-sample and dbpedia-sample: for
-each mode, backend and P in {1, 4}, nDCG@10 within 0.01 of exact and overlap@10 >= 0.9 at
-the default knobs; the same top-10 for P = 1 and P = 4 at exhaustive settings; the exact
-reference computed here independently (plain numpy over the shards) and checked against the
-datasets README figures."""
+"""Partitioned ANN search against exact search on msmarco-sample (each backend with P in
+{1, 4}) and dbpedia-sample (FAISS, P = 4): for each mode, nDCG@10 no more than 0.01
+below exact and overlap@10 >= 0.9 at the default knobs; on msmarco the same top-10 for P = 1
+and P = 4 at exhaustive settings; the exact reference computed here independently (plain
+numpy over the shards) and checked against the datasets README figures."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ from storage.shards import iter_shards
 pytestmark = pytest.mark.ray
 
 BUILDS = [("faiss-ivfpq", 1), ("faiss-ivfpq", 4), ("scann", 1), ("scann", 4)]
+# dbpedia-sample gets FAISS P = 4 only: each further build there costs ~0.5-1 min of the CI
+# budget; P-independence and ScaNN are shown on msmarco-sample (earlier runs measured every
+# dbpedia cell too: docs/search.md).
+COLLECTION_BUILDS = {"msmarco-sample": BUILDS, "dbpedia-sample": [("faiss-ivfpq", 4)]}
 # A smaller training sample than the default (65,536), and for ScaNN plain instead of
 # anisotropic AH codes (half the build time), keep the 8 builds (2 collections x 2 backends x
 # P in {1, 4}) inside the CI budget; every other build parameter and every search knob is at
@@ -94,7 +98,7 @@ def runs(request, datasets):
     plain = Searcher(index_url, modes=("pooled",), encoder=encoder)
     out["no_ann_path"] = plain.paths["pooled"], plain.search([next(iter(queries.values()))], 5, "pooled")[0].path
     print(f"\n{name}: index and exact references ready")
-    for backend, p in BUILDS:
+    for backend, p in COLLECTION_BUILDS[name]:
         t0 = time.perf_counter()
         build_ann(index_url, AnnBuildConfig(backend=backend, partitions=p, params=BUILD_PARAMS[backend]), log=lambda _: None)
         print(f"\n{name} {backend} P={p}: built in {time.perf_counter() - t0:.1f} s")
@@ -122,6 +126,8 @@ def test_exact_path_matches_independent_brute_force_and_reference(runs, mode):
 @pytest.mark.parametrize("backend,partitions", BUILDS)
 @pytest.mark.parametrize("mode", MODES)
 def test_ann_quality_within_tolerance_of_exact(runs, backend, partitions, mode):
+    if (backend, partitions) not in COLLECTION_BUILDS[runs["name"]]:
+        pytest.skip(f"{runs['name']}: FAISS P = 4 only")
     approx = runs[backend, partitions, mode]
     assert all(r.path == "ann" and r.partitions == partitions for r in approx.values())
     assert runs[backend, partitions, "partitions"][mode] == partitions
@@ -140,6 +146,8 @@ def test_ann_quality_within_tolerance_of_exact(runs, backend, partitions, mode):
 @pytest.mark.parametrize("backend", ["faiss-ivfpq", "scann"])
 def test_results_do_not_depend_on_partition_count(runs, backend):
     """Exhaustive knobs: P = 1 and P = 4 give the same top-10 (ties aside), = exact."""
+    if (backend, 1) not in COLLECTION_BUILDS[runs["name"]]:
+        pytest.skip(f"{runs['name']}: FAISS P = 4 only")
     for mode in MODES:
         one, four = runs[backend, 1, mode, "exhaustive"], runs[backend, 4, mode, "exhaustive"]
         for q in one:

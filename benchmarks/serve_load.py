@@ -1,0 +1,162 @@
+"""Serve load: the search service (``mvr serve``) against the in-process search core on the
+same index and queries, then N concurrent HTTP clients on loopback.
+
+    python benchmarks/serve_load.py [--workdir /tmp/mvr-bench] [--partitions 2] [--mode maxsim]
+        [--clients 1,2,4,8] [--seconds 15] [--rounds 3]
+
+Index: msmarco-sample with ``mvr index`` defaults and FAISS IVFPQ partitions of every kind
+(``mvr build-ann`` defaults, P = --partitions), reused when the workdir holds them (the
+index as ``benchmarks/search_latency.py`` left it, its ANN builds replaced). Queries:
+msmarco-sample's 50, k = 10, default search knobs.
+
+1. One client: each round sends every query in process (``pipeline.local_search.answer``:
+   encode, search, titles and text from the catalog, the same body the service returns) and
+   every query over HTTP, as two blocks whose order alternates by round, so drifting machine
+   load hits both alike. A query's latency is its median over the rounds; the ratio is Serve
+   p50 / in-process p50.
+2. Load: for each client count, that many threads each send the queries round-robin over
+   their own HTTP connection for --seconds (bounded: at most 64 clients, 120 s a level);
+   QPS, p50 and p99 over every request of the level. Every answer must be complete (status
+   200, not degraded); failures are counted and printed.
+
+CPU steal over the run is printed: on a shared VM it moves every figure."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encode_throughput import Steal  # noqa: E402
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def load_level(url: str, queries: list[str], mode: str, clients: int, seconds: float) -> dict:
+    """``clients`` threads sending queries for ``seconds``: latencies (ms) and failures."""
+    import requests
+
+    latencies: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    deadline = time.perf_counter() + seconds
+
+    def client(offset: int) -> None:
+        session = requests.Session()
+        i = offset
+        while time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            r = session.post(url + "/search", json={"query": queries[i % len(queries)], "k": 10, "mode": mode}, timeout=60)
+            ms = (time.perf_counter() - t0) * 1e3
+            with lock:
+                if r.status_code != 200 or r.json()["degraded"]:
+                    failures.append(f"{r.status_code} {r.text[:80]}")
+                else:
+                    latencies.append(ms)
+            i += 1
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(c * 7,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    return {"clients": clients, "requests": len(latencies), "failures": failures, "qps": len(latencies) / wall, "p50": percentile(latencies, 50), "p99": percentile(latencies, 99)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root = Path(__file__).resolve().parents[1]
+    p.add_argument("--datasets", default=str(root.parent / "shared" / "datasets"))
+    p.add_argument("--workdir", default="/tmp/mvr-bench")
+    p.add_argument("--partitions", type=int, default=2)
+    p.add_argument("--mode", default="maxsim")
+    p.add_argument("--clients", default="1,2,4,8")
+    p.add_argument("--seconds", type=float, default=15.0)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--port", type=int, default=8765)
+    args = p.parse_args()
+    levels = [min(64, int(c)) for c in args.clients.split(",")]
+    seconds = min(args.seconds, 120.0)
+
+    import json
+
+    from pipeline.ann_build import build_ann
+    from pipeline.client import SearchClient
+    from pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
+    from pipeline.indexing import index_corpus
+    from pipeline.local_search import answer
+    from pipeline.search import Searcher
+    from pipeline.serve_app import deploy, shutdown
+    from storage.catalog import Catalog
+    from storage.manifest import load_manifest, read_manifest
+
+    datasets = Path(args.datasets)
+    index = str(Path(args.workdir) / "msmarco")
+    steal = Steal()
+    if read_manifest(index) is None:
+        index_corpus(str(datasets / "msmarco-sample"), index, IndexConfig(), log=lambda _: None)
+    ann = load_manifest(index).ann
+    if not all(len(ann.get(k, {}).get("partitions", [])) == args.partitions and ann[k]["backend"] == "faiss-ivfpq" for k in ("tokens", "centroids", "first-m", "pooled")):
+        build_ann(index, AnnBuildConfig(backend="faiss-ivfpq", partitions=args.partitions), log=print)
+    with open(datasets / "msmarco-sample" / "queries.jsonl") as f:
+        queries = [json.loads(line)["text"] for line in f if line.strip()]
+
+    config = ServeConfig(port=args.port)
+    d = deploy(index, config, log=print)
+    r = d.resources
+    print(f"service: P={len(d.layout.shards)}; encoder {r.encoder.num_cpus:g} CPU x {r.encoder.threads} threads, "
+          f"partitions {r.partition.num_cpus:g} CPU x {r.partition.threads} thread(s), ingress {r.searcher.num_cpus:g} CPU")
+    searcher = Searcher(index, modes=(args.mode,))
+    catalog = Catalog(index)
+    client = SearchClient(d.url)
+    try:
+        for q in queries[:5]:  # warm both paths
+            answer(searcher, catalog, q, 10, args.mode)
+            client.search(q, 10, args.mode)
+        local: dict[int, list[float]] = {i: [] for i in range(len(queries))}
+        served: dict[int, list[float]] = {i: [] for i in range(len(queries))}
+        for rnd in range(args.rounds):
+            # whole blocks, alternating which goes first: per-query alternation would let one
+            # path's spinning OpenMP / torch threads slow the other's next query
+            for which in ((0, 1) if rnd % 2 == 0 else (1, 0)):
+                for i, q in enumerate(queries):
+                    t0 = time.perf_counter()
+                    if which == 0:
+                        answer(searcher, catalog, q, 10, args.mode)
+                        local[i].append((time.perf_counter() - t0) * 1e3)
+                    else:
+                        body = client.search(q, 10, args.mode)
+                        assert not body["degraded"], body
+                        served[i].append((time.perf_counter() - t0) * 1e3)
+        lp = [statistics.median(v) for v in local.values()]
+        sp = [statistics.median(v) for v in served.values()]
+        print(f"\none client, {args.mode}, k=10, {len(queries)} queries x {args.rounds} rounds (median per query):")
+        print(f"  in-process p50 {percentile(lp, 50):6.1f} ms  p99 {percentile(lp, 99):6.1f} ms")
+        print(f"  Serve HTTP p50 {percentile(sp, 50):6.1f} ms  p99 {percentile(sp, 99):6.1f} ms")
+        print(f"  Serve / in-process p50: {percentile(sp, 50) / percentile(lp, 50):.2f}x")
+        print(f"\nload ({seconds:g} s a level, {args.mode}, k=10):")
+        print(f"  {'clients':>7} {'requests':>8} {'QPS':>7} {'p50 ms':>8} {'p99 ms':>8} {'failed':>6}")
+        for c in levels:
+            row = load_level(d.url, queries, args.mode, c, seconds)
+            print(f"  {c:>7} {row['requests']:>8} {row['qps']:>7.1f} {row['p50']:>8.1f} {row['p99']:>8.1f} {len(row['failures']):>6}")
+            for f in row["failures"][:3]:
+                print(f"      failure: {f}")
+    finally:
+        client.close()
+        catalog.close()
+        shutdown(config)
+    print(f"\nCPU steal during the run: {steal.percent():.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""``mvr serve INDEX`` / ``python -m jobs.serve INDEX``: the Ray Serve search service over
+the index's current manifest (``POST /search``, ``POST /search/batch``, ``GET /health``,
+``GET /stats``; OpenAPI docs at ``/docs``). Run it again on a rebuilt index to switch over
+without refusing queries. Stays in the foreground until Ctrl-C (then deletes its apps),
+unless ``--detach`` on a running cluster."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+
+from rich.table import Table
+
+from jobs.common import console, error, output_console, print_config
+from operators.scoring import MODES
+from pipeline.client import TOKEN_ENV
+from pipeline.config import ServeConfig
+from pipeline.serve_app import Deployment, deploy, shutdown
+
+
+def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    p = p or argparse.ArgumentParser(prog="python -m jobs.serve", description=__doc__)
+    p.add_argument("index", help="index directory (path or fsspec URL)")
+    p.add_argument("--config", help="YAML file with a ServeConfig (see configs/serve.yaml)")
+    p.add_argument("--host", help="HTTP host (default 127.0.0.1; 0.0.0.0 to listen on every interface)")
+    p.add_argument("--port", type=int, help="HTTP port (default 8000)")
+    p.add_argument("--modes", help=f"comma-separated modes to serve out of {','.join(MODES)} (default: all)")
+    p.add_argument("--exact", action="store_true", help="serve brute-force search even where ANN partitions exist")
+    p.add_argument("--token", help=f"require this bearer token on every request (default: ${TOKEN_ENV} when set)")
+    p.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, or start a local one)")
+    p.add_argument("--detach", action="store_true", help="deploy and return (needs a running cluster: --address or $RAY_ADDRESS)")
+    return p
+
+
+def load_serve_config(args: argparse.Namespace) -> ServeConfig:
+    modes = args.modes.split(",") if args.modes else None
+    return ServeConfig.from_yaml(args.config, **{"host": args.host, "port": args.port, "modes": modes, "search.exact": args.exact or None})
+
+
+def deployment_table(d: Deployment) -> Table:
+    t = Table(title=f"serving {d.index_url} (manifest version {d.version}) at {d.url}", title_justify="left")
+    for col in ("app", "deployment", "replicas", "CPUs each", "GPUs each", "threads", "holds"):
+        t.add_column(col)
+    r = d.resources
+    t.add_row(d.encoder_app, "QueryEncoder", str(r.encoder.replicas), f"{r.encoder.num_cpus:g}", f"{r.encoder.num_gpus:g}", str(r.encoder.threads or "-"), "model")
+    for s in d.layout.shards:
+        holds = ", ".join(f"{k} ({'all, exact' if e is None else str(e['passages']) + ' passages'})" for k, e in s.kinds.items())
+        t.add_row(d.index_app, f"Partition{s.index}", str(r.partition.replicas), f"{r.partition.num_cpus:g}", "0", str(r.partition.threads), holds)
+    t.add_row("(ingress)", "Searcher", str(r.searcher.replicas), f"{r.searcher.num_cpus:g}", "0", "-", ", ".join(f"{m}: {s.path}" for m, s in d.layout.modes.items()))
+    return t
+
+
+def run(args: argparse.Namespace) -> int:
+    address = args.address or os.environ.get("RAY_ADDRESS")
+    if args.detach and not address:
+        return error(ValueError("--detach needs a running Ray cluster (--address or $RAY_ADDRESS): a local one ends with this process"))
+    try:
+        config = load_serve_config(args)
+    except ValueError as exc:
+        return error(exc)
+    print_config("mvr serve: configuration", config)
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
+    try:
+        d = deploy(args.index, config, token, log=console.print, address=address)
+    except (FileNotFoundError, ValueError) as exc:
+        return error(exc)
+    output_console().print(deployment_table(d))
+    console.print(f"ready in {d.seconds:.1f} s: {d.url}/search, {d.url}/docs" + (" (bearer token required)" if token else ""))
+    if args.detach:
+        return 0
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        console.print("serving; Ctrl-C to stop")
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    console.print("shutting down")
+    shutdown(config)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

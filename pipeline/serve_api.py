@@ -1,0 +1,269 @@
+"""The HTTP API and the ``Searcher`` ingress deployment (FastAPI through Serve).
+
+A query: validate → encode (``QueryEncoder``, batched) → first trip to every partition of the
+mode at once (``hits``), rounds of ``operators.candidates.CandidateRounds`` → second trip
+(``rank``) to the partitions holding candidates → merge (``pipeline.search``) → titles and
+text from the catalog (``pipeline.local_search.response_body``). The same steps as the
+in-process search core, with the partitions behind handles.
+
+A partition that fails or does not answer a trip within ``partition_timeout_s`` is left out
+of that query: the answer comes from the others, with ``"degraded": true`` and
+``partitions_answered``. Serve restarts the dead replica meanwhile."""
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import time
+from typing import Any, Callable, Optional
+
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from ray import serve
+
+from operators.candidates import CandidateRounds
+from operators.partition import Hits, PartitionResult
+from operators.ranking import Ranked
+from operators.scoring import MODES, first_stage_vectors
+from pipeline.config import ServeConfig
+from pipeline.local_search import response_body
+from pipeline.search import MAX_K, MAX_QUERY_CHARS, first_stage, merge_partition_results, validate_request
+from pipeline.serve_layout import ServingLayout
+from storage.catalog import Catalog
+
+log = logging.getLogger("ray.serve")
+
+
+def token_digest(token: str) -> str:
+    """What the service keeps of its bearer token (the token itself never enters Serve's state)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+app = FastAPI(
+    title="mvr search",
+    description=(
+        "Multi-vector retrieval: ColBERT MaxSim, pseudo-query centroids, ME-BERT first-m, pooled. "
+        "When the service was started with a token, every request needs `Authorization: Bearer <token>`."
+    ),
+)
+
+
+@app.middleware("http")
+async def guard(request: Request, call_next: Callable) -> Response:
+    """Before any parsing: 401 without the service's bearer token (when it has one), 413 for a
+    body declared larger than ``max_body_bytes``."""
+    expected = getattr(request.app.state, "token_sha256", None)
+    if expected is not None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token_digest(token.strip()), expected):
+            return JSONResponse({"detail": "missing or wrong bearer token (Authorization: Bearer <token>)"}, 401, {"WWW-Authenticate": "Bearer"})
+    limit = getattr(request.app.state, "max_body_bytes", None)
+    size = request.headers.get("content-length", "")
+    if limit and size.isdigit() and int(size) > limit:
+        return JSONResponse({"detail": f"request body of {size} bytes; at most {limit} are accepted"}, 413)
+    return await call_next(request)
+
+
+class Knobs(BaseModel):
+    """Optional first-stage knobs of one request (``SearchConfig`` holds the defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+    k_prime: Optional[StrictInt] = Field(None, description="nearest indexed vectors per query vector")
+    candidate_cap: Optional[StrictInt] = Field(None, description="passages rescored at most")
+    probe_fraction: Optional[float] = Field(None, description="share of coarse cells visited")
+    nprobe: Optional[StrictInt] = Field(None, description="FAISS cells visited")
+    leaves_to_search: Optional[StrictInt] = Field(None, description="ScaNN leaves visited")
+    reorder_k: Optional[StrictInt] = Field(None, description="ScaNN candidates re-ranked in float")
+
+    def knobs(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model_dump(include=set(Knobs.model_fields)).items() if v is not None}
+
+
+class SearchRequest(Knobs):
+    query: StrictStr = Field(description=f"query text, 1..{MAX_QUERY_CHARS} characters")
+    k: StrictInt = Field(10, description=f"documents to return, 1..{MAX_K}")
+    mode: StrictStr = Field("maxsim", description=f"one of {', '.join(MODES)}")
+
+    @model_validator(mode="after")
+    def _valid(self) -> "SearchRequest":  # noqa: F821 - the class being defined
+        validate_request(self.query, self.k, self.mode)
+        return self
+
+
+class BatchRequest(Knobs):
+    queries: list[StrictStr] = Field(min_length=1, description="query texts, each as in /search")
+    k: StrictInt = 10
+    mode: StrictStr = "maxsim"
+
+    @model_validator(mode="after")
+    def _valid(self) -> "BatchRequest":
+        for i, q in enumerate(self.queries):
+            try:
+                validate_request(q, self.k, self.mode)
+            except ValueError as e:
+                raise ValueError(f"queries[{i}]: {e}") from None
+        return self
+
+
+class Result(BaseModel):
+    doc_id: str
+    score: float
+    title: str
+    text: str
+
+
+class SearchResponse(BaseModel):
+    results: list[Result]
+    mode: str
+    path: str = Field(description='"ann" (ANN partitions, exact rescoring) or "exact" (brute force)')
+    candidates: int = Field(description="passages rescored exactly")
+    timings_ms: dict[str, float] = Field(description="encode, candidates, rescore, merge, total")
+    partitions: int
+    partitions_answered: int
+    degraded: bool = Field(description="true when some partition did not answer: results come from the others")
+
+
+class BatchResponse(BaseModel):
+    responses: list[SearchResponse]
+    timings_ms: dict[str, float]
+
+
+def replica_counts(deployments: list[tuple[str, Optional[str]]]) -> dict[str, dict[str, int]]:
+    """Replica states (RUNNING, STARTING, …: count) of each (app, deployment) (None: every
+    deployment of the app), from Serve's status."""
+    try:
+        apps = serve.status().applications
+    except Exception:  # the controller is unreachable: report nothing rather than fail /stats
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for app_name, name in deployments:
+        status = apps.get(app_name)
+        for dep_name, dep in (status.deployments.items() if status else []):
+            if name is None or dep_name == name:
+                out[dep_name] = {str(getattr(s, "value", s)): int(n) for s, n in dep.replica_states.items()}
+    return out
+
+
+@serve.deployment(name="Searcher", max_surge_percent=100)
+@serve.ingress(app)
+class SearchService:
+    """The ingress: HTTP (and handle) requests in, fan-out over the partition deployments of
+    ``layout`` in app ``index_app``, the encoder in ``encoder_app``."""
+
+    def __init__(self, layout: ServingLayout, config: ServeConfig, encoder_app: str, index_app: str, token_sha256: Optional[str]) -> None:
+        self.layout, self.config = layout, config
+        self.encoder_app, self.index_app = encoder_app, index_app
+        self.encoder = serve.get_deployment_handle("QueryEncoder", encoder_app)
+        self.partitions = [serve.get_deployment_handle(f"Partition{s.index}", index_app) for s in layout.shards]
+        self.catalog = Catalog(layout.index_url)
+        self.counts = self.catalog.totals()
+        app.state.token_sha256 = token_sha256
+        app.state.max_body_bytes = config.max_body_bytes
+        self.started = time.time()
+
+    async def _trip(self, calls: dict[int, Any], timeout: float) -> dict[int, Any]:
+        """Await handle calls side by side; those failing or late are cancelled and left out."""
+
+        async def one(i: int, response: Any) -> tuple[int, Any]:
+            try:
+                return i, await asyncio.wait_for(response, timeout)
+            except Exception as e:  # replica died, timed out, or failed: leave it out
+                response.cancel()
+                log.warning("partition %s left out of a query: %s", i, type(e).__name__ if isinstance(e, asyncio.TimeoutError) else e)
+                return i, None
+
+        done = await asyncio.gather(*(one(i, r) for i, r in calls.items()))
+        return {i: r for i, r in done if r is not None}
+
+    async def search_one(self, query: str, k: int, mode: str, knobs: dict[str, Any]) -> dict[str, Any]:
+        """One query, validated already except for the service-specific checks."""
+        served = self.layout.modes.get(mode)
+        if served is None:
+            raise HTTPException(422, f"mode {mode!r} is not served here (served: {', '.join(self.layout.modes)})")
+        try:
+            fs = first_stage(self.config.search.for_mode(mode), knobs)
+        except ValueError as e:
+            raise HTTPException(422, str(e)) from None
+        t0 = time.perf_counter()
+        try:
+            encoded = await asyncio.wait_for(self.encoder.encode.remote(query), self.config.encode_timeout_s)
+        except Exception as e:
+            raise HTTPException(503, f"the query encoder did not answer: {type(e).__name__}") from None
+        t1 = time.perf_counter()
+        handles = [self.partitions[i] for i in served.shards]
+        alive = list(range(len(handles)))
+        timeout = self.config.partition_timeout_s
+        if served.path == "exact":
+            rows: list = [None] * len(handles)
+        else:
+            qv = first_stage_vectors(mode, encoded)
+            rounds = CandidateRounds(fs, k, served.passages, served.vectors)
+            while True:
+                got = await self._trip({i: handles[i].hits.remote(served.kind, qv, rounds.k_prime, fs.ann) for i in alive}, timeout)
+                alive = [i for i in alive if i in got]
+                rows = rounds.offer([got.get(i, Hits.empty()) for i in range(len(handles))])
+                if rows is not None:
+                    break
+        t2 = time.perf_counter()
+        asked = {i: handles[i].rank.remote(mode, served.kind, encoded, rows[i], k) for i in alive if rows[i] is None or len(rows[i])}
+        got = await self._trip(asked, timeout)
+        results: list[PartitionResult] = []
+        for i in alive:
+            if i not in asked:  # no candidates here: it answered (the first trip) with nothing to rank
+                results.append(PartitionResult(Ranked(), 0, 0.0))
+            elif i in got:
+                results.append(got[i])
+        if not results:
+            raise HTTPException(503, f"no partition answered within {timeout} s")
+        timings = {"encode": (t1 - t0) * 1e3, "candidates": (t2 - t1) * 1e3, "rescore": (time.perf_counter() - t2) * 1e3}
+        result = merge_partition_results(query, mode, served.path, k, results, len(handles), timings)
+        return response_body(result, self.catalog)
+
+    @app.post("/search", response_model=SearchResponse)
+    async def search(self, body: SearchRequest) -> dict[str, Any]:
+        """Top-k documents for one query."""
+        return await self.search_one(body.query, body.k, body.mode, body.knobs())
+
+    @app.post("/search/batch", response_model=BatchResponse)
+    async def search_batch(self, body: BatchRequest) -> dict[str, Any]:
+        """Many queries at once (encoded in batches, searched side by side), answers in order."""
+        if len(body.queries) > self.config.max_batch_queries:
+            raise HTTPException(413, f"{len(body.queries)} queries; at most {self.config.max_batch_queries} in one batch")
+        t0 = time.perf_counter()
+        knobs = body.knobs()
+        bodies = await asyncio.gather(*(self.search_one(q, body.k, body.mode, knobs) for q in body.queries))
+        return {"responses": bodies, "timings_ms": {"total": round((time.perf_counter() - t0) * 1e3, 3)}}
+
+    async def _ping(self) -> dict[str, Any]:
+        calls = {-1: self.encoder.info.remote(), **{i: h.info.remote() for i, h in enumerate(self.partitions)}}
+        return await self._trip(calls, self.config.partition_timeout_s)
+
+    @app.get("/health")
+    async def health(self) -> dict[str, Any]:
+        """200 when the encoder and every partition answer; 503 naming what does not."""
+        got = await self._ping()
+        missing = ["QueryEncoder"] * (-1 not in got) + [f"Partition{i}" for i in range(len(self.partitions)) if i not in got]
+        if missing:
+            raise HTTPException(503, f"not answering: {', '.join(missing)}")
+        return {"status": "ok", "version": self.layout.version, "partitions": len(self.partitions)}
+
+    @app.get("/stats")
+    async def stats(self) -> dict[str, Any]:
+        """Index version, passages, documents, partitions, modes, replicas per deployment."""
+        got = await self._ping()
+        return {
+            "index": self.layout.index_url,
+            "version": self.layout.version,
+            "passages": self.counts["passages"],
+            "documents": self.counts["documents"],
+            "partitions": len(self.partitions),
+            "modes": {m: {"path": s.path, "partitions": len(s.shards)} for m, s in self.layout.modes.items()},
+            "replicas": replica_counts([(self.encoder_app, "QueryEncoder"), (self.index_app, None)]),
+            "partitions_answering": sorted(i for i in got if i >= 0),
+            "encoder": got.get(-1),
+            "uptime_s": round(time.time() - self.started, 1),
+            "auth": app.state.token_sha256 is not None,
+            "config": self.config.model_dump(mode="json", by_alias=True),
+        }
+

@@ -1,0 +1,236 @@
+"""Building, deploying and switching the Serve applications of ``mvr serve``.
+
+Three kinds of Serve application, so an index version can be replaced without refusing a
+query:
+
+- ``{app}-encoder-{hash}``: the ``QueryEncoder`` of a model + query settings (shared by
+  index versions built with the same model);
+- ``{app}-index-v{version}-{hash}``: the ``Partition{i}`` deployments of one index version;
+- ``{app}`` (HTTP route ``/``): the ``Searcher`` ingress, bound to one encoder app and one
+  index app.
+
+``deploy`` starts the encoder and index apps of the index's current manifest beside whatever
+is serving, waits until they run, then rolls the ingress over to them (Serve's rolling update
+with surge: new ingress replicas start before old ones stop, and old ones still reach the old
+partitions), and only then deletes the apps nothing uses any more.
+
+Resources are reserved on purpose (``plan_resources``); docs/serve.md gives the reasoning and
+benchmarks/serve_load.py the measurements."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import ray
+from ray import serve
+
+from pipeline.config import ServeConfig
+from pipeline.ray_runtime import init_ray
+from pipeline.serve_api import SearchService, token_digest
+from pipeline.serve_deployments import PartitionServer, QueryEncoderServer
+from pipeline.serve_layout import ServingLayout, plan_layout
+from storage.manifest import Manifest, load_manifest
+
+
+# Serve's low-latency settings (what RAY_SERVE_THROUGHPUT_OPTIMIZED sets for replicas): user
+# code and handle routing on the replica's own event loop instead of extra threads, gRPC
+# between handles and replicas, buffered request logs. Measured in benchmarks/serve_load.py.
+REPLICA_ENV = {
+    "OMP_WAIT_POLICY": "PASSIVE",  # see operators/__init__.py
+    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
+    "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
+    "RAY_SERVE_USE_GRPC_BY_DEFAULT": "1",
+    "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1000",
+}
+
+
+# No access log line per call (a query makes 4+ calls), warnings and errors still logged.
+LOGGING = {"enable_access_log": False, "log_level": "WARNING"}
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """What one replica of a deployment reserves and how many threads it runs."""
+
+    replicas: int
+    num_cpus: float
+    num_gpus: float
+    threads: Optional[int]
+    max_ongoing_requests: int
+
+    def options(self, name: Optional[str] = None) -> dict[str, Any]:
+        env = dict(REPLICA_ENV)
+        if self.threads:
+            env.update({name: str(self.threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
+        actor: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "runtime_env": {"env_vars": env}}
+        out: dict[str, Any] = {"num_replicas": self.replicas, "ray_actor_options": actor, "max_ongoing_requests": self.max_ongoing_requests, "logging_config": LOGGING}
+        if name:
+            out["name"] = name
+        return out
+
+
+@dataclass(frozen=True)
+class ResourcePlan:
+    encoder: ReplicaPlan
+    partition: ReplicaPlan
+    searcher: ReplicaPlan
+
+
+def plan_resources(config: ServeConfig, n_partitions: int) -> ResourcePlan:
+    """Replica reservations from the cluster's resources, where the config leaves them unset.
+
+    One index version (encoder + partitions + ingress) reserves at most ``cluster_share`` of
+    the cluster's CPUs, so the next version can start beside it during a switch. Inside that
+    share: the encoder takes 40% (at most 4 CPUs; on a GPU cluster a GPU and 1 CPU) and runs
+    torch on all of a node's cores, since queries come one at a time between batches; the
+    partitions split 50% (at most 1 CPU each) and run 1 thread each, since a query's
+    partitions work side by side. Reservations are logical: they decide placement, the
+    threads decide the work."""
+    resources = ray.cluster_resources()
+    cpus, gpus = float(resources.get("CPU", 1)), float(resources.get("GPU", 0))
+    node_cpus = max((n["Resources"].get("CPU", 1) for n in ray.nodes() if n.get("Alive")), default=cpus)
+    share = config.cluster_share * cpus
+    e, p, s = config.encoder, config.partition, config.searcher
+    enc_gpus = e.num_gpus if e.num_gpus is not None else (1.0 if gpus else 0.0)
+    enc_cpus = e.num_cpus or (1.0 if enc_gpus else round(min(4.0, 0.4 * share / e.replicas), 3))
+    enc_threads = e.threads or (None if enc_gpus else int(node_cpus))
+    part_cpus = p.num_cpus or round(min(1.0, 0.5 * share / (max(1, n_partitions) * p.replicas)), 3)
+    part_threads = p.threads or max(1, int(part_cpus))
+    return ResourcePlan(
+        ReplicaPlan(e.replicas, enc_cpus, enc_gpus, enc_threads, e.max_ongoing_requests),
+        ReplicaPlan(p.replicas, part_cpus, 0.0, part_threads, p.max_ongoing_requests),
+        ReplicaPlan(s.replicas, s.num_cpus or 0.1, 0.0, s.threads, s.max_ongoing_requests),
+    )
+
+
+@serve.deployment(name="IndexVersion", ray_actor_options={"num_cpus": 0}, logging_config=LOGGING)
+class IndexVersion:
+    """Ingress of an index version's app (Serve apps need one): holds the ``Partition{i}``
+    deployments and reports on them."""
+
+    def __init__(self, version: int, *partitions: Any) -> None:
+        self.version = version
+        self.partitions = partitions
+
+    async def info(self) -> dict[str, Any]:
+        return {"version": self.version, "partitions": [await p.info.remote() for p in self.partitions]}
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def app_names(config: ServeConfig, manifest: Manifest, layout: ServingLayout, plan: ResourcePlan) -> tuple[str, str]:
+    """(encoder app, index app) names: a change in what they load or reserve changes the name."""
+    model = {k: manifest.config.get(k) for k in ("model", "tokenizer", "compress")}
+    enc = _digest([model, manifest.model.get("fingerprint"), plan.encoder, config.encoder.max_batch_size, config.encoder.batch_wait_ms])
+    idx = _digest([layout.tag, plan.partition, config.search.vectors_dtype])
+    return f"{config.app_name}-encoder-{enc}", f"{config.app_name}-index-v{layout.version}-{idx}"
+
+
+def encoder_app(manifest: Manifest, config: ServeConfig, plan: ReplicaPlan) -> serve.Application:
+    e = config.encoder
+    return QueryEncoderServer.options(**plan.options()).bind(manifest.config, plan.threads, e.max_batch_size, e.batch_wait_ms / 1e3)
+
+
+def index_app(layout: ServingLayout, manifest: Manifest, config: ServeConfig, plan: ReplicaPlan) -> serve.Application:
+    parts = []
+    for shard in layout.shards:
+        exact = manifest if any(v is None for v in shard.kinds.values()) else None
+        parts.append(PartitionServer.options(**plan.options(f"Partition{shard.index}")).bind(layout.index_url, shard, exact, config.search.vectors_dtype, plan.threads))
+    return IndexVersion.bind(layout.version, *parts)
+
+
+@dataclass
+class Deployment:
+    """What ``deploy`` put up: the URL, the index version and the apps serving it."""
+
+    url: str
+    index_url: str
+    version: int
+    encoder_app: str
+    index_app: str
+    layout: ServingLayout
+    resources: ResourcePlan
+    seconds: float
+    removed: list[str]
+
+
+def http_url(config: ServeConfig) -> str:
+    host = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
+    return f"http://{host}:{config.port}"
+
+
+def start_serve(config: ServeConfig, address: Optional[str] = None) -> None:
+    """Connect to (or start) Ray, and start Serve's HTTP proxy on ``config``'s host and port."""
+    init_ray(address)
+    serve.start(http_options={"host": config.host, "port": config.port})
+
+
+def _running(app: str) -> bool:
+    status = serve.status().applications.get(app)
+    return status is not None and str(getattr(status.status, "value", status.status)) == "RUNNING"
+
+
+def wait_settled(app: str, timeout_s: float = 300.0) -> None:
+    """Wait until ``app`` runs and none of its replicas is starting or stopping (a rolling
+    update has finished: old ingress replicas have drained)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = serve.status().applications.get(app)
+        if status is not None and _running(app):
+            states = [str(getattr(s, "value", s)) for d in status.deployments.values() for s, n in d.replica_states.items() if n]
+            if all(s == "RUNNING" for s in states):
+                return
+        time.sleep(0.25)
+    raise TimeoutError(f"Serve application {app} did not settle within {timeout_s:.0f} s")
+
+
+def deploy(index_url: str, config: ServeConfig, token: Optional[str] = None, log: Callable[[str], None] = print, address: Optional[str] = None) -> Deployment:
+    """Serve the index's current manifest at ``config.host:port``, replacing (without a
+    refused query) whatever version this app served. ``token``: require it as a bearer token."""
+    t0 = time.perf_counter()
+    start_serve(config, address)
+    manifest = load_manifest(index_url)
+    layout = plan_layout(index_url, manifest, config.modes, config.search.exact)
+    plan = plan_resources(config, len(layout.shards))
+    enc_name, idx_name = app_names(config, manifest, layout, plan)
+    targets = []
+    for name, build in ((enc_name, lambda: encoder_app(manifest, config, plan.encoder)), (idx_name, lambda: index_app(layout, manifest, config, plan.partition))):
+        if _running(name):
+            log(f"{name}: already running, reused")
+        else:
+            log(f"{name}: starting")
+            targets.append(serve.RunTarget(build(), name=name, route_prefix=None))
+    if targets:  # started side by side; returns when both run
+        serve.run_many(targets)
+    digest = token_digest(token) if token else None
+    ingress = SearchService.options(**plan.searcher.options()).bind(layout, config, enc_name, idx_name, digest)
+    log(f"{config.app_name}: routing / to index version {layout.version}")
+    serve.run(ingress, name=config.app_name, route_prefix="/")
+    wait_settled(config.app_name)
+    removed = [a for a in serve.status().applications if _owned(config, a) and a not in (config.app_name, enc_name, idx_name)]
+    for a in removed:
+        log(f"{a}: no longer used, deleted")
+        serve.delete(a)
+    return Deployment(http_url(config), index_url, layout.version, enc_name, idx_name, layout, plan, time.perf_counter() - t0, removed)
+
+
+def shutdown(config: Optional[ServeConfig] = None) -> None:
+    """Delete this service's apps (``config.app_name`` and its encoder / index apps), or all of
+    Serve when no config is given."""
+    if config is None:
+        serve.shutdown()
+        return
+    for a in list(serve.status().applications):
+        if _owned(config, a):
+            serve.delete(a)
+
+
+def _owned(config: ServeConfig, app: str) -> bool:
+    """``app`` is this service's ingress, or one of its encoder or index apps."""
+    return app == config.app_name or app.startswith((f"{config.app_name}-encoder-", f"{config.app_name}-index-"))

@@ -1,0 +1,112 @@
+"""The Serve deployments that hold the model and the vectors: the query encoder (batched) and
+the partitions. Both follow Ray's batch-inference shape: load in ``__init__``, answer calls.
+The ingress that composes them is ``pipeline/serve_api.py``; the apps are built and deployed
+by ``pipeline/serve_app.py``."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Optional
+
+import numpy as np
+from ray import serve
+
+from operators.ann import set_build_threads
+from operators.compress import l2_normalize
+from operators.packed import Packed
+from operators.partition import Hits, Partition, PartitionResult
+from operators.query import EncodedQuery
+from operators.scoring import MODE_VECTORS, QueryVectors, first_stage_vectors
+from pipeline.search import load_query_encoder
+from pipeline.serve_layout import ShardSpec
+from storage.manifest import Manifest
+from storage.partitions import exact_partition, load_partition
+
+
+@serve.deployment(name="QueryEncoder", max_surge_percent=100, health_check_period_s=2)
+class QueryEncoderServer:
+    """The index's query encoder (model, ColBERT query conventions, projection). Concurrent
+    ``encode`` calls are grouped into one forward pass by ``@serve.batch``."""
+
+    def __init__(self, index_config: dict[str, Any], threads: Optional[int], max_batch_size: int, batch_wait_s: float) -> None:
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.encoder = load_query_encoder(index_config)
+        self.encode.set_max_batch_size(max_batch_size)
+        self.encode.set_batch_wait_timeout_s(batch_wait_s)
+        self.batches: list[int] = []  # sizes of the last batches, for /stats
+        self.encoder(["warm up"])  # first forward pass allocates; keep it out of the first query
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
+    async def encode(self, texts: list[str]) -> list[EncodedQuery]:
+        """(one text per request) → that text's EncodedQuery (tokens (n_q, dim) float32)."""
+        self.batches = (self.batches + [len(texts)])[-256:]
+        return self.encoder(texts)
+
+    def info(self) -> dict[str, Any]:
+        b = self.batches
+        return {"pid": os.getpid(), "mean_batch": float(np.mean(b)) if b else 0.0, "max_batch": max(b, default=0)}
+
+
+@serve.deployment(name="Partition", max_surge_percent=100, health_check_period_s=2)
+class PartitionServer:
+    """One passage range of the index: for each served vector kind, its exact vectors, document
+    ids and ANN index (or every passage, for a mode served exactly). Answers the two trips of
+    a query (``operators/partition.py``): ``hits`` and ``rank``."""
+
+    def __init__(self, index_url: str, shard: ShardSpec, manifest: Optional[Manifest], vectors_dtype: str, threads: Optional[int]) -> None:
+        t0 = time.perf_counter()
+        if threads:
+            set_build_threads(threads)  # FAISS OpenMP threads (BLAS follows OMP_NUM_THREADS)
+        dtype = np.dtype(vectors_dtype)
+        self.shard = shard.index
+        self.parts: dict[str, Partition] = {}
+        for kind, entry in shard.kinds.items():
+            if entry is None:
+                if manifest is None:
+                    raise ValueError("an exact slice needs the manifest's shard list")
+                self.parts[kind] = exact_partition(index_url, manifest, kind, dtype)
+            else:
+                self.parts[kind] = load_partition(index_url, kind, entry, dtype)
+        self.load_s = time.perf_counter() - t0
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One small search per kind, so lazy set-up (first BLAS / index calls) is not paid by
+        the first query (it cost ~2 s there)."""
+        rng = np.random.default_rng(0)
+        for mode, kind in MODE_VECTORS.items():
+            part = self.parts.get(kind)
+            if part is None or not len(part):
+                continue
+            dim = (part.vectors.vectors if isinstance(part.vectors, Packed) else part.vectors).shape[1]
+            tokens = l2_normalize(rng.standard_normal((4, dim)).astype(np.float32))
+            query = EncodedQuery("warm up", tokens, tokens[0])
+            rows = None if part.exact else np.unique(part.hits(first_stage_vectors(mode, query), 8).rows)
+            part.rank(mode, query, rows, 10)
+
+    def _part(self, kind: str) -> Partition:
+        part = self.parts.get(kind)
+        if part is None:
+            raise ValueError(f"partition {self.shard} holds no {kind} vectors (it has {', '.join(self.parts)})")
+        return part
+
+    def hits(self, kind: str, query_vectors: np.ndarray, k_prime: int, knobs: dict[str, Any]) -> Hits:
+        """First trip: each of the (n_q, dim) query vectors' ``k_prime`` nearest indexed vectors."""
+        return self._part(kind).hits(query_vectors, k_prime, knobs)
+
+    def rank(self, mode: str, kind: str, query: QueryVectors, rows: Optional[np.ndarray], k: int) -> PartitionResult:
+        """Second trip: exact ``mode`` scores of the candidate ``rows`` (None: every passage),
+        this partition's top-``k`` documents."""
+        return self._part(kind).rank(mode, query, rows, k)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "shard": self.shard,
+            "load_s": round(self.load_s, 3),
+            "kinds": {k: {"passages": len(p), "vectors": p.n_vectors, "exact": p.exact} for k, p in self.parts.items()},
+        }

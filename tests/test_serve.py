@@ -1,0 +1,215 @@
+"""The Ray Serve service on msmarco-sample with P = 2 ANN partitions (FAISS IVFPQ): every judged
+query over HTTP gives the in-process search core's top-10 for every mode; bad requests get
+4xx with a message; bearer-token auth; a killed partition replica gives degraded answers
+that are exactly the surviving partition's, then full answers after Serve restarts it; a
+rebuilt index is switched to while queries keep being answered."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+import requests
+
+from helpers import REFERENCE_NDCG10, ndcg10, read_jsonl, read_qrels
+from operators.scoring import MODES
+from pipeline.ann_build import build_ann
+from pipeline.client import SearchClient, ServiceError
+from pipeline.config import AnnBuildConfig, ServeConfig
+from pipeline.search import Searcher, first_stage, merge_partition_results, search_partitions
+
+pytestmark = pytest.mark.ray
+
+BUILD = AnnBuildConfig(backend="faiss-ivfpq", partitions=2, params={"training_sample_size": 8192}, cpus_per_task=1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def same_top10(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> None:
+    """Same scores rank by rank, and the same documents above any tie at the cut."""
+    np.testing.assert_allclose([s for _, s in a], [s for _, s in b], atol=1e-4)
+    tenth = a[-1][1]
+    assert {d for d, s in a if s > tenth + 1e-4} == {d for d, s in b if s > tenth + 1e-4}
+
+
+def hits(body: dict) -> list[tuple[str, float]]:
+    return [(r["doc_id"], r["score"]) for r in body["results"]]
+
+
+@pytest.fixture(scope="module")
+def served(msmarco_index, tmp_path_factory, datasets):
+    """A copy of the msmarco index with P = 2 partitions of every kind, served on a free port."""
+    from ray import serve
+
+    from pipeline.serve_app import deploy
+
+    index = str(tmp_path_factory.mktemp("serve") / "msmarco")
+    shutil.copytree(msmarco_index, index, ignore=shutil.ignore_patterns("ann"))
+    build_ann(index, BUILD, log=lambda _: None)
+    config = ServeConfig(port=free_port())
+    t0 = time.perf_counter()
+    d = deploy(index, config, log=print)
+    print(f"\nservice up in {time.perf_counter() - t0:.1f} s at {d.url}")
+    queries = {q["_id"]: q["text"] for q in read_jsonl(datasets / "msmarco-sample" / "queries.jsonl")}
+    yield {"index": index, "config": config, "deployment": d, "url": d.url, "queries": queries, "datasets": datasets}
+    serve.shutdown()
+
+
+@pytest.fixture(scope="module")
+def in_process(served):
+    return Searcher(served["index"])
+
+
+def test_http_top10_equals_in_process_for_every_mode(served, in_process):
+    client = SearchClient(served["url"])
+    queries = served["queries"]
+    qrels = read_qrels(served["datasets"] / "msmarco-sample" / "qrels" / "test.tsv")
+    stats = client.stats()
+    assert stats["partitions"] == 2 and stats["passages"] == 5000 and stats["version"] == served["deployment"].version
+    assert all(m["path"] == "ann" and m["partitions"] == 2 for m in stats["modes"].values())
+    for mode in MODES:
+        if mode == "maxsim":  # one request a query, as a user would send them
+            bodies = [client.search(q, 10, mode) for q in queries.values()]
+        else:
+            bodies = client.search_batch(list(queries.values()), 10, mode)
+        local = in_process.search(list(queries.values()), 10, mode)
+        for body, result in zip(bodies, local):
+            assert body["mode"] == mode and body["path"] == "ann"
+            assert not body["degraded"] and body["partitions_answered"] == body["partitions"] == 2
+            assert set(body["timings_ms"]) >= {"encode", "candidates", "rescore", "total"}
+            assert all(r["text"] for r in body["results"])
+            same_top10(hits(body), result.hits())
+        served_ndcg = ndcg10(dict(zip(queries, map(hits, bodies))), qrels)
+        print(f"\n{mode}: nDCG@10 over HTTP {served_ndcg:.4f} (exact reference {REFERENCE_NDCG10['msmarco-sample'][mode]})")
+        assert served_ndcg >= REFERENCE_NDCG10["msmarco-sample"][mode] - 0.01
+
+
+BAD_REQUESTS = [
+    ({"query": ""}, 422, "empty"),
+    ({"query": "   "}, 422, "empty"),
+    ({"query": "x" * 5000}, 422, "4096"),
+    ({"query": "q", "k": 0}, 422, "k must be"),
+    ({"query": "q", "k": 1001}, 422, "k must be"),
+    ({"query": "q", "k": "10"}, 422, "integer"),
+    ({"query": "q", "mode": "bm99"}, 422, "unknown mode"),
+    ({"query": "q", "nprobe": 0}, 422, "nprobe"),
+    ({"query": "q", "probe_fraction": 2.0}, 422, "probe_fraction"),
+    ({"query": "q", "colour": "red"}, 422, "colour"),
+    ({"k": 10}, 422, "query"),
+    ({"query": 42}, 422, "string"),
+]
+
+
+@pytest.mark.parametrize("body,status,message", BAD_REQUESTS, ids=[str(i) for i in range(len(BAD_REQUESTS))])
+def test_bad_search_requests_get_4xx_with_a_message(served, body, status, message):
+    r = requests.post(served["url"] + "/search", json=body, timeout=30)
+    assert r.status_code == status, r.text
+    assert message in r.text
+
+
+def test_malformed_bodies_limits_and_methods(served):
+    url = served["url"]
+    r = requests.post(url + "/search", data="{not json", headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 422 and "JSON" in r.text
+    r = requests.post(url + "/search/batch", json={"queries": ["q"] * 257}, timeout=30)
+    assert r.status_code == 413 and "256" in r.text
+    r = requests.post(url + "/search/batch", json={"queries": ["fine", ""]}, timeout=30)
+    assert r.status_code == 422 and "queries[1]" in r.text
+    r = requests.post(url + "/search", data=b"x" * (2 << 20), headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 413
+    assert requests.get(url + "/search", timeout=30).status_code == 405
+    assert requests.post(url + "/search", json={"query": "still answering?"}, timeout=30).status_code == 200
+
+
+def test_killed_partition_gives_degraded_exact_answers_then_recovers(served, in_process):
+    from ray import serve
+
+    d = served["deployment"]
+    client = SearchClient(served["url"])
+    queries = list(served["queries"].values())[:8]
+    info = serve.get_deployment_handle("Partition1", d.index_app).info.remote().result()
+    os.kill(info["pid"], signal.SIGKILL)
+    t0 = time.perf_counter()
+    degraded = [client.search(q, 10, "maxsim") for q in queries[:3]]
+    elapsed = time.perf_counter() - t0
+    # what partition 0 alone answers, computed in process
+    survivors = in_process.partitions["maxsim"][:1]
+    fs = first_stage(in_process.config.for_mode("maxsim"), {})
+    for q, body in zip(queries, degraded):
+        assert body["degraded"] and body["partitions_answered"] == 1 and body["partitions"] == 2
+        (e,) = in_process.encode([q])
+        results, timings = search_partitions(survivors, "maxsim", e, 10, fs)
+        expected = merge_partition_results(q, "maxsim", "ann", 10, results, 2, timings)
+        same_top10(hits(body), expected.hits())
+    assert elapsed < 3 * 2 * served["config"].partition_timeout_s + 5  # answered within the timeouts, no hang
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # Serve restarts the replica
+        if requests.get(served["url"] + "/health", timeout=30).status_code == 200:
+            break
+        time.sleep(1)
+    assert serve.get_deployment_handle("Partition1", d.index_app).info.remote().result()["pid"] != info["pid"]
+    for q, result in zip(queries, in_process.search(queries, 10, "maxsim")):
+        body = client.search(q, 10, "maxsim")
+        assert not body["degraded"] and body["partitions_answered"] == 2
+        same_top10(hits(body), result.hits())
+
+
+def test_rebuilt_index_switches_over_without_refusing_queries_then_requires_token(served):
+    """Rebuild pooled with P = 1 (a new manifest version, a new layout) and redeploy, now with a
+    bearer token, while a client (sending that token all along) keeps querying: every answer is
+    200 and complete; afterwards /stats shows the new version, answers match the new manifest
+    in process, and requests without the token get 401."""
+    from pipeline.serve_app import deploy
+
+    url, index, token = served["url"], served["index"], "s3cret"
+    client = SearchClient(url, token=token)
+    old = client.stats()
+    assert old["auth"] is False
+    outcomes: list[tuple[int, bool]] = []
+    stop = threading.Event()
+
+    def keep_querying() -> None:
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {token}"
+        while not stop.is_set():
+            r = session.post(url + "/search", json={"query": "what is the capital of france", "mode": "pooled"}, timeout=60)
+            outcomes.append((r.status_code, r.status_code == 200 and r.json()["degraded"]))
+
+    worker = threading.Thread(target=keep_querying)
+    worker.start()
+    try:
+        build_ann(index, BUILD.model_copy(update={"partitions": 1, "vectors": ["pooled"]}), log=lambda _: None)
+        d = deploy(index, served["config"], token=token, log=print)
+    finally:
+        time.sleep(1.0)
+        stop.set()
+        worker.join()
+    new = client.stats()
+    print(f"\n{len(outcomes)} queries during the switch; statuses {sorted(set(s for s, _ in outcomes))}")
+    assert len(outcomes) > 10
+    assert all(status == 200 and not degraded for status, degraded in outcomes), outcomes
+    assert new["version"] == d.version > old["version"] and new["auth"] is True
+    assert new["modes"]["pooled"]["partitions"] == 1 and new["modes"]["maxsim"]["partitions"] == 2
+    assert any(a.startswith(f"{served['config'].app_name}-index-") for a in d.removed)
+    queries = list(served["queries"].values())[:10]
+    for q, result in zip(queries, Searcher(index, modes=("pooled",)).search(queries, 10, "pooled")):
+        same_top10(hits(client.search(q, 10, "pooled")), result.hits())
+    # the token is now required on every path
+    for path, method in (("/search", "post"), ("/search/batch", "post"), ("/health", "get"), ("/stats", "get"), ("/docs", "get")):
+        body = {"query": "q", "queries": ["q"]} if method == "post" else None
+        assert getattr(requests, method)(url + path, json=body, timeout=30).status_code == 401, path
+    r = requests.post(url + "/search", json={"query": "q"}, headers={"Authorization": "Bearer wrong"}, timeout=30)
+    assert r.status_code == 401 and "bearer token" in r.text
+    with pytest.raises(ServiceError) as e:
+        SearchClient(url, token="").search("what is rba")
+    assert e.value.status == 401

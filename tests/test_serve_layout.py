@@ -1,0 +1,52 @@
+"""Which partition deployment serves what (pipeline/serve_layout.py), without Ray; and the
+serve config file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.config import ServeConfig
+from pipeline.serve_layout import plan_layout
+from storage.manifest import Manifest
+
+
+def _manifest(ann: dict) -> Manifest:
+    return Manifest(config={}, model={}, input={}, counts={"passages": 30}, dim=4, shards=[], ann=ann)
+
+
+def _part(i: int, passages: int, vectors: int) -> dict:
+    return {"path": f"ann/x/b/part-{i:05d}", "passages": passages, "vectors": vectors, "files": {}}
+
+
+def test_partition_i_holds_range_i_of_every_kind_and_exact_modes_sit_in_partition_0() -> None:
+    m = _manifest({
+        "tokens": {"partitions": [_part(0, 15, 900), _part(1, 15, 950)]},
+        "pooled": {"partitions": [_part(0, 30, 30)]},
+    })
+    layout = plan_layout("/idx", m, ["maxsim", "pooled", "softmax-centroid"])
+    assert [s.index for s in layout.shards] == [0, 1]
+    assert layout.shards[0].kinds["tokens"]["vectors"] == 900 and layout.shards[1].kinds == {"tokens": layout.shards[1].kinds["tokens"]}
+    assert layout.shards[0].kinds["centroids"] is None  # no ANN build: exact slice over every passage
+    maxsim, pooled, centroid = (layout.modes[m] for m in ("maxsim", "pooled", "softmax-centroid"))
+    assert (maxsim.path, maxsim.shards, maxsim.passages, maxsim.vectors) == ("ann", (0, 1), 30, 1850)
+    assert (pooled.path, pooled.shards) == ("ann", (0,))
+    assert (centroid.path, centroid.shards, centroid.passages) == ("exact", (0,), 30)
+
+
+def test_exact_ignores_ann_and_the_tag_follows_the_version() -> None:
+    m = _manifest({"tokens": {"partitions": [_part(0, 15, 900), _part(1, 15, 950)]}})
+    exact = plan_layout("/idx", m, ["maxsim"], exact=True)
+    assert len(exact.shards) == 1 and exact.modes["maxsim"].path == "exact"
+    a = plan_layout("/idx", m, ["maxsim"])
+    m.version += 1
+    assert plan_layout("/idx", m, ["maxsim"]).tag != a.tag
+
+
+def test_serve_yaml_is_the_defaults_and_a_partial_file_keeps_the_rest(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    assert ServeConfig.from_yaml(root / "configs" / "serve.yaml") == ServeConfig()
+    f = tmp_path / "s.yaml"
+    f.write_text("port: 9000\npartition:\n  replicas: 2\nsearch:\n  maxsim:\n    k_prime: 64\n")
+    c = ServeConfig.from_yaml(f)
+    assert (c.port, c.partition.replicas, c.search.maxsim.k_prime) == (9000, 2, 64)
+    assert c.search.maxsim.candidate_cap == 1024 and c.encoder.max_batch_size == 16
