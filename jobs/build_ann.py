@@ -9,6 +9,7 @@ import sys
 
 from rich.table import Table
 
+from jobs.build_bm25 import print_bm25
 from jobs.common import console, error, output_console, print_config
 from pipeline.ann_build import build_ann
 from pipeline.config import AnnBuildConfig
@@ -33,6 +34,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("faiss-ivfpq", "scann"), help="default faiss-ivfpq")
     p.add_argument("--partitions", type=int, help="number of partitions P (default 1)")
     p.add_argument("--vectors", help=f"comma-separated kinds out of {','.join(VECTOR_CHOICES)} (default: all)")
+    p.add_argument("--no-bm25", action="store_true", help="do not build BM25 partitions alongside (mvr build-bm25 builds them alone)")
     p.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE", help="backend build parameter, e.g. nlist=1024 (repeatable)")
     return p
 
@@ -45,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         config = AnnBuildConfig.from_yaml(args.config, **overrides)
         if args.param:
             config = config.model_copy(update={"params": {**config.params, **dict(args.param)}})
+        if args.no_bm25:
+            config = config.model_copy(update={"bm25": None})
     except ValueError as exc:
         return error(exc)
     print_config("mvr build-ann: configuration", config)
@@ -62,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
             params = " ".join(f"{k}={v}" for k, v in part["params"].items() if v is not None and not isinstance(v, bool))
             table.add_row(kind, str(n), f"{part['passages']:,}", f"{part['vectors']:,}", f"{mb:.1f}", f"{part['build_seconds']:.1f}", params)
     output_console().print(table)
+    if config.bm25 is not None:
+        print_bm25(result.manifest)
     console.print(f"{result.seconds:.1f} s")
     return 0
 

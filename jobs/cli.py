@@ -9,7 +9,9 @@ import sys
 COMMANDS = {
     "index": ("jobs.index_corpus", "build an index from a corpus (Ray Data)"),
     "build-ann": ("jobs.build_ann", "build partitioned ANN indexes (FAISS IVFPQ or ScaNN) over an index"),
+    "build-bm25": ("jobs.build_bm25", "build BM25 partitions (bm25s) over an index; build-ann also does"),
     "eval": ("jobs.evaluate", "evaluate search on a BEIR collection (ir-measures, latency, overlap with exact)"),
+    "tune-hybrid": ("jobs.tune_hybrid", "pick the hybrid fusion weight on one half of a collection's queries, report on the other"),
     "stats": ("jobs.stats", "print an index's counts and rejects"),
     "search": ("jobs.search", "answer one query (in-process, or --url of a running service) and print the results"),
     "serve": ("jobs.serve", "start the Ray Serve search service over an index (HTTP + handles)"),

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import Callable
 
 from rich.console import Console
 from rich.syntax import Syntax
 
 from pipeline.config import IndexConfig
+from storage import fs
 
 console = Console(stderr=True)
 
@@ -37,3 +40,15 @@ def load_index_config(args: argparse.Namespace) -> IndexConfig:
 def print_config(title: str, config) -> None:
     console.rule(title)
     console.print(Syntax(config.to_yaml(), "yaml", background_color="default"))
+
+
+def write_outputs(json_out: str | None, payload: Callable[[], dict], plot: str | None, png: Callable[[str], bytes] | None) -> None:
+    """Write a job's JSON (``payload()``) to ``json_out`` and its PNG (``png(file name)``) to
+    ``plot``, or next to the JSON when ``plot`` is not given (paths or URLs)."""
+    if json_out:
+        fs.write_bytes_atomic(json_out, json.dumps(payload(), indent=1).encode())
+        console.print(f"wrote {json_out}")
+    plot = plot or (json_out.rsplit(".", 1)[0] + ".png" if json_out else None)
+    if plot and png is not None:
+        fs.write_bytes_atomic(plot, png(plot.rsplit("/", 1)[-1]))
+        console.print(f"wrote {plot}")

@@ -15,7 +15,7 @@ from rich.console import Console
 from jobs.common import console, print_config
 from pipeline.config import IndexConfig, ServeConfig
 from jobs.render import results_table
-from pipeline.demo import DEMO_QUERIES, run_demo
+from pipeline.demo import run_demo
 from pipeline.demo_corpus import DEFAULT_LIMIT
 
 
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     mean_ms = sum(b["timings_ms"]["total"] for b in result.answers) / max(len(result.answers), 1)
     out.print(
         f"demo: {counts['indexed_documents']} documents, {counts['passages']} passages, "
-        f"{counts['tokens']} token vectors ({indexing}); {len(DEMO_QUERIES)} queries, "
+        f"{counts['tokens']} token vectors ({indexing}); {len(result.answers)} queries, "
         f"{mean_ms:.0f} ms/query mean in the service; {result.seconds:.1f} s total (service shut down)"
     )
     out.print(f"try: mvr serve {shlex.quote(result.index_url)}   then   mvr search --url {result.url} \"parse command-line arguments\"")

@@ -4,16 +4,14 @@ queries through search, scored with ir-measures; a table per mode, JSON, and a s
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from rich.table import Table
 
-from jobs.common import console, error, output_console, print_config
-from operators.scoring import MODES
+from jobs.common import console, error, output_console, print_config, write_outputs
+from operators.scoring import MODES, SEARCH_MODES
 from pipeline.config import EvalConfig
 from pipeline.evaluation import evaluate, plot_sweep
-from storage import fs
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -22,7 +20,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--dataset", help="BEIR dataset directory (queries.jsonl, qrels/SPLIT.tsv)")
     p.add_argument("--config", help="YAML file with an EvalConfig (search knobs under 'search')")
     p.add_argument("--split", help="qrels split (default test)")
-    p.add_argument("--modes", help=f"comma-separated, out of {','.join(MODES)} (default: all)")
+    p.add_argument("--modes", help=f"comma-separated, out of {','.join(SEARCH_MODES)} (default: the dense ones, {','.join(MODES)})")
     p.add_argument("-k", "--k", type=int, help="documents retrieved a query (default 100)")
     p.add_argument("--exact", action="store_true", help="brute-force search only (the exact reference)")
     p.add_argument("--no-overlap", action="store_true", help="skip the exact run that overlap@10 needs")
@@ -73,13 +71,8 @@ def run(args: argparse.Namespace) -> int:
             t.add_row(str(p[config.sweep_knob]), f"{p['nDCG@10']:.4f}", f"{p['R@100']:.4f}", _opt(p.get("overlap@10")), f"{p['search_ms_p50']:.2f}")
         output_console().print(t)
     index_version = _index_version(args.index)
-    if args.json_out:
-        fs.write_bytes_atomic(args.json_out, json.dumps(result.to_json(config, args.index, index_version), indent=1).encode())
-        console.print(f"wrote {args.json_out}")
-    plot = args.plot or (args.json_out.rsplit(".", 1)[0] + ".png" if args.json_out else None)
-    if result.sweep and plot:
-        fs.write_bytes_atomic(plot, plot_sweep(result, config.sweep_knob, plot.rsplit("/", 1)[-1]))
-        console.print(f"wrote {plot}")
+    png = (lambda name: plot_sweep(result, config.sweep_knob, name)) if result.sweep else None
+    write_outputs(args.json_out, lambda: result.to_json(config, args.index, index_version), args.plot, png)
     return 0
 
 

@@ -14,11 +14,12 @@ from rich.console import Console
 
 from jobs.common import error
 from jobs.render import results_table
-from operators.scoring import MODES
+from operators.fusion import FUSIONS
+from operators.scoring import MODES, SEARCH_MODES
 from pipeline.client import SearchClient, ServiceError
 from pipeline.config import SearchConfig
 from pipeline.local_search import answer
-from pipeline.search import Searcher, validate_request
+from pipeline.search import Searcher, request_settings, validate_request
 from storage.catalog import Catalog
 
 
@@ -29,33 +30,41 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--url", help="ask a running service (mvr serve) at this base URL instead of searching in-process")
     p.add_argument("--token", help="bearer token for --url (default: $MVR_TOKEN)")
     p.add_argument("-k", "--k", type=int, default=10, help="number of documents to return (1..1000)")
-    p.add_argument("--mode", choices=MODES, default="maxsim", help="scoring mode")
+    p.add_argument("--mode", choices=SEARCH_MODES, default="maxsim", help="scoring mode")
     p.add_argument("--exact", action="store_true", help="brute-force search even when ANN partitions exist")
+    p.add_argument("--dense", choices=MODES, help="hybrid: the dense mode fused with BM25 (default maxsim)")
+    p.add_argument("--fusion", choices=FUSIONS, help="hybrid: weighted (default) or rrf")
+    p.add_argument("--lam", type=float, help="hybrid: λ, the dense side's weight in [0, 1] (default 0.8)")
     p.add_argument("--json", action="store_true", help="print the response as JSON on stdout")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    knobs = {k: v for k, v in {"dense": args.dense, "fusion": args.fusion, "lam": args.lam}.items() if v is not None}
+    config = SearchConfig(exact=args.exact)
     try:
         validate_request(args.query, args.k, args.mode)
+        request_settings(config, args.mode, knobs)
     except ValueError as exc:
         return error(exc)
     if args.url:
         client = SearchClient(args.url, args.token)
         try:
-            body = client.search(args.query, args.k, args.mode)
+            body = client.search(args.query, args.k, args.mode, **knobs)
         except (ServiceError, requests.RequestException) as exc:
             return error(exc)
         return show(args, body)
     if not args.index:
         return error(ValueError("give an INDEX, or --url of a running service"))
     try:
-        searcher = Searcher(args.index, modes=(args.mode,), config=SearchConfig(exact=args.exact))
+        if args.dense:
+            config.hybrid.dense = args.dense
+        searcher = Searcher(args.index, modes=(args.mode,), config=config)
         catalog = Catalog(args.index)
     except (FileNotFoundError, ValueError) as exc:
         return error(exc)
     try:
-        body = answer(searcher, catalog, args.query, args.k, args.mode)
+        body = answer(searcher, catalog, args.query, args.k, args.mode, **knobs)
     finally:
         catalog.close()
     return show(args, body)

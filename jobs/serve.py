@@ -15,7 +15,7 @@ import threading
 from rich.table import Table
 
 from jobs.common import console, error, output_console, print_config
-from operators.scoring import MODES
+from operators.scoring import SEARCH_MODES
 from pipeline.client import TOKEN_ENV
 from pipeline.config import ServeConfig
 from pipeline.serve_app import Deployment, deploy, shutdown
@@ -27,7 +27,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--config", help="YAML file with a ServeConfig (see configs/serve.yaml)")
     p.add_argument("--host", help="HTTP host (default 127.0.0.1; 0.0.0.0 to listen on every interface)")
     p.add_argument("--port", type=int, help="HTTP port (default 8000)")
-    p.add_argument("--modes", help=f"comma-separated modes to serve out of {','.join(MODES)} (default: all)")
+    p.add_argument("--modes", help=f"comma-separated modes to serve out of {','.join(SEARCH_MODES)} (default: the dense ones, and bm25 and hybrid when the index has BM25)")
     p.add_argument("--exact", action="store_true", help="serve brute-force search even where ANN partitions exist")
     p.add_argument("--token", help=f"require this bearer token on every request (default: ${TOKEN_ENV} when set)")
     p.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, or start a local one)")
@@ -48,6 +48,8 @@ def deployment_table(d: Deployment) -> Table:
     t.add_row(d.encoder_app, "QueryEncoder", str(r.encoder.replicas), f"{r.encoder.num_cpus:g}", f"{r.encoder.num_gpus:g}", str(r.encoder.threads or "-"), "model")
     for s in d.layout.shards:
         holds = ", ".join(f"{k} ({'all, exact' if e is None else str(e['passages']) + ' passages'})" for k, e in s.kinds.items())
+        if s.bm25:
+            holds += f", BM25 partition(s) {', '.join(map(str, sorted(s.bm25)))}"
         t.add_row(d.index_app, f"Partition{s.index}", str(r.partition.replicas), f"{r.partition.num_cpus:g}", "0", str(r.partition.threads), holds)
     t.add_row("(ingress)", "Searcher", str(r.searcher.replicas), f"{r.searcher.num_cpus:g}", "0", "-", ", ".join(f"{m}: {s.path}" for m, s in d.layout.modes.items()))
     return t

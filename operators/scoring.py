@@ -50,6 +50,8 @@ def dot(query: np.ndarray, vectors: np.ndarray) -> np.ndarray:
 
 # Search modes and the stored vectors each one scores (and searches with ANN).
 MODES = ("maxsim", "softmax-centroid", "first-m", "pooled")
+# All search modes: the dense ones, BM25 alone, and a dense mode fused with BM25.
+SEARCH_MODES = MODES + ("bm25", "hybrid")
 MODE_VECTORS = {"maxsim": "tokens", "softmax-centroid": "centroids", "first-m": "first-m", "pooled": "pooled"}
 VECTOR_KINDS = ("tokens", "centroids", "first-m", "pooled")
 
@@ -65,6 +67,13 @@ def check_mode(mode: str) -> str:
     """``mode`` if known; ValueError listing the modes otherwise."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    return mode
+
+
+def check_search_mode(mode: str) -> str:
+    """``mode`` if it is a search mode (dense, bm25 or hybrid); ValueError otherwise."""
+    if mode not in SEARCH_MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(SEARCH_MODES)}")
     return mode
 
 

@@ -1,7 +1,9 @@
 """``mvr build-ann``: partitioned ANN indexes from an index's shards, one Ray task a partition
-and vector kind. The driver only plans (which shard rows go to which partition); each task
-reads its own rows, trains and fills its index, and writes it with its passages' exact vectors
-through storage/. The manifest is committed once every task has finished, so a failed or
+and vector kind, then BM25 partitions lined up with every ANN build of the index
+(``pipeline/bm25_build.py``: P = the lcm of the builds' partition counts; skipped when
+the current BM25 build already is; ``bm25: null`` in the config skips them). The driver only plans (which shard rows go to
+which partition); each task reads its own rows, trains and fills its index, and writes it
+with its passages' exact vectors through storage/. The manifest is committed once every task has finished, so a failed or
 killed build leaves the previous ANN entries in force; its directories are removed later."""
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from tqdm import tqdm
 
 from operators.ann import make_index, set_build_threads
 from operators.packed import Packed
-from pipeline.config import AnnBuildConfig
+from pipeline.bm25_build import build_bm25, is_current, partitions_for
+from pipeline.config import AnnBuildConfig, BM25BuildConfig
 from pipeline.ray_runtime import init_ray
 from storage.manifest import Manifest, commit_manifest, load_manifest
 from storage.partitions import PartitionPlan, ShardSlice, build_dir, plan_partitions, read_passages, remove_stale_builds, write_partition
@@ -97,6 +100,9 @@ def build_ann(index_url: str, config: AnnBuildConfig, log: Callable[[str], None]
     commit_manifest(index_url, manifest)
     for kind in config.vectors:
         remove_stale_builds(index_url, kind, keep=build_id)
+    bm25_partitions = partitions_for(manifest)
+    if config.bm25 is not None and not is_current(manifest, bm25_partitions, config.bm25):  # the sparse side, lined up
+        manifest = build_bm25(index_url, BM25BuildConfig(partitions=bm25_partitions, bm25=config.bm25), log)
     return AnnBuildResult(manifest, built, time.perf_counter() - t0)
 
 

@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from operators.candidates import FirstStage
+from operators.fusion import HybridParams
 from operators.scoring import MODES, VECTOR_KINDS
 
 _Job = TypeVar("_Job", bound="_JobConfig")
@@ -119,6 +120,29 @@ class IndexConfig(_JobConfig):
         return self.model_dump(mode="json", include={"model", "tokenizer", "compress"})
 
 
+class BM25Config(_Section):
+    """BM25 over passages (``operators/bm25.py``, bm25s): text analysis and scoring. The
+    defaults are the reference settings of ../shared/datasets/README.md."""
+
+    stopwords: Optional[str] = Field("en", description="bm25s stopword list (e.g. en), None: keep every word")
+    stemmer: Optional[str] = Field("english", description="PyStemmer Snowball language, None: no stemming")
+    k1: float = Field(1.5, gt=0)
+    b: float = Field(0.75, ge=0, le=1)
+    method: Literal["lucene", "robertson", "atire"] = "lucene"
+
+    def params(self) -> dict[str, Any]:
+        return {"k1": self.k1, "b": self.b, "method": self.method}
+
+
+class BM25BuildConfig(_JobConfig):
+    """Configuration of ``mvr build-bm25`` (also run by ``mvr build-ann``): BM25 partitions
+    over the same passage ranges as the ANN partitions."""
+
+    partitions: int = Field(1, ge=1)
+    bm25: BM25Config = BM25Config()
+    cpus_per_task: float = Field(1.0, gt=0)
+
+
 class AnnBuildConfig(_JobConfig):
     """Configuration of ``mvr build-ann``: which vectors get ANN partitions, and how built.
     ``params`` override the backend's size-based defaults (FAISS: nlist, m, nbits,
@@ -132,6 +156,7 @@ class AnnBuildConfig(_JobConfig):
     params: dict[str, Any] = Field(default_factory=dict)
     cpus_per_task: Optional[float] = Field(None, gt=0, description="default: a node's CPUs shared by the tasks that run at once")
     threads_per_task: Optional[int] = Field(None, ge=1, description="FAISS / ScaNN threads; default: the CPUs reserved")
+    bm25: Optional[BM25Config] = Field(BM25Config(), description="also build BM25 partitions lined up with the ANN partitions; None: do not")
 
 
 class FirstStageConfig(_Section):
@@ -150,6 +175,21 @@ class FirstStageConfig(_Section):
         return FirstStage(self.k_prime, self.candidate_cap, {k: v for k, v in knobs.items() if v is not None})
 
 
+class HybridConfig(_Section):
+    """Mode ``hybrid`` (``operators/fusion.py``): which dense mode is fused with BM25, how,
+    and how many passages each side contributes. ``lam`` (λ) is the dense side's weight;
+    ``mvr tune-hybrid`` picks it on held-out queries."""
+
+    dense: Literal["maxsim", "softmax-centroid", "first-m", "pooled"] = "maxsim"
+    fusion: Literal["weighted", "rrf"] = "weighted"
+    lam: float = Field(0.8, ge=0, le=1, description="λ: fused = λ·dense' + (1−λ)·bm25' (each side min-max normalised over its own n-best); 0.8: what mvr tune-hybrid picked on both sample collections")
+    rrf_k: int = Field(60, ge=1, description="reciprocal rank fusion: 1/(rrf_k + rank) per side")
+    n_best: int = Field(100, ge=1, description="passages each side contributes to the union")
+
+    def params(self) -> HybridParams:
+        return HybridParams(self.dense, self.fusion, self.lam, self.rrf_k, self.n_best)
+
+
 class SearchConfig(_JobConfig):
     """How queries are answered (``pipeline/search.py``): first-stage knobs per mode, or
     ``exact`` brute force. Defaults meet the targets in docs/search.md."""
@@ -164,6 +204,7 @@ class SearchConfig(_JobConfig):
     softmax_centroid: FirstStageConfig = Field(FirstStageConfig(k_prime=200, candidate_cap=1024, probe_fraction=1 / 4), alias="softmax-centroid")
     first_m: FirstStageConfig = Field(FirstStageConfig(k_prime=100, candidate_cap=1024, probe_fraction=1 / 4), alias="first-m")
     pooled: FirstStageConfig = FirstStageConfig(k_prime=100, candidate_cap=1024, probe_fraction=1 / 4)
+    hybrid: HybridConfig = HybridConfig()
 
     def for_mode(self, mode: str) -> FirstStageConfig:
         if mode not in MODES:
@@ -178,7 +219,7 @@ class EvalConfig(_JobConfig):
 
     dataset: str = ""
     split: str = "test"
-    modes: list[Literal["maxsim", "softmax-centroid", "first-m", "pooled"]] = Field(default_factory=lambda: list(MODES))
+    modes: list[Literal["maxsim", "softmax-centroid", "first-m", "pooled", "bm25", "hybrid"]] = Field(default_factory=lambda: list(MODES))
     k: int = Field(100, ge=10, le=1000, description="documents retrieved a query (R@100 needs 100)")
     overlap: bool = Field(True, description="also run exact search for overlap@10 with the exact ranking")
     sweep: list[float] = Field(default_factory=list)
@@ -212,7 +253,9 @@ class ServeConfig(_JobConfig):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     app_name: str = Field("mvr", description="Serve application of the ingress (the HTTP route /)")
-    modes: list[Literal["maxsim", "softmax-centroid", "first-m", "pooled"]] = Field(default_factory=lambda: list(MODES))
+    modes: Optional[list[Literal["maxsim", "softmax-centroid", "first-m", "pooled", "bm25", "hybrid"]]] = Field(
+        None, description="None: the dense modes, plus bm25 and hybrid when the index has BM25 partitions"
+    )
     search: SearchConfig = SearchConfig()
     encoder: EncoderReplicaConfig = EncoderReplicaConfig()
     partition: ReplicaConfig = ReplicaConfig()
@@ -222,3 +265,49 @@ class ServeConfig(_JobConfig):
     max_batch_queries: int = Field(256, ge=1, description="queries in one POST /search/batch at most")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="request bodies above this are refused with 413")
     cluster_share: float = Field(0.5, gt=0, le=1, description="share of the cluster's CPUs one index version reserves by default, so a new version can start beside it")
+
+
+class ScaleStudyConfig(_JobConfig):
+    """Configuration of ``mvr scale-study`` (Reimers & Gurevych's index-size study on mvr's
+    own indexes): start from the judged passages of ``dataset``, grow the index in ``steps``
+    with the passages of ``distractors`` (other corpora, and the dataset's own unjudged
+    passages), and, as a second experiment, with ``random_strings`` random-string passages;
+    measure every method at every size."""
+
+    dataset: str = Field("", description="BEIR directory whose judged queries are measured")
+    split: str = "test"
+    distractors: list[str] = Field(default_factory=list, description="corpora (BEIR dirs or files) whose passages are added")
+    random_strings: int = Field(0, ge=0, description="random-string passages for the second experiment (0: skip it)")
+    steps: int = Field(5, ge=2, description="index sizes measured, judged passages only up to everything")
+    dims: list[int] = Field(default_factory=lambda: [384, 128, 64], description="pooled single-vector dimensions (PCA fitted on the dataset's corpus)")
+    modes: list[Literal["bm25", "pooled", "maxsim", "first-m", "softmax-centroid"]] = Field(
+        default_factory=lambda: ["bm25", "pooled", "maxsim", "first-m", "softmax-centroid"]
+    )
+    workdir: str = Field("", description="where the corpora are indexed (an up-to-date index is reused)")
+    seed: int = 0
+    index: IndexConfig = IndexConfig()
+    bm25: BM25Config = BM25Config()
+
+
+class TuneHybridConfig(_JobConfig):
+    """Configuration of ``mvr tune-hybrid``: the judged queries split into ``folds`` seeded
+    folds; for each, λ is picked by ``metric`` on the other folds and the fold is scored with
+    it, so every query is reported with a λ tuned without it (2 folds: tune on one half,
+    report on the other, both ways round). Both sides alone are reported beside it."""
+
+    dataset: str = ""
+    split: str = "test"
+    dense: Literal["maxsim", "softmax-centroid", "first-m", "pooled"] = "maxsim"
+    grid: list[float] = Field(default_factory=lambda: [round(0.05 * i, 2) for i in range(21)], description="λ values tried")
+    folds: int = Field(2, ge=2, description="query folds: λ is tuned on all but one, reported on that one")
+    seed: int = 0
+    metric: Literal["nDCG@10", "RR@10", "R@100"] = "nDCG@10"
+    k: int = Field(100, ge=10, le=1000)
+    search: SearchConfig = SearchConfig()
+
+    @model_validator(mode="after")
+    def _grid_in_range(self) -> "TuneHybridConfig":
+        bad = [v for v in self.grid if not 0 <= v <= 1]
+        if bad or not self.grid:
+            raise ValueError(f"every λ of the grid must be within [0, 1], got {bad or 'an empty grid'}")
+        return self

@@ -55,8 +55,9 @@ def run_demo(
     config: IndexConfig | None = None,
     serve_config: ServeConfig | None = None,
 ) -> DemoResult:
-    """Corpus → index → ANN partitions → service → ``k`` MaxSim results over HTTP for each of
-    ``DEMO_QUERIES`` → service shut down."""
+    """Corpus → index → ANN and BM25 partitions → service → ``k`` MaxSim results over HTTP for
+    each of ``DEMO_QUERIES`` (and the first once more as a MaxSim + BM25 hybrid) → service
+    shut down."""
     t0 = time.time()
     corpus_url = fs.join(workdir, "corpus.jsonl")
     index_url = fs.join(workdir, "index")
@@ -65,8 +66,9 @@ def run_demo(
     log(f"{'wrote' if written else 'reusing'} {corpus_url}: {len(rows)} documents from the Python docs")
     result = index_corpus(corpus_url, index_url, config or IndexConfig(), overwrite=written, log=log)
     log(result.summary)
-    ann = load_manifest(index_url).ann
-    ann_built = not all(len(ann.get(kind, {}).get("partitions", [])) == DEMO_ANN.partitions for kind in DEMO_ANN.vectors)
+    manifest = load_manifest(index_url)
+    ann, bm25 = manifest.ann, manifest.bm25
+    ann_built = not bm25 or not all(len(ann.get(kind, {}).get("partitions", [])) == DEMO_ANN.partitions for kind in DEMO_ANN.vectors)
     if ann_built:
         build_ann(index_url, DEMO_ANN, log=log)
     serve_config = serve_config or ServeConfig()
@@ -74,6 +76,7 @@ def run_demo(
     client = SearchClient(deployment.url)
     try:
         answers = [{"query": q, **client.search(q, k, DEMO_MODE)} for q in DEMO_QUERIES]
+        answers.append({"query": DEMO_QUERIES[0], **client.search(DEMO_QUERIES[0], k, "hybrid")})  # MaxSim fused with BM25
     finally:
         client.close()
         shutdown(serve_config)

@@ -3,9 +3,11 @@ mode for candidates, rescore them exactly where the vectors are, merge the parti
 documents, and report per-stage timings. The Serve ingress (``pipeline/serve_api.py``)
 runs the same steps with the partitions in their own deployments.
 
-A mode is answered by its ANN partitions when the manifest lists them (``mvr build-ann``), and
-otherwise, or with ``SearchConfig.exact``, by brute force over every passage (the exact
-reference); ``SearchResult.path`` says which."""
+A dense mode is answered by its ANN partitions when the manifest lists them (``mvr
+build-ann``), and otherwise, or with ``SearchConfig.exact``, by brute force over every passage
+(the exact reference); ``SearchResult.path`` says which. ``bm25`` is answered by the BM25
+partitions (exact: their scores are the collection's); ``hybrid`` by a dense mode's
+partitions and the BM25 partitions over the same passages (``operators/fusion.py``)."""
 
 from __future__ import annotations
 
@@ -16,22 +18,26 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from pydantic import ValidationError
 
+from operators.bm25 import Analyzer, BM25Partition
 from operators.compress import projection_matrix
 from operators.encoder import TokenEncoder
 from operators import candidates as first_stage_ops
 from operators.candidates import FirstStage
+from operators.fusion import HybridParams, ScoredPassages, fuse, side_by_side
 from operators.partition import Partition, PartitionResult
 from operators.query import EncodedQuery, QueryEncoder
 from operators.ranking import Ranked, merge
-from operators.scoring import MODE_VECTORS, MODES, check_mode, first_stage_vectors
+from operators.scoring import MODE_VECTORS, MODES, check_mode, check_search_mode, first_stage_vectors
 from operators.tokenizer import PassageTokenizer
-from pipeline.config import FirstStageConfig, IndexConfig, SearchConfig
+from pipeline.config import BM25Config, FirstStageConfig, HybridConfig, IndexConfig, SearchConfig
+from storage.bm25_partitions import load_bm25_partition, tiling
 from storage.manifest import Manifest, load_manifest
 from storage.partitions import exact_partition, load_partition
 
 MAX_K = 1000
 MAX_QUERY_CHARS = 4096
 KNOBS = ("k_prime", "candidate_cap", "probe_fraction", "nprobe", "leaves_to_search", "reorder_k")
+HYBRID_KNOBS = ("dense", "fusion", "lam", "rrf_k", "n_best")
 
 
 @dataclass
@@ -61,7 +67,7 @@ def validate_request(query: Any, k: Any, mode: Any = "maxsim") -> None:
         raise ValueError(f"the query has {len(query)} characters; at most {MAX_QUERY_CHARS} are accepted")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise ValueError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
-    check_mode(mode)
+    check_search_mode(mode)
 
 
 def first_stage(defaults: FirstStageConfig, knobs: dict[str, Any]) -> FirstStage:
@@ -72,8 +78,43 @@ def first_stage(defaults: FirstStageConfig, knobs: dict[str, Any]) -> FirstStage
     try:
         cfg = FirstStageConfig.model_validate({**defaults.model_dump(), **{k: v for k, v in knobs.items() if v is not None}})
     except ValidationError as e:
-        raise ValueError("; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())) from None
+        raise ValueError(_errors(e)) from None
     return cfg.first_stage()
+
+
+def _errors(e: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+
+
+def request_settings(config: SearchConfig, mode: str, knobs: dict[str, Any]) -> tuple[Optional[FirstStage], Optional[HybridParams]]:
+    """A request's validated settings: the first stage of its dense mode (None for ``bm25``)
+    and, for ``hybrid``, the fusion settings (the config's, with the request's overrides)."""
+    if check_search_mode(mode) == "bm25":
+        if any(v is not None for v in knobs.values()):
+            raise ValueError(f"mode bm25 takes no search knobs, got {sorted(knobs)}")
+        return None, None
+    if mode != "hybrid":
+        return first_stage(config.for_mode(mode), knobs), None
+    overrides = {k: v for k, v in knobs.items() if k in HYBRID_KNOBS and v is not None}
+    try:
+        params = HybridConfig.model_validate({**config.hybrid.model_dump(), **overrides}).params()
+    except ValidationError as e:
+        raise ValueError(_errors(e)) from None
+    rest = {k: v for k, v in knobs.items() if k not in HYBRID_KNOBS}
+    return first_stage(config.for_mode(params.dense), rest), params
+
+
+def load_bm25(index_url: str, manifest: Manifest) -> tuple[list[BM25Partition], Analyzer]:
+    """The index's BM25 partitions and the analyzer they were built with; ValueError saying
+    how to build them when the index has none."""
+    entry = manifest.bm25
+    if not entry:
+        raise ValueError(
+            f"{index_url} has no BM25 partitions, so modes bm25 and hybrid cannot be answered: build them with "
+            "`mvr build-bm25 INDEX` (mvr build-ann builds them too)"
+        )
+    cfg = BM25Config.model_validate(entry["config"])
+    return [load_bm25_partition(index_url, e) for e in entry["partitions"]], Analyzer(cfg.stopwords, cfg.stemmer)
 
 
 def load_query_encoder(index_config: dict[str, Any], encoder: Optional[TokenEncoder] = None) -> QueryEncoder:
@@ -87,14 +128,33 @@ def load_query_encoder(index_config: dict[str, Any], encoder: Optional[TokenEnco
     return QueryEncoder(encoder, tokenizer, projection, c.pooling)
 
 
+def dense_ranges(manifest: Manifest, mode: str, exact: bool) -> list[tuple[int, int]]:
+    """(first passage, passages) of each partition answering dense ``mode``."""
+    entry = None if exact else manifest.ann.get(MODE_VECTORS[check_mode(mode)])
+    if not entry:
+        return [(0, int(manifest.counts.get("passages", 0)))]
+    return [(int(e["first_passage"]), int(e["passages"])) for e in entry["partitions"]]
+
+
 def load_partitions(index_url: str, manifest: Manifest, mode: str, config: SearchConfig) -> tuple[list[Partition], str]:
-    """The partitions that answer ``mode`` and the path they take ("ann" or "exact"): the
-    manifest's ANN partitions, or one brute-force partition over every passage."""
+    """The partitions that answer dense ``mode`` and the path they take ("ann" or "exact"):
+    the manifest's ANN partitions, or one brute-force partition over every passage."""
     kind = MODE_VECTORS[check_mode(mode)]
     entry = manifest.ann.get(kind)
     if config.exact or not entry:
         return [exact_partition(index_url, manifest, kind)], "exact"
     return [load_partition(index_url, kind, e, np.dtype(config.vectors_dtype)) for e in entry["partitions"]], "ann"
+
+
+def dense_rows(partitions: Sequence[Partition], mode: str, query: EncodedQuery, need: int, fs: FirstStage) -> list[Optional[np.ndarray]]:
+    """The first stage over in-process partitions: candidate rows per partition (None: every
+    passage, for exact partitions)."""
+    if all(p.exact for p in partitions):
+        return [None] * len(partitions)
+    qv = first_stage_vectors(mode, query)
+    n = sum(len(p) for p in partitions)
+    rows, _ = first_stage_ops.candidates(lambda kp: [p.hits(qv, kp, fs.ann) for p in partitions], fs, need, n, sum(p.n_vectors for p in partitions))
+    return rows
 
 
 def merge_partition_results(
@@ -114,14 +174,7 @@ def search_partitions(partitions: Sequence[Partition], mode: str, query: Encoded
     """Both stages over in-process partitions: each partition's result, and the wall-clock
     milliseconds of the candidate and rescoring stages."""
     t0 = time.perf_counter()
-    if all(p.exact for p in partitions):
-        rows: list = [None] * len(partitions)
-    else:
-        qv = first_stage_vectors(mode, query)
-        n = sum(len(p) for p in partitions)
-        rows, _ = first_stage_ops.candidates(
-            lambda kp: [p.hits(qv, kp, fs.ann) for p in partitions], fs, k, n, sum(p.n_vectors for p in partitions)
-        )
+    rows = dense_rows(partitions, mode, query, k, fs)
     t1 = time.perf_counter()
     results = [p.rank(mode, query, r, k) for p, r in zip(partitions, rows)]
     return results, {"candidates": (t1 - t0) * 1e3, "rescore": (time.perf_counter() - t1) * 1e3}
@@ -130,50 +183,117 @@ def search_partitions(partitions: Sequence[Partition], mode: str, query: Encoded
 class Searcher:
     """In-process search over an index: the modes' partitions held in this process.
 
-    ``modes``: the modes to load (default: all four); ``config``: first-stage knobs, or exact.
-    ``paths`` tells, per mode, whether ANN partitions or brute force answer it."""
+    ``modes``: the modes to load (default: the four dense ones; ``bm25`` and ``hybrid`` need
+    the index's BM25 partitions, ``hybrid`` also loads its dense mode); ``config``: first-stage
+    and fusion knobs, or exact. ``paths`` tells, per mode, how it is answered ("ann",
+    "exact", "bm25", or the dense path of a hybrid)."""
 
     def __init__(self, index_url: str, modes: Sequence[str] = MODES, config: Optional[SearchConfig] = None, encoder: Optional[TokenEncoder] = None) -> None:
         for m in modes:
-            check_mode(m)
+            check_search_mode(m)
         self.index_url = index_url
         self.config = config or SearchConfig()
         self.manifest = load_manifest(index_url)
         self.partitions: dict[str, list[Partition]] = {}
         self.paths: dict[str, str] = {}
-        for m in dict.fromkeys(modes):
+        self.bm25: list[BM25Partition] = []
+        self.analyzer: Optional[Analyzer] = None
+        self._tiles: dict[str, list[list[int]]] = {}
+        self.sparse_modes = [m for m in ("bm25", "hybrid") if m in modes]
+        if self.sparse_modes:  # first: an index without BM25 fails before any vector is read
+            self.bm25, self.analyzer = load_bm25(index_url, self.manifest)
+        dense = [m for m in dict.fromkeys(modes) if m in MODES]
+        if "hybrid" in modes and self.config.hybrid.dense not in dense:
+            dense.append(self.config.hybrid.dense)
+        for m in dense:
             self.partitions[m], self.paths[m] = load_partitions(index_url, self.manifest, m, self.config)
+        if self.sparse_modes:
+            if "bm25" in modes:
+                self.paths["bm25"] = "bm25"
+            if "hybrid" in modes:
+                self._hybrid_tiles(self.config.hybrid.dense)  # fail now when the partitions do not line up
+                self.paths["hybrid"] = self.paths[self.config.hybrid.dense]
         self.query_encoder = load_query_encoder(self.manifest.config, encoder)
 
     @property
     def modes(self) -> tuple[str, ...]:
-        return tuple(self.partitions)
+        return tuple(self.partitions) + tuple(self.sparse_modes)
+
+    def partition_count(self, mode: str) -> int:
+        """Partitions answering ``mode`` (a hybrid's: its dense mode's)."""
+        if mode == "bm25":
+            return len(self.bm25)
+        return len(self.partitions[self.config.hybrid.dense if mode == "hybrid" else mode])
 
     def check(self, query: str, k: int, mode: str) -> None:
         validate_request(query, k, mode)
-        if mode not in self.partitions:
+        if mode not in self.modes:
             raise ValueError(f"mode {mode!r} is not loaded by this searcher (it has {', '.join(self.modes)})")
 
     def encode(self, texts: Sequence[str]) -> list[EncodedQuery]:
         return self.query_encoder(list(texts))
 
+    def _hybrid_tiles(self, dense: str) -> list[list[int]]:
+        """Per partition of dense mode ``dense``, the BM25 partitions over its passages."""
+        if dense not in self.partitions:
+            raise ValueError(f"hybrid's dense mode {dense!r} is not loaded by this searcher (it has {', '.join(self.partitions)})")
+        if dense not in self._tiles:
+            ranges = dense_ranges(self.manifest, dense, self.paths[dense] == "exact")
+            self._tiles[dense] = tiling(ranges, self.manifest.bm25["partitions"])
+        return self._tiles[dense]
+
+    def hybrid_passages(self, query: EncodedQuery, params: HybridParams, fs: FirstStage) -> tuple[list[ScoredPassages], dict[str, float]]:
+        """Each partition's part of the hybrid union (``operators.fusion.side_by_side``) and
+        the candidate / rescore milliseconds; ``fuse`` them for any fusion setting."""
+        terms = self.analyzer([query.text])[0]
+        parts = self.partitions[params.dense]
+        tiles = self._hybrid_tiles(params.dense)
+        t0 = time.perf_counter()
+        rows = dense_rows(parts, params.dense, query, params.n_best, fs)
+        t1 = time.perf_counter()
+        ranges = dense_ranges(self.manifest, params.dense, self.paths[params.dense] == "exact")
+        out = []
+        for part, r, tile, (first, _) in zip(parts, rows, tiles, ranges):
+            sparse = np.concatenate([self.bm25[i].scores(terms) for i in tile])
+            out.append(side_by_side(part, sparse, first, params.dense, query, r, params.n_best))
+        return out, {"candidates": (t1 - t0) * 1e3, "rescore": (time.perf_counter() - t1) * 1e3}
+
     def search_encoded(self, query: EncodedQuery, k: int = 10, mode: str = "maxsim", encode_ms: float = 0.0, **knobs: Any) -> SearchResult:
-        """Answer an already encoded query (knobs: ``KNOBS``, overriding the config's)."""
+        """Answer an already encoded query (knobs: ``KNOBS``, overriding the config's; for
+        ``hybrid`` also ``HYBRID_KNOBS``)."""
         self.check(query.text, k, mode)
-        fs = first_stage(self.config.for_mode(mode), knobs)
+        fs, hybrid = request_settings(self.config, mode, knobs)
+        if mode == "bm25":
+            t0 = time.perf_counter()
+            terms = self.analyzer([query.text])[0]
+            results = [p.rank(terms, k) for p in self.bm25]
+            timings = {"encode": encode_ms, "candidates": 0.0, "rescore": (time.perf_counter() - t0) * 1e3}
+            return merge_partition_results(query.text, mode, "bm25", k, results, len(results), timings)
+        if mode == "hybrid":
+            parts, timings = self.hybrid_passages(query, hybrid, fs)
+            t0 = time.perf_counter()
+            ranked, n = fuse(parts, hybrid, k)
+            timings["rescore"] += (time.perf_counter() - t0) * 1e3
+            fused = [PartitionResult(ranked, n, 0.0)]
+            return merge_partition_results(query.text, mode, self.paths[hybrid.dense], k, fused, len(parts), {"encode": encode_ms, **timings})
         parts = self.partitions[mode]
         results, timings = search_partitions(parts, mode, query, k, fs)
         return merge_partition_results(query.text, mode, self.paths[mode], k, results, len(parts), {"encode": encode_ms, **timings})
 
     def search(self, queries: Sequence[str], k: int = 10, mode: str = "maxsim", **knobs: Any) -> list[SearchResult]:
         """Answer each query on its own (encoded one at a time, as a service would), so the
-        timings are per-query latencies."""
+        timings are per-query latencies. ``bm25`` needs no encoding."""
         for q in queries:
             self.check(q, k, mode)
-        first_stage(self.config.for_mode(mode), knobs)  # validate knobs before any work
+        request_settings(self.config, mode, knobs)  # validate knobs before any work
         out = []
         for q in queries:
             t0 = time.perf_counter()
-            (encoded,) = self.encode([q])
+            (encoded,) = [text_only(q)] if mode == "bm25" else self.encode([q])
             out.append(self.search_encoded(encoded, k, mode, (time.perf_counter() - t0) * 1e3, **knobs))
         return out
+
+
+def text_only(text: str) -> EncodedQuery:
+    """A query for ``bm25`` alone: its text, no vectors."""
+    return EncodedQuery(text, np.zeros((0, 1), np.float32), np.zeros(1, np.float32))

@@ -4,7 +4,9 @@ A query: validate → encode (``QueryEncoder``, batched) → first trip to every
 mode at once (``hits``), rounds of ``operators.candidates.CandidateRounds`` → second trip
 (``rank``) to the partitions holding candidates → merge (``pipeline.search``) → titles and
 text from the catalog (``pipeline.local_search.response_body``). The same steps as the
-in-process search core, with the partitions behind handles.
+in-process search core, with the partitions behind handles. ``bm25`` skips the encoder and
+takes one trip (``bm25_rank``); ``hybrid`` takes ``hybrid`` as its second trip and fuses the
+partitions' unions here (``operators.fusion.fuse``).
 
 A partition that fails or does not answer a trip within ``partition_timeout_s`` is left out
 of that query: the answer comes from the others, with ``"degraded": true`` and
@@ -22,13 +24,16 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 from ray import serve
 
+from operators.bm25 import Analyzer
 from operators.candidates import CandidateRounds
+from operators.fusion import fuse
 from operators.partition import Hits, PartitionResult
 from operators.ranking import Ranked
-from operators.scoring import MODES, first_stage_vectors
+from operators.scoring import SEARCH_MODES, first_stage_vectors
+from pipeline.config import BM25Config
 from pipeline.config import ServeConfig
 from pipeline.local_search import response_body
-from pipeline.search import MAX_K, MAX_QUERY_CHARS, first_stage, merge_partition_results, validate_request
+from pipeline.search import MAX_K, MAX_QUERY_CHARS, merge_partition_results, request_settings, validate_request
 from pipeline.serve_layout import ServingLayout
 from storage.catalog import Catalog
 
@@ -43,7 +48,8 @@ def token_digest(token: str) -> str:
 app = FastAPI(
     title="mvr search",
     description=(
-        "Multi-vector retrieval: ColBERT MaxSim, pseudo-query centroids, ME-BERT first-m, pooled. "
+        "Multi-vector retrieval: ColBERT MaxSim, pseudo-query centroids, ME-BERT first-m, pooled; BM25; "
+        "hybrid (a dense mode fused with BM25: weighted by λ or reciprocal rank fusion). "
         "When the service was started with a token, every request needs `Authorization: Bearer <token>`."
     ),
 )
@@ -75,6 +81,11 @@ class Knobs(BaseModel):
     nprobe: Optional[StrictInt] = Field(None, description="FAISS cells visited")
     leaves_to_search: Optional[StrictInt] = Field(None, description="ScaNN leaves visited")
     reorder_k: Optional[StrictInt] = Field(None, description="ScaNN candidates re-ranked in float")
+    dense: Optional[StrictStr] = Field(None, description="hybrid: the dense mode fused with BM25")
+    fusion: Optional[StrictStr] = Field(None, description="hybrid: weighted (λ) or rrf")
+    lam: Optional[float] = Field(None, ge=0, le=1, description="hybrid: λ, the dense side's weight in [0, 1]")
+    rrf_k: Optional[StrictInt] = Field(None, description="hybrid: reciprocal rank fusion offset")
+    n_best: Optional[StrictInt] = Field(None, description="hybrid: passages each side contributes")
 
     def knobs(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump(include=set(Knobs.model_fields)).items() if v is not None}
@@ -83,7 +94,7 @@ class Knobs(BaseModel):
 class SearchRequest(Knobs):
     query: StrictStr = Field(description=f"query text, 1..{MAX_QUERY_CHARS} characters")
     k: StrictInt = Field(10, description=f"documents to return, 1..{MAX_K}")
-    mode: StrictStr = Field("maxsim", description=f"one of {', '.join(MODES)}")
+    mode: StrictStr = Field("maxsim", description=f"one of {', '.join(SEARCH_MODES)}")
 
     @model_validator(mode="after")
     def _valid(self) -> "SearchRequest":  # noqa: F821 - the class being defined
@@ -158,6 +169,8 @@ class SearchService:
         self.partitions = [serve.get_deployment_handle(f"Partition{s.index}", index_app) for s in layout.shards]
         self.catalog = Catalog(layout.index_url)
         self.counts = self.catalog.totals()
+        bm25 = BM25Config.model_validate(layout.bm25_config) if layout.bm25_config else None
+        self.analyzer = Analyzer(bm25.stopwords, bm25.stemmer) if bm25 else None
         app.state.token_sha256 = token_sha256
         app.state.max_body_bytes = config.max_body_bytes
         self.started = time.time()
@@ -182,23 +195,32 @@ class SearchService:
         if served is None:
             raise HTTPException(422, f"mode {mode!r} is not served here (served: {', '.join(self.layout.modes)})")
         try:
-            fs = first_stage(self.config.search.for_mode(mode), knobs)
+            fs, hybrid = request_settings(self.config.search, mode, knobs)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
+        if hybrid is not None:
+            served = self.layout.modes.get(hybrid.dense)
+            if served is None or not all(served.kind in self.layout.shards[i].sparse for i in served.shards):
+                raise HTTPException(422, f"hybrid's dense mode {hybrid.dense!r} is not served with a BM25 side here")
         t0 = time.perf_counter()
-        try:
-            encoded = await asyncio.wait_for(self.encoder.encode.remote(query), self.config.encode_timeout_s)
-        except Exception as e:
-            raise HTTPException(503, f"the query encoder did not answer: {type(e).__name__}") from None
+        if mode == "bm25":
+            encoded, terms = None, self.analyzer([query])[0]
+        else:
+            try:
+                encoded = await asyncio.wait_for(self.encoder.encode.remote(query), self.config.encode_timeout_s)
+            except Exception as e:
+                raise HTTPException(503, f"the query encoder did not answer: {type(e).__name__}") from None
+            terms = self.analyzer([query])[0] if hybrid is not None else None
         t1 = time.perf_counter()
         handles = [self.partitions[i] for i in served.shards]
         alive = list(range(len(handles)))
         timeout = self.config.partition_timeout_s
-        if served.path == "exact":
+        dense_mode = hybrid.dense if hybrid is not None else mode
+        if served.path in ("exact", "bm25"):
             rows: list = [None] * len(handles)
         else:
-            qv = first_stage_vectors(mode, encoded)
-            rounds = CandidateRounds(fs, k, served.passages, served.vectors)
+            qv = first_stage_vectors(dense_mode, encoded)
+            rounds = CandidateRounds(fs, hybrid.n_best if hybrid is not None else k, served.passages, served.vectors)
             while True:
                 got = await self._trip({i: handles[i].hits.remote(served.kind, qv, rounds.k_prime, fs.ann) for i in alive}, timeout)
                 alive = [i for i in alive if i in got]
@@ -206,18 +228,33 @@ class SearchService:
                 if rows is not None:
                     break
         t2 = time.perf_counter()
-        asked = {i: handles[i].rank.remote(mode, served.kind, encoded, rows[i], k) for i in alive if rows[i] is None or len(rows[i])}
+        if mode == "bm25":
+            asked = {i: handles[i].bm25_rank.remote(terms, k) for i in alive}
+        elif hybrid is not None:
+            asked = {i: handles[i].hybrid.remote(dense_mode, served.kind, encoded, terms, rows[i], hybrid.n_best) for i in alive}
+        else:
+            asked = {i: handles[i].rank.remote(mode, served.kind, encoded, rows[i], k) for i in alive if rows[i] is None or len(rows[i])}
         got = await self._trip(asked, timeout)
-        results: list[PartitionResult] = []
-        for i in alive:
-            if i not in asked:  # no candidates here: it answered (the first trip) with nothing to rank
-                results.append(PartitionResult(Ranked(), 0, 0.0))
-            elif i in got:
-                results.append(got[i])
-        if not results:
-            raise HTTPException(503, f"no partition answered within {timeout} s")
+        if hybrid is not None:
+            answered = [got[i] for i in alive if i in got]
+            if not answered:
+                raise HTTPException(503, f"no partition answered within {timeout} s")
+            ranked, n = fuse(answered, hybrid, k)
+            results = [PartitionResult(ranked, n, 0.0)]
+            n_answered = len(answered)
+        else:
+            results = []
+            for i in alive:
+                if i not in asked:  # no candidates here: it answered (the first trip) with nothing to rank
+                    results.append(PartitionResult(Ranked(), 0, 0.0))
+                elif i in got:
+                    results.append(got[i])
+            if not results:
+                raise HTTPException(503, f"no partition answered within {timeout} s")
+            n_answered = len(results)
         timings = {"encode": (t1 - t0) * 1e3, "candidates": (t2 - t1) * 1e3, "rescore": (time.perf_counter() - t2) * 1e3}
         result = merge_partition_results(query, mode, served.path, k, results, len(handles), timings)
+        result.partitions_answered = n_answered
         return response_body(result, self.catalog)
 
     @app.post("/search", response_model=SearchResponse)

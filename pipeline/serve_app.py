@@ -32,7 +32,7 @@ from pipeline.config import ServeConfig
 from pipeline.ray_runtime import init_ray
 from pipeline.serve_api import SearchService, token_digest
 from pipeline.serve_deployments import PartitionServer, QueryEncoderServer
-from pipeline.serve_layout import ServingLayout, plan_layout
+from pipeline.serve_layout import ServingLayout, default_modes, plan_layout
 from storage.manifest import Manifest, load_manifest
 
 
@@ -196,7 +196,8 @@ def deploy(index_url: str, config: ServeConfig, token: Optional[str] = None, log
     t0 = time.perf_counter()
     start_serve(config, address)
     manifest = load_manifest(index_url)
-    layout = plan_layout(index_url, manifest, config.modes, config.search.exact)
+    modes = config.modes or default_modes(manifest)
+    layout = plan_layout(index_url, manifest, modes, config.search.exact, config.search.hybrid.dense)
     plan = plan_resources(config, len(layout.shards))
     enc_name, idx_name = app_names(config, manifest, layout, plan)
     targets = []

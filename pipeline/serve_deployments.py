@@ -14,12 +14,14 @@ from ray import serve
 
 from operators.ann import set_build_threads
 from operators.compress import l2_normalize
+from operators.fusion import ScoredPassages, side_by_side
 from operators.packed import Packed
 from operators.partition import Hits, Partition, PartitionResult
 from operators.query import EncodedQuery
 from operators.scoring import MODE_VECTORS, QueryVectors, first_stage_vectors
 from pipeline.search import load_query_encoder
 from pipeline.serve_layout import ShardSpec
+from storage.bm25_partitions import load_bm25_partition
 from storage.manifest import Manifest
 from storage.partitions import exact_partition, load_partition
 
@@ -54,8 +56,9 @@ class QueryEncoderServer:
 @serve.deployment(name="Partition", max_surge_percent=100, health_check_period_s=2)
 class PartitionServer:
     """One passage range of the index: for each served vector kind, its exact vectors, document
-    ids and ANN index (or every passage, for a mode served exactly). Answers the two trips of
-    a query (``operators/partition.py``): ``hits`` and ``rank``."""
+    ids and ANN index (or every passage, for a mode served exactly), and the BM25 partitions
+    over its passages. Answers the two trips of a query (``operators/partition.py``): ``hits``
+    and ``rank``, or ``hybrid`` in place of ``rank``; and ``bm25_rank``, BM25's one trip."""
 
     def __init__(self, index_url: str, shard: ShardSpec, manifest: Optional[Manifest], vectors_dtype: str, threads: Optional[int]) -> None:
         t0 = time.perf_counter()
@@ -71,6 +74,8 @@ class PartitionServer:
                 self.parts[kind] = exact_partition(index_url, manifest, kind, dtype)
             else:
                 self.parts[kind] = load_partition(index_url, kind, entry, dtype)
+        self.bm25 = {i: load_bm25_partition(index_url, e) for i, e in shard.bm25.items()}
+        self.bm25_own, self.sparse, self.first = shard.bm25_own, shard.sparse, shard.first
         self.load_s = time.perf_counter() - t0
         self._warm_up()
 
@@ -103,10 +108,27 @@ class PartitionServer:
         this partition's top-``k`` documents."""
         return self._part(kind).rank(mode, query, rows, k)
 
+    def bm25_rank(self, terms: list[str], k: int) -> PartitionResult:
+        """Mode bm25, one trip: this deployment's BM25 partition's top-``k`` documents."""
+        if self.bm25_own is None:
+            raise ValueError(f"partition {self.shard} answers no bm25 queries")
+        return self.bm25[self.bm25_own].rank(terms, k)
+
+    def hybrid(self, mode: str, kind: str, query: QueryVectors, terms: list[str], rows: Optional[np.ndarray], n_best: int) -> ScoredPassages:
+        """Mode hybrid, second trip: this slice's part of the union (``operators.fusion.
+        side_by_side``): its dense n-best among the candidate ``rows`` (None: every passage)
+        and its BM25 n-best, each with both exact scores."""
+        part = self._part(kind)
+        if kind not in self.sparse:
+            raise ValueError(f"partition {self.shard} holds no BM25 side for its {kind} vectors")
+        sparse = np.concatenate([self.bm25[i].scores(terms) for i in self.sparse[kind]])
+        return side_by_side(part, sparse, self.first[kind], mode, query, rows, n_best)
+
     def info(self) -> dict[str, Any]:
         return {
             "pid": os.getpid(),
             "shard": self.shard,
             "load_s": round(self.load_s, 3),
             "kinds": {k: {"passages": len(p), "vectors": p.n_vectors, "exact": p.exact} for k, p in self.parts.items()},
+            "bm25": {str(i): len(p) for i, p in self.bm25.items()},
         }

@@ -23,7 +23,7 @@ import os
 import posixpath
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -141,48 +141,70 @@ def write_partition(index_url: str, rel_dir: str, first_passage: int, passages: 
     )
     buf = io.BytesIO()
     pq.write_table(table, buf, compression={"passage": "zstd", "doc_id": "zstd", "passage_idx": "zstd", "vectors": "none"})
-    files = {PASSAGES_FILE: buf.getvalue()}
-    with tempfile.TemporaryDirectory(prefix="mvr-ann-") as tmp:
-        ann.save(tmp)
-        for name in sorted(os.listdir(tmp)):
-            with open(os.path.join(tmp, name), "rb") as f:
-                files[posixpath.join(INDEX_SUBDIR, name)] = f.read()
-    for name, data in files.items():
-        fs.write_bytes_atomic(fs.join(index_url, rel_dir, name), data)
+    files = {PASSAGES_FILE: buf.getvalue(), **saved_files(ann.save, INDEX_SUBDIR)}
     return {
         "path": rel_dir,
         "first_passage": int(first_passage),
         "passages": n,
         "vectors": int(ann.ntotal),
-        "files": {name: _file_entry(data) for name, data in files.items()},
+        "files": write_files(index_url, rel_dir, files),
         "params": ann.params,
     }
+
+
+def saved_files(save: Callable[[str], None], subdir: str) -> dict[str, bytes]:
+    """{``subdir``/name: bytes} of the files ``save(directory)`` writes (a library's own
+    save format, written to a local temporary directory first)."""
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="mvr-part-") as tmp:
+        save(tmp)
+        for name in sorted(os.listdir(tmp)):
+            with open(os.path.join(tmp, name), "rb") as f:
+                out[posixpath.join(subdir, name)] = f.read()
+    return out
+
+
+def write_files(index_url: str, rel_dir: str, files: dict[str, bytes]) -> dict[str, dict[str, Any]]:
+    """Write ``files`` under ``rel_dir`` of the index; their manifest entries (bytes, sha256)."""
+    for name, data in files.items():
+        fs.write_bytes_atomic(fs.join(index_url, rel_dir, name), data)
+    return {name: _file_entry(data) for name, data in files.items()}
+
+
+def local_copy(index_url: str, entry: dict[str, Any], subdir: str, load: Callable[[str], Any], verify: bool) -> Any:
+    """``load(directory)`` on the files of ``entry`` under ``subdir``: in place when the index
+    is local (and not verified), else from a temporary local copy (libraries read local files)."""
+    rel = entry["path"]
+    local = fs.local_path(fs.join(index_url, rel, subdir))
+    if local is not None and not verify:
+        return load(local)
+    with tempfile.TemporaryDirectory(prefix="mvr-part-") as tmp:
+        for name in (n for n in entry["files"] if n.startswith(subdir + "/")):
+            with open(os.path.join(tmp, name[len(subdir) + 1 :]), "wb") as f:
+                f.write(read_checked(index_url, rel, name, entry, verify))
+        return load(tmp)
 
 
 def load_partition(index_url: str, kind: str, entry: dict[str, Any], dtype=np.float32, verify: bool = False) -> Partition:
     """Open a built partition: its passages (exact vectors held as ``dtype``) and its ANN
     index. With ``verify`` every file's sha256 is checked against the manifest entry first."""
-    rel = entry["path"]
-    table = pq.read_table(io.BytesIO(_read_checked(index_url, rel, PASSAGES_FILE, entry, verify)))
+    table = read_partition_passages(index_url, entry, verify)
     col = table["vectors"]
     vectors = _as_dtype(arrow_to_matrix(col) if kind == "pooled" else arrow_to_packed(col), dtype)
-    if table.num_rows != entry["passages"]:
-        raise ValueError(f"{rel}/{PASSAGES_FILE} holds {table.num_rows} passages, the manifest says {entry['passages']}")
-    index_files = [n for n in entry["files"] if n.startswith(INDEX_SUBDIR + "/")]
-    local = fs.local_path(fs.join(index_url, rel, INDEX_SUBDIR))
-    if local is not None and not verify:
-        ann = load_index(local)
-    else:  # backends read local files: copy the index down first
-        with tempfile.TemporaryDirectory(prefix="mvr-ann-") as tmp:
-            for name in index_files:
-                target = os.path.join(tmp, name[len(INDEX_SUBDIR) + 1 :])
-                with open(target, "wb") as f:
-                    f.write(_read_checked(index_url, rel, name, entry, verify))
-            ann = load_index(tmp)
+    ann = local_copy(index_url, entry, INDEX_SUBDIR, load_index, verify)
     return Partition(kind, vectors, table["doc_id"].to_pylist(), table["passage_idx"].to_numpy(), ann)
 
 
-def _read_checked(index_url: str, rel: str, name: str, entry: dict[str, Any], verify: bool) -> bytes:
+def read_partition_passages(index_url: str, entry: dict[str, Any], verify: bool = False) -> pa.Table:
+    """A built partition's ``passages.parquet`` (row count checked against the manifest)."""
+    rel = entry["path"]
+    table = pq.read_table(io.BytesIO(read_checked(index_url, rel, PASSAGES_FILE, entry, verify)))
+    if table.num_rows != entry["passages"]:
+        raise ValueError(f"{rel}/{PASSAGES_FILE} holds {table.num_rows} passages, the manifest says {entry['passages']}")
+    return table
+
+
+def read_checked(index_url: str, rel: str, name: str, entry: dict[str, Any], verify: bool) -> bytes:
     data = fs.read_bytes(fs.join(index_url, rel, name))
     expected = entry["files"].get(name)
     if expected is None:
@@ -205,10 +227,11 @@ def _as_dtype(v: Packed | np.ndarray, dtype) -> Packed | np.ndarray:
     return Packed(v.vectors.astype(dtype, copy=False), v.offsets)
 
 
-def remove_stale_builds(index_url: str, kind: str, keep: Optional[str]) -> int:
-    """Delete build directories of ``kind`` other than ``keep`` (older or failed builds)."""
+def remove_stale_builds(index_url: str, kind: str, keep: Optional[str], root: str = ANN_DIR) -> int:
+    """Delete build directories under ``root``/``kind`` other than ``keep`` (older or failed
+    builds; ``kind`` "" for a root without kinds)."""
     removed = 0
-    for url in fs.list_dirs(fs.join(index_url, ANN_DIR, kind)):
+    for url in fs.list_dirs(fs.join(index_url, root, kind) if kind else fs.join(index_url, root)):
         if url.rstrip("/").rsplit("/", 1)[-1] != keep:
             fs.remove(url, recursive=True)
             removed += 1

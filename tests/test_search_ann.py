@@ -100,7 +100,7 @@ def runs(request, datasets):
     print(f"\n{name}: index and exact references ready")
     for backend, p in COLLECTION_BUILDS[name]:
         t0 = time.perf_counter()
-        build_ann(index_url, AnnBuildConfig(backend=backend, partitions=p, params=BUILD_PARAMS[backend]), log=lambda _: None)
+        build_ann(index_url, AnnBuildConfig(backend=backend, partitions=p, params=BUILD_PARAMS[backend], bm25=None), log=lambda _: None)
         print(f"\n{name} {backend} P={p}: built in {time.perf_counter() - t0:.1f} s")
         s = Searcher(index_url, encoder=encoder)
         print(f"{name} {backend} P={p}: searcher loaded at {time.perf_counter() - t0:.1f} s")

@@ -1,5 +1,6 @@
-"""The Ray Serve service on msmarco-sample with P = 2 ANN partitions (FAISS IVFPQ): every judged
-query over HTTP gives the in-process search core's top-10 for every mode; bad requests get
+"""The Ray Serve service on msmarco-sample with P = 2 ANN partitions (FAISS IVFPQ) and P = 2
+BM25 partitions: every judged query over HTTP gives the in-process search core's top-10 for
+every mode (the four dense ones, bm25 and hybrid); bad requests get
 4xx with a message; bearer-token auth; a killed partition replica gives degraded answers
 that are exactly the surviving partition's, then full answers after Serve restarts it; a
 rebuilt index is switched to while queries keep being answered."""
@@ -18,7 +19,7 @@ import pytest
 import requests
 
 from helpers import REFERENCE_NDCG10, ndcg10, read_jsonl, read_qrels
-from operators.scoring import MODES
+from operators.scoring import SEARCH_MODES
 from pipeline.ann_build import build_ann
 from pipeline.client import SearchClient, ServiceError
 from pipeline.config import AnnBuildConfig, ServeConfig
@@ -67,7 +68,7 @@ def served(msmarco_index, tmp_path_factory, datasets):
 
 @pytest.fixture(scope="module")
 def in_process(served):
-    return Searcher(served["index"])
+    return Searcher(served["index"], modes=SEARCH_MODES)
 
 
 def test_http_top10_equals_in_process_for_every_mode(served, in_process):
@@ -76,22 +77,25 @@ def test_http_top10_equals_in_process_for_every_mode(served, in_process):
     qrels = read_qrels(served["datasets"] / "msmarco-sample" / "qrels" / "test.tsv")
     stats = client.stats()
     assert stats["partitions"] == 2 and stats["passages"] == 5000 and stats["version"] == served["deployment"].version
-    assert all(m["path"] == "ann" and m["partitions"] == 2 for m in stats["modes"].values())
-    for mode in MODES:
+    assert set(stats["modes"]) == set(SEARCH_MODES)
+    assert all(m["path"] == ("bm25" if name == "bm25" else "ann") and m["partitions"] == 2 for name, m in stats["modes"].items())
+    # hybrid's reference: the better of its sides (maxsim; BM25 is 0.727 here)
+    reference = {**REFERENCE_NDCG10["msmarco-sample"], "hybrid": REFERENCE_NDCG10["msmarco-sample"]["maxsim"]}
+    for mode in SEARCH_MODES:
         if mode == "maxsim":  # one request a query, as a user would send them
             bodies = [client.search(q, 10, mode) for q in queries.values()]
         else:
             bodies = client.search_batch(list(queries.values()), 10, mode)
         local = in_process.search(list(queries.values()), 10, mode)
         for body, result in zip(bodies, local):
-            assert body["mode"] == mode and body["path"] == "ann"
+            assert body["mode"] == mode and body["path"] == ("bm25" if mode == "bm25" else "ann")
             assert not body["degraded"] and body["partitions_answered"] == body["partitions"] == 2
             assert set(body["timings_ms"]) >= {"encode", "candidates", "rescore", "total"}
             assert all(r["text"] for r in body["results"])
             same_top10(hits(body), result.hits())
         served_ndcg = ndcg10(dict(zip(queries, map(hits, bodies))), qrels)
-        print(f"\n{mode}: nDCG@10 over HTTP {served_ndcg:.4f} (exact reference {REFERENCE_NDCG10['msmarco-sample'][mode]})")
-        assert served_ndcg >= REFERENCE_NDCG10["msmarco-sample"][mode] - 0.01
+        print(f"\n{mode}: nDCG@10 over HTTP {served_ndcg:.4f} (exact reference {reference[mode]})")
+        assert served_ndcg >= reference[mode] - 0.01
 
 
 BAD_REQUESTS = [
@@ -107,6 +111,11 @@ BAD_REQUESTS = [
     ({"query": "q", "colour": "red"}, 422, "colour"),
     ({"k": 10}, 422, "query"),
     ({"query": 42}, 422, "string"),
+    ({"query": "q", "mode": "hybrid", "lam": 1.5}, 422, "less than or equal to 1"),
+    ({"query": "q", "mode": "hybrid", "lam": -1}, 422, "greater than or equal to 0"),
+    ({"query": "q", "mode": "hybrid", "fusion": "max"}, 422, "fusion"),
+    ({"query": "q", "mode": "hybrid", "dense": "bm25"}, 422, "dense"),
+    ({"query": "q", "mode": "bm25", "nprobe": 4}, 422, "bm25 takes no search knobs"),
 ]
 
 

@@ -5,22 +5,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from operators.scoring import MODES
 from pipeline.config import ServeConfig
-from pipeline.serve_layout import plan_layout
+from pipeline.serve_layout import default_modes, plan_layout
 from storage.manifest import Manifest
 
 
-def _manifest(ann: dict) -> Manifest:
-    return Manifest(config={}, model={}, input={}, counts={"passages": 30}, dim=4, shards=[], ann=ann)
+def _manifest(ann: dict, bm25: dict | None = None) -> Manifest:
+    return Manifest(config={}, model={}, input={}, counts={"passages": 30}, dim=4, shards=[], ann=ann, bm25=bm25 or {})
 
 
-def _part(i: int, passages: int, vectors: int) -> dict:
-    return {"path": f"ann/x/b/part-{i:05d}", "passages": passages, "vectors": vectors, "files": {}}
+def _part(i: int, passages: int, vectors: int, first: int = 0) -> dict:
+    return {"path": f"ann/x/b/part-{i:05d}", "first_passage": first, "passages": passages, "vectors": vectors, "files": {}}
+
+
+def _bm25(*sizes: int) -> dict:
+    firsts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return {"partitions": [{"path": f"bm25/b/part-{i:05d}", "first_passage": f, "passages": n, "files": {}} for i, (f, n) in enumerate(zip(firsts, sizes))], "config": {"stopwords": "en"}}
 
 
 def test_partition_i_holds_range_i_of_every_kind_and_exact_modes_sit_in_partition_0() -> None:
     m = _manifest({
-        "tokens": {"partitions": [_part(0, 15, 900), _part(1, 15, 950)]},
+        "tokens": {"partitions": [_part(0, 15, 900), _part(1, 15, 950, 15)]},
         "pooled": {"partitions": [_part(0, 30, 30)]},
     })
     layout = plan_layout("/idx", m, ["maxsim", "pooled", "softmax-centroid"])
@@ -33,8 +41,24 @@ def test_partition_i_holds_range_i_of_every_kind_and_exact_modes_sit_in_partitio
     assert (centroid.path, centroid.shards, centroid.passages) == ("exact", (0,), 30)
 
 
+def test_bm25_sits_by_number_and_hybrid_slices_hold_the_bm25_partitions_over_their_passages() -> None:
+    ann = {"tokens": {"partitions": [_part(0, 15, 900), _part(1, 15, 950, 15)]}, "pooled": {"partitions": [_part(0, 30, 30)]}}
+    layout = plan_layout("/idx", _manifest(ann, _bm25(15, 15)), ["bm25", "hybrid", "pooled"], hybrid_dense="maxsim")
+    assert set(layout.modes) == {"bm25", "hybrid", "pooled", "maxsim"}  # hybrid's dense mode is served too
+    assert layout.modes["bm25"].shards == (0, 1) and [s.bm25_own for s in layout.shards] == [0, 1]
+    assert layout.modes["hybrid"].kind == "tokens" and layout.modes["hybrid"].shards == (0, 1)
+    s0, s1 = layout.shards
+    assert s0.sparse == {"tokens": [0], "pooled": [0, 1]} and s1.sparse == {"tokens": [1]}  # pooled P = 1 spans both
+    assert sorted(s0.bm25) == [0, 1] and sorted(s1.bm25) == [1] and layout.bm25_config == {"stopwords": "en"}
+    with pytest.raises(ValueError, match="line up"):
+        plan_layout("/idx", _manifest(ann, _bm25(10, 10, 10)), ["hybrid"])
+    with pytest.raises(ValueError, match="no BM25 partitions"):
+        plan_layout("/idx", _manifest(ann), ["maxsim", "hybrid"])
+    assert default_modes(_manifest(ann)) == list(MODES) and default_modes(_manifest(ann, _bm25(30)))[-2:] == ["bm25", "hybrid"]
+
+
 def test_exact_ignores_ann_and_the_tag_follows_the_version() -> None:
-    m = _manifest({"tokens": {"partitions": [_part(0, 15, 900), _part(1, 15, 950)]}})
+    m = _manifest({"tokens": {"partitions": [_part(0, 15, 900), _part(1, 15, 950, 15)]}})
     exact = plan_layout("/idx", m, ["maxsim"], exact=True)
     assert len(exact.shards) == 1 and exact.modes["maxsim"].path == "exact"
     a = plan_layout("/idx", m, ["maxsim"])

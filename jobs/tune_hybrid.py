@@ -1,0 +1,67 @@
+"""``mvr tune-hybrid INDEX --dataset DIR`` / ``python -m jobs.tune_hybrid``: pick the hybrid's
+λ on some of a collection's judged queries and report it on the others (never on the queries
+it was tuned on), beside RRF and both sides alone; a table, JSON, and a λ curve (PNG)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.table import Table
+
+from jobs.common import console, error, output_console, print_config, write_outputs
+from pipeline.config import TuneHybridConfig
+from pipeline.hybrid_tuning import plot_grid, tune_hybrid
+
+
+def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    p = p or argparse.ArgumentParser(prog="python -m jobs.tune_hybrid", description=__doc__)
+    p.add_argument("index", help="index directory (path or fsspec URL) with BM25 partitions")
+    p.add_argument("--dataset", help="BEIR dataset directory (queries.jsonl, qrels/SPLIT.tsv)")
+    p.add_argument("--config", help="YAML file with a TuneHybridConfig")
+    p.add_argument("--split", help="qrels split (default test); its judged queries are split into folds")
+    p.add_argument("--dense", help="dense mode fused with BM25 (default maxsim)")
+    p.add_argument("--folds", type=int, help="query folds (default 2: tune on one half, report on the other, both ways)")
+    p.add_argument("--grid", help="comma-separated λ values to try (default 0, 0.05, ..., 1)")
+    p.add_argument("--exact", action="store_true", help="dense side by brute force even where ANN partitions exist")
+    p.add_argument("--json", dest="json_out", help="write the results as JSON here (path or URL)")
+    p.add_argument("--plot", help="write the λ curve (PNG) here (default: next to --json)")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides: dict = {"dataset": args.dataset, "split": args.split, "dense": args.dense, "folds": args.folds}
+    if args.grid:
+        overrides["grid"] = [float(v) for v in args.grid.split(",") if v.strip()]
+    if args.exact:
+        overrides["search.exact"] = True
+    try:
+        config = TuneHybridConfig.from_yaml(args.config, **overrides)
+        if not config.dataset:
+            raise ValueError("--dataset is required (a BEIR directory)")
+    except ValueError as exc:
+        return error(exc)
+    print_config("mvr tune-hybrid: configuration", config)
+    try:
+        result = tune_hybrid(args.index, config, log=console.print)
+    except (FileNotFoundError, ValueError) as exc:
+        return error(exc)
+    lams = ", ".join(str(f.lam) for f in result.folds)
+    table = Table(title=f"{result.collection}: {result.queries} judged queries, each reported with λ tuned on the other fold(s) (λ per fold: {lams})")
+    columns = ["method", "nDCG@10", "RR@10", "R@100"] + [f"{config.metric} fold {i + 1}" for i in range(len(result.folds))]
+    for c in columns:
+        table.add_column(c, justify="left" if c == "method" else "right")
+    for name, f in result.reported.items():
+        folds = [f"{x[config.metric]:.4f}" for x in result.per_fold[name]]
+        table.add_row(name, f"{f['nDCG@10']:.4f}", f"{f['RR@10']:.4f}", f"{f['R@100']:.4f}", *folds)
+    output_console().print(table)
+    write_outputs(args.json_out, lambda: result.to_json(config), args.plot, lambda _: plot_grid(result, config))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""``mvr build-bm25`` (and the BM25 half of ``mvr build-ann``): BM25 partitions over the same
+passage ranges as the ANN partitions, two rounds of Ray tasks. Round one: each task reads
+its passages' text and counts its term statistics. The driver sums them into the
+collection's statistics. Round two: each task builds its partition with the collection's
+statistics (so the scores do not depend on P, ``operators/bm25.py``) and writes it through
+storage/. The manifest is committed once every task has finished."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+import uuid
+from dataclasses import asdict
+from typing import Any, Callable
+
+import ray
+from tqdm import tqdm
+
+from operators.bm25 import Analyzer, BM25Partition, TermStats
+from pipeline.config import BM25BuildConfig, BM25Config
+from pipeline.ray_runtime import init_ray
+from storage.bm25_partitions import BM25_DIR, build_dir, read_passage_texts, write_bm25_partition
+from storage.manifest import Manifest, commit_manifest, load_manifest
+from storage.partitions import PartitionPlan, ShardSlice, plan_partitions, remove_stale_builds
+
+
+def _plan(plan: dict) -> PartitionPlan:
+    return PartitionPlan(plan["number"], plan["first_passage"], plan["passages"], [ShardSlice(**s) for s in plan["slices"]])
+
+
+def partition_stats(index_url: str, plan: dict, config: dict) -> TermStats:
+    """Round one (a Ray task body): the term statistics of one partition's passages."""
+    cfg = BM25Config.model_validate(config)
+    _, _, texts = read_passage_texts(index_url, _plan(plan).slices)
+    return TermStats.of(Analyzer(cfg.stopwords, cfg.stemmer)(texts))
+
+
+def build_partition(index_url: str, plan: dict, rel_dir: str, config: dict, stats: TermStats) -> dict[str, Any]:
+    """Round two (a Ray task body): build and write one partition with the collection's
+    ``stats``; its manifest entry plus ``build_seconds``."""
+    t0 = time.perf_counter()
+    cfg = BM25Config.model_validate(config)
+    p = _plan(plan)
+    doc_ids, pidx, texts = read_passage_texts(index_url, p.slices)
+    part = BM25Partition.build(Analyzer(cfg.stopwords, cfg.stemmer)(texts), doc_ids, pidx, stats, **cfg.params())
+    entry = write_bm25_partition(index_url, rel_dir, p.first_passage, part)
+    entry["build_seconds"] = round(time.perf_counter() - t0, 2)
+    return entry
+
+
+def build_bm25(index_url: str, config: BM25BuildConfig, log: Callable[[str], None] = print) -> Manifest:
+    """Build ``config.partitions`` BM25 partitions and record them as the manifest's ``bm25``
+    entry, replacing an earlier build. Returns the committed manifest."""
+    manifest = load_manifest(index_url)
+    plans = [asdict(p) for p in plan_partitions(manifest, config.partitions)]
+    init_ray()
+    bm25 = config.bm25.model_dump(mode="json")
+    build_id = f"p{config.partitions}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    log(f"building {len(plans)} BM25 partition(s) (stopwords={config.bm25.stopwords}, stemmer={config.bm25.stemmer}, {config.bm25.method})")
+    count = ray.remote(num_cpus=config.cpus_per_task, max_retries=3)(partition_stats)
+    build = ray.remote(num_cpus=config.cpus_per_task, max_retries=3)(build_partition)
+    stats = sum(_gather([count.remote(index_url, p, bm25) for p in plans], "bm25 stats"), TermStats())
+    stats_ref = ray.put(stats)
+    refs = [build.remote(index_url, p, f"{build_dir(build_id)}/part-{p['number']:05d}", bm25, stats_ref) for p in plans]
+    entries = _gather(refs, "bm25 build")
+    manifest = load_manifest(index_url)  # re-read: commit on top of the latest version
+    manifest.bm25 = {
+        "build": build_id,
+        "path": build_dir(build_id),
+        "partitions": entries,
+        "passages": sum(e["passages"] for e in entries),
+        "collection": {"passages": stats.n_docs, "terms": len(stats.df), "mean_length": round(stats.mean_length, 4)},
+        "shards": shards_digest(manifest),
+        "config": bm25,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    commit_manifest(index_url, manifest)
+    remove_stale_builds(index_url, "", keep=build_id, root=BM25_DIR)
+    return manifest
+
+
+def shards_digest(manifest: Manifest) -> str:
+    """sha256 over the shards' checksums: which passages a BM25 build was made from."""
+    return hashlib.sha256("".join(sh.sha256 for sh in manifest.shards).encode()).hexdigest()
+
+
+def partitions_for(manifest: Manifest) -> int:
+    """The BM25 partition count that lines up with every ANN build of the manifest: the least
+    common multiple of their partition counts (range boundaries p·N // P are kept when P is
+    multiplied), so any dense mode can be fused with BM25 partition by partition."""
+    return math.lcm(*(len(e["partitions"]) for e in manifest.ann.values())) if manifest.ann else 1
+
+
+def is_current(manifest: Manifest, partitions: int, config: BM25Config) -> bool:
+    """True when the manifest's BM25 build has ``partitions`` partitions over the current
+    shards with ``config``'s settings (nothing to rebuild)."""
+    b = manifest.bm25
+    return bool(b) and len(b["partitions"]) == partitions and b.get("shards") == shards_digest(manifest) and b["config"] == config.model_dump(mode="json")
+
+
+def _gather(refs: list, desc: str) -> list:
+    """Results of ``refs`` in order, with a progress bar (raises when a task failed for good)."""
+    out: dict = {}
+    pending = list(refs)
+    with tqdm(total=len(refs), desc=desc, unit="partition") as bar:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            out[done[0]] = ray.get(done[0])
+            bar.update(1)
+    return [out[r] for r in refs]

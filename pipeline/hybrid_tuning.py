@@ -1,0 +1,137 @@
+"""``mvr tune-hybrid``: pick the hybrid's λ on some of a collection's judged queries and report
+it on the others, never on the queries it was tuned on.
+
+The judged queries are split by a seeded shuffle into ``folds`` folds. For each fold, λ is
+picked on the other folds (the grid value with the best metric; the smallest of ties) and the
+fold is scored with it: every query is reported with a λ tuned without it, and all queries
+are reported (with 2 folds: tune on one half, report on the other, then the other way round).
+Each query's hybrid union (both sides' n-best, rescored exactly on both sides) is computed
+once; every λ only re-fuses it. Beside the tuned hybrid: RRF (nothing to tune) and both sides
+alone, run as their own modes, over the same queries."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+from tqdm import tqdm
+
+from operators.fusion import HybridParams, ScoredPassages, fuse
+from pipeline.config import TuneHybridConfig
+from pipeline.evaluation import quality
+from pipeline.search import SearchResult, Searcher, request_settings
+from storage.beir import TestCollection, read_collection
+
+
+@dataclass
+class Fold:
+    """One fold: its queries, the λ tuned on the other folds and that grid's scores there."""
+
+    queries: list[str]
+    lam: float
+    grid: list[dict[str, float]]
+
+
+@dataclass
+class TuneResult:
+    """``folds``: each fold's λ; ``reported``: {method: figures over every judged query}, the
+    hybrid's with each fold's own λ; ``per_fold``: {method: [figures on each fold]}."""
+
+    collection: str
+    queries: int
+    folds: list[Fold] = field(default_factory=list)
+    reported: dict[str, dict[str, float]] = field(default_factory=dict)
+    per_fold: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+
+    def to_json(self, config: TuneHybridConfig) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "config": config.model_dump(mode="json", by_alias=True)}
+
+
+def split_folds(query_ids: list[str], folds: int, seed: int) -> list[list[str]]:
+    """``folds`` near-equal folds of ``query_ids`` by a seeded shuffle (each sorted)."""
+    if len(query_ids) < folds:
+        raise ValueError(f"{len(query_ids)} judged queries cannot be split into {folds} folds")
+    order = np.random.default_rng(seed).permutation(len(query_ids))
+    return [sorted(query_ids[i] for i in part) for part in np.array_split(order, folds)]
+
+
+def subset(collection: TestCollection, ids: list[str]) -> TestCollection:
+    """The collection restricted to the queries ``ids`` (their judgments only)."""
+    keep = set(ids)
+    return TestCollection(collection.name, {q: t for q, t in collection.queries.items() if q in keep}, [j for j in collection.qrels if j.query_id in keep])
+
+
+def fused_run(unions: dict[str, list[ScoredPassages]], params: HybridParams, k: int) -> dict[str, SearchResult]:
+    """{query: result} of fusing each query's union with ``params``."""
+    out = {}
+    for q, parts in unions.items():
+        ranked, n = fuse(parts, params, k)
+        out[q] = SearchResult(q, "hybrid", ranked, "", n, len(parts), len(parts))
+    return out
+
+
+def tune_hybrid(index_url: str, config: TuneHybridConfig, log: Callable[[str], None] = print, searcher: Optional[Searcher] = None) -> TuneResult:
+    """Run the tuning ``config`` describes (see the module docstring)."""
+    collection = read_collection(config.dataset, config.split)
+    judged = list(collection.judged_queries)
+    folds = split_folds(judged, config.folds, config.seed)
+    search = config.search.model_copy(update={"hybrid": config.search.hybrid.model_copy(update={"dense": config.dense})})
+    searcher = searcher or Searcher(index_url, [config.dense, "bm25", "hybrid"], search)
+    fs, base = request_settings(search, "hybrid", {"dense": config.dense})
+    unions: dict[str, list[ScoredPassages]] = {}
+    dense: dict[str, SearchResult] = {}
+    for q in tqdm(judged, desc="hybrid unions and dense runs", unit="query"):
+        encoded = searcher.encode([collection.queries[q]])[0]
+        unions[q], _ = searcher.hybrid_passages(encoded, base, fs)
+        dense[q] = searcher.search_encoded(encoded, config.k, config.dense)
+    bm25 = {q: searcher.search([collection.queries[q]], config.k, "bm25")[0] for q in judged}
+    weighted = {lam: fused_run(unions, dataclasses.replace(base, fusion="weighted", lam=float(lam)), config.k) for lam in config.grid}
+    rrf = fused_run(unions, dataclasses.replace(base, fusion="rrf"), config.k)
+    result = TuneResult(collection.name, len(judged))
+    hybrid: dict[str, SearchResult] = {}
+    runs = {"hybrid": hybrid, "hybrid-rrf": rrf, config.dense: dense, "bm25": bm25}
+    for i, fold in enumerate(folds):
+        tune_ids = [q for j, f in enumerate(folds) if j != i for q in f]
+        tune_set = subset(collection, tune_ids)
+        grid = [{"lam": float(lam), config.metric: quality({q: run[q] for q in tune_ids}, tune_set)[config.metric]} for lam, run in weighted.items()]
+        best = max(grid, key=lambda g: g[config.metric])  # max keeps the first (smallest λ) of ties
+        result.folds.append(Fold(fold, best["lam"], grid))
+        hybrid.update({q: weighted[best["lam"]][q] for q in fold})
+        log(f"fold {i + 1}/{len(folds)}: λ = {best['lam']} ({config.metric} {best[config.metric]:.4f} on the other {len(tune_ids)} queries)")
+    for name, run in runs.items():
+        result.reported[name] = quality(run, collection)
+        result.per_fold[name] = [quality({q: run[q] for q in fold}, subset(collection, fold)) for fold in folds]
+    return result
+
+
+def plot_grid(result: TuneResult, config: TuneHybridConfig) -> bytes:
+    """PNG: the metric against λ on each fold's tuning queries (the picked λ marked), with
+    the held-out figures of both sides alone and of RRF as horizontal lines."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, fold in enumerate(result.folds):
+        x = [g["lam"] for g in fold.grid]
+        y = [g[config.metric] for g in fold.grid]
+        ax.plot(x, y, "o-", color=f"C{i}", markersize=3, label=f"tuning on all but fold {i + 1} (λ = {fold.lam})")
+        ax.axvline(fold.lam, color=f"C{i}", linestyle=":", linewidth=0.8)
+    styles = {"hybrid": "-", "hybrid-rrf": "-.", config.dense: "--", "bm25": ":"}
+    for name, style in styles.items():
+        ax.axhline(result.reported[name][config.metric], color="k", linestyle=style, linewidth=0.9, label=f"reported: {name} {result.reported[name][config.metric]:.4f}")
+    ax.set_xlabel("λ (dense weight; 0 = BM25 only, 1 = dense only)")
+    ax.set_ylabel(config.metric)
+    ax.set_title(f"{result.collection}: hybrid {config.dense} + BM25, λ tuned by fold", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    return buf.getvalue()

@@ -1,0 +1,93 @@
+"""The sparse side's operators on real text (msmarco-sample passages): partitioned BM25 with
+collection statistics scores exactly like one bm25s index over every passage; fusion keeps
+the global n-best of each side whatever the partitioning; bad settings are refused."""
+
+from __future__ import annotations
+
+import bm25s
+import numpy as np
+import pytest
+import Stemmer
+
+from helpers import read_jsonl
+from operators.bm25 import Analyzer, BM25Partition, TermStats
+from operators.fusion import HybridParams, ScoredPassages, fuse, union_of_best
+from operators.partition import Partition
+from operators.query import EncodedQuery
+
+N = 800
+QUERIES = ["what is the definition of a bank", "how long does it take to boil an egg", "causes of high blood pressure"]
+
+
+@pytest.fixture(scope="module")
+def passages(datasets):
+    corpus = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")[:N]
+    return [c["_id"] for c in corpus], [(c.get("title") or "") + " " + c["text"] for c in corpus]
+
+
+def partitions(terms: list, ids: list, bounds: list[int]) -> list[BM25Partition]:
+    stats = sum((TermStats.of(terms[a:b]) for a, b in zip(bounds, bounds[1:])), TermStats())
+    return [BM25Partition.build(terms[a:b], ids[a:b], np.zeros(b - a, np.int32), stats) for a, b in zip(bounds, bounds[1:])]
+
+
+def test_partitioned_bm25_equals_one_bm25s_index(passages, tmp_path):
+    ids, texts = passages
+    stemmer = Stemmer.Stemmer("english")
+    reference = bm25s.BM25()
+    reference.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    analyzer = Analyzer()
+    parts = partitions(analyzer(texts), ids, [0, 250, 251, 600, N])
+    parts[2].save(str(tmp_path))  # and through bm25s's own save / load
+    parts[2] = BM25Partition.load(str(tmp_path), parts[2].doc_ids, parts[2].passage_idx)
+    for q in QUERIES:
+        expected = reference.get_scores(bm25s.tokenize([q], stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False)[0])
+        got = np.concatenate([p.scores(analyzer([q])[0]) for p in parts])
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        assert (expected > 0).sum() > 0
+        top = np.argsort(-expected, kind="stable")[:10]
+        merged = sorted((d for p in parts for d in zip(p.rank(analyzer([q])[0], 10).ranked.doc_ids, p.rank(analyzer([q])[0], 10).ranked.scores)), key=lambda x: -x[1])[:10]
+        np.testing.assert_allclose([s for _, s in merged], expected[top], rtol=1e-5)
+    assert analyzer(["the and of"]) == [[]] and not parts[0].rank([], 10).ranked.doc_ids
+
+
+def test_bad_bm25_and_hybrid_settings_are_refused():
+    with pytest.raises(ValueError, match="stemmer"):
+        Analyzer(stemmer="klingon")
+    for bad in ({"lam": 1.5}, {"lam": -0.1}, {"fusion": "max"}, {"dense": "bm25"}, {"n_best": 0}):
+        with pytest.raises(ValueError):
+            HybridParams(**bad)
+    with pytest.raises(ValueError, match="partitioned"):
+        BM25Partition.build([["a"]], ["d"], np.zeros(1, np.int32), TermStats.of([["a"]]), method="bm25+")
+
+
+def test_fusion_is_independent_of_partitioning(passages):
+    """Dense pooled vectors and BM25 over the same passages, fused from 1 and from 3
+    partitions: the same union and the same ranking, for weighted and RRF fusion."""
+    ids, texts = passages
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((N, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    analyzer = Analyzer()
+    terms = analyzer(texts)
+    query = EncodedQuery("q", vectors[:1], vectors[7])
+    q_terms = analyzer([QUERIES[0]])[0]
+
+    def union(bounds):
+        from operators.fusion import side_by_side
+
+        bm = partitions(terms, ids, bounds)
+        out = []
+        for (a, b), p in zip(zip(bounds, bounds[1:]), bm):
+            dense = Partition("pooled", vectors[a:b], ids[a:b], np.zeros(b - a, np.int32))
+            out.append(side_by_side(dense, p.scores(q_terms), a, "pooled", query, None, 20))
+        return out
+
+    one, three = union([0, N]), union([0, 300, 301, N])
+    for params in (HybridParams("pooled", "weighted", 0.6, n_best=20), HybridParams("pooled", "rrf", n_best=20)):
+        r1, n1 = fuse(one, params, 10)
+        r3, n3 = fuse(three, params, 10)
+        assert n1 == n3 and r1.doc_ids == r3.doc_ids
+        np.testing.assert_allclose(r1.scores, r3.scores, rtol=1e-6)
+    u = union_of_best(three, 20)
+    assert set(u.passages.passages[u.dense_best]) == set(np.argsort(-(vectors @ vectors[7]))[:20])
+    assert isinstance(ScoredPassages.concat([]), ScoredPassages)
