@@ -12,6 +12,8 @@ COMMANDS = {
     "build-bm25": ("jobs.build_bm25", "build BM25 partitions (bm25s) over an index; build-ann also does"),
     "eval": ("jobs.evaluate", "evaluate search on a BEIR collection (ir-measures, latency, overlap with exact)"),
     "tune-hybrid": ("jobs.tune_hybrid", "pick the hybrid fusion weight on one half of a collection's queries, report on the other"),
+    "verify": ("jobs.verify", "check every file the manifest lists against its size and sha256; exit 1 naming any bad file"),
+    "plan": ("jobs.plan", "capacity plan: storage, RAM a partition, partitions for a RAM budget, encode hours (arithmetic, reads nothing)"),
     "stats": ("jobs.stats", "print an index's counts and rejects"),
     "search": ("jobs.search", "answer one query (in-process, or --url of a running service) and print the results"),
     "serve": ("jobs.serve", "start the Ray Serve search service over an index (HTTP + handles)"),

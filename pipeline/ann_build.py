@@ -21,17 +21,24 @@ from operators.ann import make_index, set_build_threads
 from operators.packed import Packed
 from pipeline.bm25_build import build_bm25, is_current, partitions_for
 from pipeline.config import AnnBuildConfig, BM25BuildConfig
-from pipeline.ray_runtime import init_ray
+from pipeline.ray_runtime import init_ray, task_result
 from storage.manifest import Manifest, commit_manifest, load_manifest
+from storage.verify import ExpectedFile, require_intact, shard_files
 from storage.partitions import PartitionPlan, ShardSlice, build_dir, plan_partitions, read_passages, remove_stale_builds, write_partition
 
 ADD_BATCH = 65_536  # vectors added to an index at a time
 
 
-def build_partition(index_url: str, kind: str, plan: dict, rel_dir: str, backend: str, params: dict[str, Any], threads: int) -> dict[str, Any]:
+def build_partition(
+    index_url: str, kind: str, plan: dict, rel_dir: str, backend: str, params: dict[str, Any], threads: int, shards: list[dict]
+) -> dict[str, Any]:
     """Build one partition (a Ray task body; plain function). ``plan`` is a PartitionPlan as a
-    dict. Returns the partition's manifest entry plus ``build_seconds``."""
+    dict; ``shards`` the manifest's size and sha256 of the shards it reads (``ExpectedFile``
+    as dicts): a corrupted or truncated one fails the build (``IntegrityError``, not retried)
+    before anything is built from it. Returns the partition's manifest entry plus
+    ``build_seconds``."""
     t0 = time.perf_counter()
+    require_intact(index_url, [ExpectedFile(**f) for f in shards])
     set_build_threads(threads)
     p = PartitionPlan(plan["number"], plan["first_passage"], plan["passages"], [ShardSlice(**s) for s in plan["slices"]])
     passages = read_passages(index_url, p.slices, kind)
@@ -73,14 +80,15 @@ def build_ann(index_url: str, config: AnnBuildConfig, log: Callable[[str], None]
     refs = {}
     for kind, p in tasks:  # token partitions first: the largest builds
         rel = f"{build_dir(kind, build_id)}/part-{p.number:05d}"
-        refs[remote.remote(index_url, kind, asdict(p), rel, config.backend, config.params, threads)] = (kind, p.number)
+        shards = [asdict(f) for f in shard_files(manifest, [sl.path for sl in p.slices])]
+        refs[remote.remote(index_url, kind, asdict(p), rel, config.backend, config.params, threads, shards)] = (kind, p.number)
     entries: dict[str, list[Optional[dict]]] = {kind: [None] * len(plans) for kind in config.vectors}
     pending = list(refs)
     with tqdm(total=len(pending), desc="build-ann", unit="partition") as bar:
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             kind, number = refs[done[0]]
-            entries[kind][number] = ray.get(done[0])  # raises when a task failed after its retries
+            entries[kind][number] = task_result(done[0])  # raises when a task failed after its retries
             bar.update(1)
     manifest = load_manifest(index_url)  # re-read: commit on top of the latest version
     built = {}

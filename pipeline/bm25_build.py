@@ -19,18 +19,21 @@ from tqdm import tqdm
 
 from operators.bm25 import Analyzer, BM25Partition, TermStats
 from pipeline.config import BM25BuildConfig, BM25Config
-from pipeline.ray_runtime import init_ray
+from pipeline.ray_runtime import init_ray, task_result
 from storage.bm25_partitions import BM25_DIR, build_dir, read_passage_texts, write_bm25_partition
 from storage.manifest import Manifest, commit_manifest, load_manifest
 from storage.partitions import PartitionPlan, ShardSlice, plan_partitions, remove_stale_builds
+from storage.verify import ExpectedFile, require_intact, shard_files
 
 
 def _plan(plan: dict) -> PartitionPlan:
     return PartitionPlan(plan["number"], plan["first_passage"], plan["passages"], [ShardSlice(**s) for s in plan["slices"]])
 
 
-def partition_stats(index_url: str, plan: dict, config: dict) -> TermStats:
-    """Round one (a Ray task body): the term statistics of one partition's passages."""
+def partition_stats(index_url: str, plan: dict, config: dict, shards: list[dict]) -> TermStats:
+    """Round one (a Ray task body): the term statistics of one partition's passages, after
+    checking its ``shards`` (``ExpectedFile`` dicts) against the manifest's sizes and sha256."""
+    require_intact(index_url, [ExpectedFile(**f) for f in shards])
     cfg = BM25Config.model_validate(config)
     _, _, texts = read_passage_texts(index_url, _plan(plan).slices)
     return TermStats.of(Analyzer(cfg.stopwords, cfg.stemmer)(texts))
@@ -60,7 +63,8 @@ def build_bm25(index_url: str, config: BM25BuildConfig, log: Callable[[str], Non
     log(f"building {len(plans)} BM25 partition(s) (stopwords={config.bm25.stopwords}, stemmer={config.bm25.stemmer}, {config.bm25.method})")
     count = ray.remote(num_cpus=config.cpus_per_task, max_retries=3)(partition_stats)
     build = ray.remote(num_cpus=config.cpus_per_task, max_retries=3)(build_partition)
-    stats = sum(_gather([count.remote(index_url, p, bm25) for p in plans], "bm25 stats"), TermStats())
+    shards = [[asdict(f) for f in shard_files(manifest, [sl["path"] for sl in p["slices"]])] for p in plans]
+    stats = sum(_gather([count.remote(index_url, p, bm25, s) for p, s in zip(plans, shards)], "bm25 stats"), TermStats())
     stats_ref = ray.put(stats)
     refs = [build.remote(index_url, p, f"{build_dir(build_id)}/part-{p['number']:05d}", bm25, stats_ref) for p in plans]
     entries = _gather(refs, "bm25 build")
@@ -106,6 +110,6 @@ def _gather(refs: list, desc: str) -> list:
     with tqdm(total=len(refs), desc=desc, unit="partition") as bar:
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
-            out[done[0]] = ray.get(done[0])
+            out[done[0]] = task_result(done[0])
             bar.update(1)
     return [out[r] for r in refs]

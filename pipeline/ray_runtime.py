@@ -50,3 +50,14 @@ def plan_encode(runtime: RuntimeConfig) -> EncodePlan:
     actors = runtime.encode_actors or max(1, int(cpus // max(per_actor + 1, 2)))
     threads = runtime.torch_threads or int(node_cpus)
     return EncodePlan(actors, per_actor, 0, threads, 0.25)
+
+
+def task_result(ref: "ray.ObjectRef"):
+    """``ray.get(ref)``, with an application ``ValueError`` raised by the task (bad input, a
+    corrupted file) re-raised as itself, so the job reports its message, not a traceback."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as e:
+        if isinstance(e.cause, ValueError):
+            raise e.cause from None
+        raise

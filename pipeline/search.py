@@ -275,7 +275,9 @@ class Searcher:
             ranked, n = fuse(parts, hybrid, k)
             timings["rescore"] += (time.perf_counter() - t0) * 1e3
             fused = [PartitionResult(ranked, n, 0.0)]
-            return merge_partition_results(query.text, mode, self.paths[hybrid.dense], k, fused, len(parts), {"encode": encode_ms, **timings})
+            result = merge_partition_results(query.text, mode, self.paths[hybrid.dense], k, fused, len(parts), {"encode": encode_ms, **timings})
+            result.partitions_answered = len(parts)  # every partition's part is in the one fused list
+            return result
         parts = self.partitions[mode]
         results, timings = search_partitions(parts, mode, query, k, fs)
         return merge_partition_results(query.text, mode, self.paths[mode], k, results, len(parts), {"encode": encode_ms, **timings})

@@ -92,6 +92,8 @@ class PartitionServer:
             query = EncodedQuery("warm up", tokens, tokens[0])
             rows = None if part.exact else np.unique(part.hits(first_stage_vectors(mode, query), 8).rows)
             part.rank(mode, query, rows, 10)
+        for bm25 in self.bm25.values():
+            bm25.rank(list(bm25.index.vocab_dict)[:2], 10)
 
     def _part(self, kind: str) -> Partition:
         part = self.parts.get(kind)

@@ -11,3 +11,5 @@ def test_cluster_config_is_valid():
     validate_config(cfg)
     types = cfg["available_node_types"]
     assert types["gpu_encode"]["resources"]["GPU"] >= 1 and "GPU" not in types[cfg["head_node_type"]]["resources"]
+    assert {"cpu_build", "cpu_serve"} <= set(types) and all("GPU" not in types[t]["resources"] for t in ("cpu_build", "cpu_serve"))
+    assert any("--object-spilling-directory" in c for c in cfg["head_start_ray_commands"] + cfg["worker_start_ray_commands"])

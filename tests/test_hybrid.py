@@ -99,4 +99,5 @@ def test_hybrid_without_bm25_and_bad_lambda_are_refused(with_bm25, tmp_path):
     (fused,) = searcher.search(["what is the definition of a bank"], 10, "hybrid", lam=1.0)
     (dense,) = searcher.search(["what is the definition of a bank"], 10, "pooled")
     assert fused.ranked.doc_ids == dense.ranked.doc_ids  # λ = 1: the dense side's ranking
+    assert fused.partitions_answered == fused.partitions and fused.candidates >= 10
     shutil.rmtree(bare)

@@ -1,0 +1,494 @@
+"""Capacity plan of an mvr index: storage bytes, RAM of a served partition, the number of
+partitions for a RAM budget, and encode hours. Pure arithmetic on the formats of this
+codebase and on figures measured on it (``MEASURED``, each with its source); no I/O.
+
+Formats the arithmetic follows:
+
+- shards (``storage/schema.py``, schema v1): every vector is ``fixed_size_binary(2·dim)``,
+  dim float16 values (``CODECS``: float16 is the only stored codec), vector columns
+  uncompressed, other columns zstd; one shard per ≤ 1,024 passages of an input block;
+- an ANN partition (``storage/partitions.py``) holds ``passages.parquet`` (the kind's exact
+  float16 vectors again, so a built kind is stored twice) and its index: FAISS IVFPQ
+  (``operators/ivfpq.py``: per vector an m·nbits/8-byte code and an 8-byte id; coarse
+  centroids nlist·dim·4; PQ centroids 2^nbits·dim·4) or ScaNN (``operators/scann_index.py``:
+  per vector the float32 vector kept for the exact reorder, one byte per dims_per_block
+  dimensions of AH codes on disk — half that in RAM, lut16 packs two a byte — and a 4-byte
+  leaf token; leaf centres), both flat float32 below 4,096 vectors;
+- a served partition (``operators/partition.py``) holds per kind the exact vectors as
+  float32 or float16 (``SearchConfig.vectors_dtype``), an int64 vector→passage map, the doc
+  ids as Python strings, and the ANN index; plus the BM25 partition over the same passages.
+
+Sizes are bytes (floats: averages × counts); GB/TB in the output are decimal (1e9, 1e12)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+from operators.ann import BRUTE_FORCE_BELOW, nearest_power_of_two, training_sample_size
+
+CODECS = {"float16": 2}  # stored bytes a vector value; schema v1 writes float16 only
+SERVE_DTYPES = {"float32": 4, "float16": 2}  # in-memory precision of a partition's exact vectors
+VECTOR_KINDS = ("tokens", "centroids", "first-m", "pooled")
+ANN_BACKENDS = ("faiss-ivfpq", "scann", "none")
+ROWS_PER_SHARD = 1024  # RuntimeConfig.write_rows_per_shard default
+FAISS_MAX_M, FAISS_SUBVECTOR_DIMS, FAISS_MIN_POINTS = 96, 8, 39  # operators/ivfpq.py
+SCANN_MIN_PARTITION, SCANN_AH_CENTERS = 50, 16  # operators/scann_index.py
+PY_STR_BYTES, PY_POINTER = 49, 8  # CPython: an ASCII str object is 49 + len bytes; a list slot 8
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A figure measured on this codebase: ``value`` in ``unit``, and how it was obtained."""
+
+    value: float
+    unit: str
+    source: str
+
+
+_IDX = "an msmarco-sample index built with the reference config (IndexConfig(), 5,000 passages, dim 384; 2026-11-23)"
+MEASURED: dict[str, Measured] = {
+    "tokens_per_passage": Measured(80.63, "token vectors / passage", f"403,138 token vectors / 5,000 passages, manifest counts of {_IDX}"),
+    "tokens_per_passage_colbert": Measured(
+        71.86, "token vectors / passage",
+        "PassageTokenizer with configs/colbert.yaml (180-token windows, [D] marker, punctuation vectors dropped) on msmarco-sample: 5,035 passages",
+    ),
+    "text_bytes_per_passage": Measured(358.1, "UTF-8 bytes / passage", "mean passage text of msmarco-sample (reference config)"),
+    "text_stored_ratio": Measured(0.397, "stored / raw text bytes", f"zstd text column 710,775 B for 1,790,466 B of text, {_IDX}"),
+    "doc_id_chars": Measured(6.86, "characters / doc id", "mean msmarco-sample _id length"),
+    "vector_overhead_bytes": Measured(
+        0.87, "bytes / stored vector", f"Parquet levels and page headers: tokens column 309,960,341 B for 403,138 vectors of 768 B, {_IDX}"
+    ),
+    "passage_meta_bytes": Measured(15.6, "bytes / passage", f"doc_id, passage_idx, block_id, row_index, seq, title, char spans, n_tokens columns (zstd): 77,851 B / 5,000 passages, {_IDX}"),
+    "shard_footer_bytes": Measured(10_153, "bytes / shard", f"file bytes not in any column chunk: 60,916 B over 6 shards, {_IDX}"),
+    "catalog_bytes_per_passage": Measured(421.9, "bytes / passage", f"catalog.duckdb 2,109,440 B / 5,000 passages, {_IDX}"),
+    "manifest_bytes_per_passage": Measured(
+        28.4, "bytes / passage", f"manifest.json 142,171 B / 5,000 passages (shards' seq_ranges: ~0.8 ranges a passage, indent=1), {_IDX}"
+    ),
+    "partition_passage_bytes": Measured(
+        8.3, "bytes / passage", "passage, doc_id, passage_idx columns of ann/pooled/*/passages.parquet: (45,599 - 5,965) B / (5,000 - 200) passages (msmarco-sample, FAISS P=1 builds)"
+    ),
+    "partition_file_footer_bytes": Measured(4_313, "bytes / passages.parquet", "the same two builds: 5,965 B - 200 × 8.3 B"),
+    "bm25_postings_per_passage": Measured(29.67, "postings / passage", "bm25s CSC: 148,350 nonzeros / 5,000 passages (English stopwords, Snowball), msmarco-sample"),
+    "bm25_terms_at_5000": Measured(12_338, "terms", "bm25s vocabulary of msmarco-sample's 5,000 passages"),
+    "bm25_vocab_file_bytes_per_term": Measured(14.2, "bytes / term", "vocab.index.json 174,882 B / 12,338 terms"),
+    "bm25_passages_file_bytes": Measured(8.6, "bytes / passage", "bm25/*/passages.parquet 42,955 B / 5,000 passages"),
+    "process_bytes": Measured(
+        234e6, "bytes / partition replica",
+        "RSS of a Ray actor after importing faiss, scann, bm25s and storage.partitions and loading one 5,000-passage pooled partition "
+        "(242 MB) minus that partition's 8.6 MB of structures; Serve's replica wrapper not included",
+    ),
+    "load_transient_float32": Measured(
+        2.3, "× float16 bytes of the largest kind",
+        "peak RSS (ru_maxrss) of a Ray actor loading msmarco-sample's four FAISS P=1 partitions and BM25 as float32, minus its steady size: "
+        "1,696 - 995 MB = 2.26 × the 310 MB of float16 token vectors (ScaNN build: 2.0 ×); the file bytes, the decoded Arrow table and "
+        "its combined chunks coexist while a kind loads",
+    ),
+    "load_transient_float16": Measured(3.1, "× float16 bytes of the largest kind", "as above with float16: 1,582 - 635 MB = 3.05 × (ScaNN build: 1.2 ×)"),
+    "cpu_passages_per_s": Measured(
+        46.9, "passages / s on 2 vCPUs",
+        "'mvr index' row of `python benchmarks/encode_throughput.py -n 5000 --rounds 1` (docs/benchmarks.md, 2026-11-22): all 5,000 msmarco-sample "
+        "passages, packaged all-MiniLM-L6-v2, 2-vCPU Xeon @ 2.50 GHz VM, no GPU, whole job (scan, tokenize, encode, compress, write, catalog, commit)",
+    ),
+}
+GPU_NOT_MEASURED = "GPU encode throughput: not measured for mvr (the reference machine has no GPU); pass --gpu-passages-per-s for GPU-hours"
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The collection and its vectors: ``passages`` (after splitting), mean stored token
+    vectors a passage, vector ``dim`` (after any projection), stored ``codec``, first-m and
+    centroid counts (CompressConfig), raw text bytes and doc-id characters a passage."""
+
+    passages: int
+    tokens_per_passage: float = MEASURED["tokens_per_passage"].value
+    dim: int = 384
+    codec: str = "float16"
+    first_m: int = 8
+    centroids: int = 4
+    text_bytes_per_passage: float = MEASURED["text_bytes_per_passage"].value
+    doc_id_chars: float = MEASURED["doc_id_chars"].value
+
+    def __post_init__(self) -> None:
+        if self.codec not in CODECS:
+            raise ValueError(f"codec {self.codec!r} is not one the index stores; schema v1 supports: {', '.join(CODECS)}")
+        for name in ("passages", "dim", "first_m", "centroids"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        for name in ("tokens_per_passage", "text_bytes_per_passage", "doc_id_chars"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.tokens_per_passage < 1:
+            raise ValueError(f"tokens_per_passage must be at least 1, got {self.tokens_per_passage}")
+
+    @property
+    def bytes_per_vector(self) -> int:
+        """Stored bytes of one vector's values (2·dim for float16)."""
+        return CODECS[self.codec] * self.dim
+
+    def vectors_per_passage(self, kind: str) -> float:
+        """Mean vectors a passage of ``kind`` (first-m and centroids: min(m, tokens); the mean
+        of the min is taken as the min of the mean, exact when no passage is shorter than m)."""
+        t = self.tokens_per_passage
+        per = {"tokens": t, "first-m": min(self.first_m, t), "centroids": min(self.centroids, t), "pooled": 1.0}
+        if kind not in per:
+            raise ValueError(f"unknown vector kind {kind!r}; choose from {', '.join(VECTOR_KINDS)}")
+        return per[kind]
+
+
+@dataclass(frozen=True)
+class AnnSettings:
+    """Which kinds get ANN partitions and how they are coded (None: the backend's default)."""
+
+    backend: str = "faiss-ivfpq"
+    kinds: tuple[str, ...] = VECTOR_KINDS
+    pq_m: Optional[int] = None  # FAISS sub-quantizers (code bytes at 8 bits)
+    nbits: Optional[int] = None  # FAISS bits a sub-quantizer code
+    dims_per_block: int = 2  # ScaNN AH
+
+    def __post_init__(self) -> None:
+        if self.backend not in ANN_BACKENDS:
+            raise ValueError(f"unknown ANN backend {self.backend!r}; choose from {', '.join(ANN_BACKENDS)}")
+        bad = [k for k in self.kinds if k not in VECTOR_KINDS]
+        if bad or not self.kinds:
+            raise ValueError(f"vector kinds must be among {', '.join(VECTOR_KINDS)}, got {list(self.kinds)}")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """How partitions are served: exact-vector precision, BM25 beside the dense kinds, and
+    either a fixed number of ``partitions`` or a RAM budget a partition replica (decimal GB)
+    the number is derived from. ``size_by``: "peak" (the replica's high-water mark while it
+    loads: steady + the transient copies of its largest kind) or "steady" (after loading)."""
+
+    dtype: str = "float32"
+    bm25: bool = True
+    partitions: Optional[int] = None
+    ram_per_partition_gb: Optional[float] = None
+    size_by: str = "peak"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in SERVE_DTYPES:
+            raise ValueError(f"serve dtype must be one of {', '.join(SERVE_DTYPES)}, got {self.dtype!r}")
+        if self.size_by not in ("peak", "steady"):
+            raise ValueError(f"size_by must be 'peak' or 'steady', got {self.size_by!r}")
+        if self.partitions is not None and (isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or self.partitions < 1):
+            raise ValueError(f"partitions must be a positive integer, got {self.partitions!r}")
+        if self.ram_per_partition_gb is not None and not self.ram_per_partition_gb > 0:
+            raise ValueError(f"RAM per partition must be > 0 GB, got {self.ram_per_partition_gb!r}")
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Encode rates in passages/s: CPU for one reference node (2 vCPUs), GPU for one GPU
+    (None: not measured, no GPU-hours computed)."""
+
+    cpu_passages_per_s: float = MEASURED["cpu_passages_per_s"].value
+    gpu_passages_per_s: Optional[float] = None
+    cpu_vcpus: int = 2  # vCPUs of the node the CPU rate was measured on
+
+    def __post_init__(self) -> None:
+        if not self.cpu_passages_per_s > 0:
+            raise ValueError(f"CPU throughput must be > 0 passages/s, got {self.cpu_passages_per_s!r}")
+        if self.gpu_passages_per_s is not None and not self.gpu_passages_per_s > 0:
+            raise ValueError(f"GPU throughput must be > 0 passages/s, got {self.gpu_passages_per_s!r}")
+
+
+# ----------------------------------------------------------------------------- ANN sizes
+
+
+def faiss_default_m(dim: int) -> int:
+    """operators.ivfpq.default_m: the divisor m ≤ 96 of dim with dim/m closest to 8 (log scale)."""
+    divisors = [m for m in range(1, min(dim, FAISS_MAX_M) + 1) if dim % m == 0]
+    return min(divisors, key=lambda m: (abs(math.log2(dim / m / FAISS_SUBVECTOR_DIMS)), -m))
+
+
+def faiss_default_nlist(n_vectors: float) -> int:
+    """operators.ivfpq.default_nlist: 4·√n to the nearest power of two, at most n/39."""
+    cap = 1 << max(0, int(math.floor(math.log2(max(n_vectors / FAISS_MIN_POINTS, 1.0)))))
+    return max(1, min(nearest_power_of_two(4 * math.sqrt(max(n_vectors, 1))), cap))
+
+
+def faiss_default_nbits(sample_size: float) -> int:
+    """operators.ivfpq.default_nbits: 8, fewer when the sample has < 39 points a code."""
+    return int(min(8, max(1, math.floor(math.log2(max(sample_size, 1) / FAISS_MIN_POINTS)))))
+
+
+def scann_default_num_leaves(n_vectors: float) -> int:
+    """operators.scann_index.default_num_leaves: round(√n), at least 1, at most n/50."""
+    n = int(n_vectors)
+    return int(max(1, min(round(math.sqrt(max(n, 1))), n // SCANN_MIN_PARTITION)))
+
+
+@dataclass(frozen=True)
+class AnnIndexSize:
+    """One ANN index over ``vectors`` (dim)-dimensional vectors: its build parameters, its
+    bytes on disk and in RAM, and the bytes a vector costs (codes + ids, or float32 copies)."""
+
+    backend: str
+    vectors: float
+    params: dict[str, Any]
+    file_bytes: float
+    ram_bytes: float
+    bytes_per_vector_file: float
+    bytes_per_vector_ram: float
+
+
+def ann_index_size(backend: str, dim: int, n_vectors: float, pq_m: Optional[int] = None, nbits: Optional[int] = None, dims_per_block: int = 2) -> AnnIndexSize:
+    """Bytes of one partition's index over ``n_vectors`` vectors with this codebase's defaults
+    (``operators/ivfpq.py``, ``operators/scann_index.py``) unless ``pq_m`` / ``nbits`` /
+    ``dims_per_block`` are given. Fixed parts (quantizers) included."""
+    n = float(n_vectors)
+    if n < BRUTE_FORCE_BELOW:  # both backends: flat float32, exact
+        per = 4.0 * dim
+        return AnnIndexSize(backend, n, {"brute_force": True}, n * per, n * per, per, per)
+    if backend == "faiss-ivfpq":
+        nlist = faiss_default_nlist(n)
+        sample = training_sample_size(int(n), nlist)
+        m = pq_m or faiss_default_m(dim)
+        if dim % m:
+            raise ValueError(f"FAISS m={m} must divide dim={dim}")
+        bits = nbits or faiss_default_nbits(sample)
+        code = math.ceil(m * bits / 8)  # faiss ProductQuantizer code_size
+        per = code + 8.0  # code + int64 id in the inverted lists
+        fixed = nlist * dim * 4 + (1 << bits) * dim * 4  # coarse centroids + PQ centroids (M × ksub × dsub)
+        # on disk: + a list size (8 B) a list and a ~180 B header (msmarco-sample builds: ±0.01 %)
+        params = {"nlist": nlist, "m": m, "nbits": bits, "code_bytes": code, "training_sample_size": sample}
+        return AnnIndexSize(backend, n, params, n * per + fixed + nlist * 8 + 180, n * per + fixed, per, per)
+    if backend == "scann":
+        leaves = scann_default_num_leaves(n)
+        blocks = math.ceil(dim / dims_per_block)
+        codebook = SCANN_AH_CENTERS * dim * 4 + 100 * blocks
+        per_file = 4.0 * dim + blocks + 4  # dataset.npy (float32, reorder) + hashed_dataset.npy + datapoint_to_token.npy
+        per_ram = 4.0 * dim + math.ceil(blocks / 2) + 8  # lut16 packs two 4-bit codes a byte; leaf token + datapoint index
+        leaves_bytes = leaves * (8 * dim + 20)  # serialized_partitioner.pb (measured ≈ 2 × leaves × dim × 4)
+        params = {"num_leaves": leaves, "dims_per_block": dims_per_block, "ah_blocks": blocks}
+        return AnnIndexSize(backend, n, params, n * per_file + leaves_bytes + codebook + 1200, n * per_ram + leaves * dim * 8 + codebook, per_file, per_ram)
+    raise ValueError(f"no ANN index for backend {backend!r}")
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class Line:
+    """One row of a plan table: ``item``, its ``bytes`` and how they were computed."""
+
+    item: str
+    bytes: float
+    how: str
+
+
+@dataclass
+class CapacityPlan:
+    """Storage of the whole index, per-kind ANN sizes, RAM of one partition replica, the
+    partition count, and encode hours."""
+
+    workload: Workload
+    ann: AnnSettings
+    serve: ServeSettings
+    throughput: Throughput
+    partitions: int
+    passages_per_partition: int
+    storage: list[Line]
+    ann_indexes: dict[str, AnnIndexSize]  # kind → one partition's index
+    ram: list[Line]  # one partition replica
+    ram_steady_bytes: float
+    ram_peak_bytes: float
+    cpu_node_hours: float
+    cpu_vcpu_hours: float
+    gpu_hours: Optional[float]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def storage_bytes(self) -> float:
+        return sum(line.bytes for line in self.storage)
+
+    @property
+    def ram_total_bytes(self) -> float:
+        """RAM of all partition replicas together (the sizing figure × partitions)."""
+        return self.partitions * (self.ram_peak_bytes if self.serve.size_by == "peak" else self.ram_steady_bytes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "inputs": {"workload": asdict(self.workload), "ann": asdict(self.ann), "serve": asdict(self.serve), "throughput": asdict(self.throughput)},
+            "storage": {"total_bytes": self.storage_bytes, "lines": [asdict(x) for x in self.storage]},
+            "ann_indexes_per_partition": {k: asdict(v) for k, v in self.ann_indexes.items()},
+            "partitions": self.partitions,
+            "passages_per_partition": self.passages_per_partition,
+            "ram_per_partition": {"steady_bytes": self.ram_steady_bytes, "peak_bytes": self.ram_peak_bytes, "lines": [asdict(x) for x in self.ram]},
+            "ram_all_partitions_bytes": self.ram_total_bytes,
+            "encode": {"cpu_node_hours": self.cpu_node_hours, "cpu_vcpu_hours": self.cpu_vcpu_hours, "gpu_hours": self.gpu_hours},
+            "measured": {k: asdict(v) for k, v in MEASURED.items()},
+            "notes": self.notes,
+        }
+
+
+def shard_storage(w: Workload) -> list[Line]:
+    """Bytes of the shards (``shards/*.parquet``), the catalog and the manifest of an index
+    of ``w`` (schema v1: every vector kind is always written)."""
+    ov = MEASURED["vector_overhead_bytes"].value
+    b = w.bytes_per_vector + ov
+    n = w.passages
+    lines = []
+    for kind, column in (("tokens", "token vectors"), ("first-m", f"first-{w.first_m} vectors"), ("centroids", f"{w.centroids} centroids"), ("pooled", "pooled vector")):
+        vpp = w.vectors_per_passage(kind)
+        lines.append(Line(f"shards: {column}", n * vpp * b, f"{vpp:g} a passage × ({CODECS[w.codec]}·{w.dim} + {ov}) B a vector"))
+    ratio = MEASURED["text_stored_ratio"].value
+    lines.append(Line("shards: text (zstd)", n * w.text_bytes_per_passage * ratio, f"{w.text_bytes_per_passage:g} B/passage × {ratio}"))
+    meta = MEASURED["passage_meta_bytes"].value
+    footer = MEASURED["shard_footer_bytes"].value
+    shards = math.ceil(n / ROWS_PER_SHARD)
+    lines.append(Line("shards: ids, offsets, footers", n * meta + shards * footer, f"{meta:g} B/passage + {footer:,.0f} B × {shards:,} shards (≥ 1 a {ROWS_PER_SHARD} passages)"))
+    cat = MEASURED["catalog_bytes_per_passage"].value
+    lines.append(Line("catalog.duckdb", n * cat, f"{cat:g} B/passage (measured)"))
+    man = MEASURED["manifest_bytes_per_passage"].value
+    lines.append(Line("manifest.json", n * man, f"{man:g} B/passage (measured: shard seq_ranges grow with passages)"))
+    return lines
+
+
+def bm25_partition(passages: float) -> tuple[float, float, float]:
+    """(file bytes, RAM bytes, terms) of one BM25 partition over ``passages`` passages: bm25s
+    CSC (float32 score + int32 row a posting), indptr, vocabulary; terms by Heaps' law with
+    exponent 0.5 through the one measured point (an assumption)."""
+    postings = passages * MEASURED["bm25_postings_per_passage"].value
+    terms = MEASURED["bm25_terms_at_5000"].value * math.sqrt(max(passages, 1) / 5000)
+    files = postings * 8 + (terms + 1) * 4 + terms * MEASURED["bm25_vocab_file_bytes_per_term"].value + passages * MEASURED["bm25_passages_file_bytes"].value
+    ram = postings * 8 + (terms + 1) * 4 + terms * 116  # Python dict term → id: ~116 B a term (CPython, measured)
+    return files, ram, terms
+
+
+def _doc_id_bytes(w: Workload) -> float:
+    """RAM a passage's doc id costs in a partition (a str object and its list slot)."""
+    return PY_STR_BYTES + w.doc_id_chars + PY_POINTER
+
+
+def partition_ram(w: Workload, ann: AnnSettings, serve: ServeSettings, passages: int) -> tuple[list[Line], float, float, dict[str, AnnIndexSize]]:
+    """RAM of one partition replica holding ``passages`` passages of every served kind (the
+    ANN kinds; every kind, exactly, when there is no ANN) and their BM25 partition.
+    Returns (lines, steady bytes, peak bytes while loading, the kinds' index sizes)."""
+    kinds = ann.kinds if ann.backend != "none" else VECTOR_KINDS
+    value = SERVE_DTYPES[serve.dtype]
+    lines: list[Line] = []
+    indexes: dict[str, AnnIndexSize] = {}
+    largest_f16 = 0.0
+    for kind in kinds:
+        n = passages * w.vectors_per_passage(kind)
+        lines.append(Line(f"{kind}: exact vectors ({serve.dtype})", n * w.dim * value, f"{n:,.0f} vectors × {value}·{w.dim} B"))
+        largest_f16 = max(largest_f16, n * w.bytes_per_vector)
+        if ann.backend != "none":
+            idx = ann_index_size(ann.backend, w.dim, n, ann.pq_m, ann.nbits, ann.dims_per_block)
+            indexes[kind] = idx
+            lines.append(Line(f"{kind}: {ann.backend} index", idx.ram_bytes, _index_how(idx)))
+        per_passage = _doc_id_bytes(w) + 4 + (8 if kind != "pooled" else 0)  # doc id, passage_idx, offsets
+        lines.append(Line(f"{kind}: vector→passage map, doc ids", n * 8 + passages * per_passage, f"8 B/vector + {per_passage:.0f} B/passage"))
+    if serve.bm25:
+        _, ram, terms = bm25_partition(passages)
+        lines.append(Line("bm25 partition", ram + passages * (_doc_id_bytes(w) + 4), f"{MEASURED['bm25_postings_per_passage'].value:g} postings/passage × 8 B, ~{terms:,.0f} terms"))
+    process = MEASURED["process_bytes"].value
+    lines.append(Line("replica process (Ray actor, libraries)", process, "measured"))
+    steady = sum(x.bytes for x in lines)
+    factor = MEASURED[f"load_transient_{serve.dtype}"].value
+    transient = factor * largest_f16
+    lines.append(Line("load peak: transient copies", transient, f"{factor} × float16 bytes of the largest kind (measured: file bytes, Arrow table, combined chunks)"))
+    return lines, steady, steady + transient, indexes
+
+
+def _index_how(idx: AnnIndexSize) -> str:
+    p = idx.params
+    if p.get("brute_force"):
+        return "flat float32 (< 4,096 vectors)"
+    if idx.backend == "faiss-ivfpq":
+        return f"nlist {p['nlist']}, m {p['m']} × {p['nbits']} bits: {idx.bytes_per_vector_ram:g} B/vector + quantizers"
+    return f"{p['num_leaves']} leaves, AH {p['ah_blocks']} blocks, float32 reorder copy: {idx.bytes_per_vector_ram:g} B/vector + leaves"
+
+
+def partitions_for_budget(ram_at: Callable[[int], float], budget_bytes: float, passages: int) -> int:
+    """Smallest P ≥ 1 whose partition (``ram_at(P)`` bytes, non-increasing in P) fits
+    ``budget_bytes``; ValueError when not even one passage a partition fits."""
+    if ram_at(passages) > budget_bytes:
+        raise ValueError(
+            f"a partition needs at least {ram_at(passages) / 1e9:.2f} GB even with one passage (process and fixed costs): "
+            f"the budget of {budget_bytes / 1e9:.2f} GB is too small"
+        )
+    lo, hi = 1, 1
+    while ram_at(hi) > budget_bytes:  # exponential search, then bisect
+        lo, hi = hi + 1, min(hi * 2, passages)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ram_at(mid) <= budget_bytes:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSettings = ServeSettings(), tp: Throughput = Throughput()) -> CapacityPlan:
+    """The capacity plan of ``w`` (module docstring for what is counted)."""
+    notes: list[str] = []
+    exact_only = ann.backend == "none"
+
+    def per_partition(p: int) -> tuple[list[Line], float, float, dict[str, AnnIndexSize]]:
+        return partition_ram(w, ann, serve, math.ceil(w.passages / p))
+
+    if exact_only:
+        partitions = 1
+        notes.append("no ANN: every mode is served exactly by one slice over all passages (deployment 0), so partitions do not divide the RAM")
+        if serve.partitions not in (None, 1):
+            notes.append(f"--partitions {serve.partitions} ignored without an ANN backend")
+    elif serve.partitions is not None:
+        partitions = serve.partitions
+    elif serve.ram_per_partition_gb is not None:
+        pick = 2 if serve.size_by == "peak" else 1
+        partitions = partitions_for_budget(lambda p: per_partition(p)[pick], serve.ram_per_partition_gb * 1e9, w.passages)
+    else:
+        partitions = 1
+    if partitions > w.passages:
+        raise ValueError(f"{partitions} partitions for {w.passages} passages: each partition needs at least one passage")
+    ram, steady, peak, indexes = per_partition(partitions)
+    if serve.ram_per_partition_gb is not None:
+        used = peak if serve.size_by == "peak" else steady
+        if used > serve.ram_per_partition_gb * 1e9:
+            notes.append(f"a partition needs {used / 1e9:.2f} GB, over the {serve.ram_per_partition_gb:g} GB budget")
+
+    storage = shard_storage(w)
+    if not exact_only:
+        ov = MEASURED["vector_overhead_bytes"].value
+        pp = MEASURED["partition_passage_bytes"].value
+        footer = MEASURED["partition_file_footer_bytes"].value
+        for kind in ann.kinds:
+            n = w.passages * w.vectors_per_passage(kind)
+            storage.append(Line(f"ann/{kind}: passages.parquet", n * (w.bytes_per_vector + ov) + w.passages * pp + partitions * footer, "the kind's exact float16 vectors again, + ids"))
+            # partitions of near-equal size: P × one partition's index (fixed parts counted P times)
+            idx = ann_index_size(ann.backend, w.dim, n / partitions, ann.pq_m, ann.nbits, ann.dims_per_block)
+            storage.append(Line(f"ann/{kind}: {ann.backend} index", idx.file_bytes * partitions, f"{partitions:,} × ({_index_how(idx)})"))
+    if serve.bm25:
+        files, _, terms = bm25_partition(w.passages / partitions)
+        storage.append(Line("bm25 partitions", files * partitions, f"{partitions:,} × bm25s CSC, ~{terms:,.0f} terms each (Heaps' law, assumed)"))
+
+    cpu_node_hours = w.passages / tp.cpu_passages_per_s / 3600
+    gpu_hours = None if tp.gpu_passages_per_s is None else w.passages / tp.gpu_passages_per_s / 3600
+    if tp.gpu_passages_per_s is None:
+        notes.append(GPU_NOT_MEASURED)
+    if tp.cpu_passages_per_s == MEASURED["cpu_passages_per_s"].value and (w.dim != 384 or abs(w.tokens_per_passage / MEASURED["tokens_per_passage"].value - 1) > 0.25):
+        notes.append(
+            "the CPU rate was measured with the packaged MiniLM (dim 384, 6 layers) on 80.6-token passages; "
+            "another model or passage length encodes at another rate (pass --cpu-passages-per-s)"
+        )
+    return CapacityPlan(
+        w, ann, serve, tp, partitions, math.ceil(w.passages / partitions), storage, indexes, ram, steady, peak,
+        cpu_node_hours, cpu_node_hours * tp.cpu_vcpus, gpu_hours, notes,
+    )
+
+
+def human_bytes(n: float) -> str:
+    """Decimal units: 1.23 GB, 4.5 TB."""
+    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,.0f} B"

@@ -1,0 +1,215 @@
+"""Integrity of a committed index: every file the manifest lists, against its recorded size
+and sha256.
+
+What the manifest records (``storage/manifest.py``):
+
+- ``shards[i]``: ``path``, ``bytes``, ``sha256`` (written by ``storage.shards.write_shard``);
+- ``ann[kind]["partitions"][j]["files"][name]`` = ``{bytes, sha256}``, ``name`` relative to
+  the partition's ``path`` (``storage.partitions.write_files``);
+- ``bm25["partitions"][j]["files"][name]`` likewise (``storage.bm25_partitions``);
+- ``rejects`` and ``catalog``: names only (no size or checksum), so only their presence is
+  checked.
+
+A file is ``ok``, ``missing``, ``truncated`` (shorter than listed), ``oversized`` (longer
+than listed) or ``corrupted`` (listed size, other sha256). Sizes are compared first, so
+only files of the right size are hashed; hashing streams 1 MiB chunks and runs ``workers``
+files at a time (hashlib releases the GIL, and object stores answer in parallel).
+
+``require_intact`` is the guard for jobs that read files (e.g. the ANN build before it
+reads its shards): it raises ``IntegrityError`` (a ValueError) naming every bad file."""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional, Sequence
+
+from storage import fs
+from storage.manifest import Manifest, load_manifest
+
+CHUNK = 1 << 20  # bytes hashed at a time
+STATUSES = ("ok", "missing", "truncated", "oversized", "corrupted")
+
+
+class IntegrityError(ValueError):
+    """Files of an index that are missing or do not match the manifest."""
+
+    def __init__(self, problems: Sequence[FileCheck]) -> None:
+        self.problems = list(problems)
+        names = "; ".join(f"{c.path}: {c.status} ({c.detail})" for c in self.problems)
+        super().__init__(f"{len(self.problems)} file(s) of the index do not match the manifest: {names}")
+
+    def __reduce__(self):  # pickled as its problems, so it crosses Ray task boundaries
+        return (type(self), (self.problems,))
+
+
+@dataclass(frozen=True)
+class ExpectedFile:
+    """A file the manifest lists: ``path`` relative to the index, what it is (``group``,
+    e.g. "shard", "ann tokens part 0", "bm25 part 1"), its size in bytes and sha256 (hex),
+    both None when the manifest records only the name."""
+
+    path: str
+    group: str
+    bytes: Optional[int]
+    sha256: Optional[str]
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """The outcome for one listed file: ``status`` in STATUSES, ``actual_bytes`` (None when
+    missing) and a human-readable ``detail``."""
+
+    path: str
+    group: str
+    status: str
+    expected_bytes: Optional[int]
+    actual_bytes: Optional[int]
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class VerifyReport:
+    """Every listed file's check, in manifest order (shards, ANN kinds, BM25, rejects, catalog)."""
+
+    index_url: str
+    manifest_version: int
+    checks: list[FileCheck]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def problems(self) -> list[FileCheck]:
+        return [c for c in self.checks if not c.ok]
+
+    def summary(self) -> list[tuple[str, int, Optional[int], int]]:
+        """Per kind of file ("shard", "ann tokens", "bm25", …): (what, files, listed bytes
+        (None when the manifest records no sizes for them), bad files)."""
+        out: dict[str, list] = {}
+        for c in self.checks:
+            row = out.setdefault(_summary_key(c.group), [0, None, 0])
+            row[0] += 1
+            if c.expected_bytes is not None:
+                row[1] = (row[1] or 0) + c.expected_bytes
+            row[2] += 0 if c.ok else 1
+        return [(k, n, listed, bad) for k, (n, listed, bad) in out.items()]
+
+
+def _summary_key(group: str) -> str:
+    if group.startswith("ann "):
+        return " ".join(group.split()[:2])  # "ann tokens part 3" → "ann tokens"
+    if group.startswith("bm25"):
+        return "bm25"
+    return group
+
+
+def expected_files(manifest: Manifest) -> list[ExpectedFile]:
+    """Every file ``manifest`` lists, with its recorded size and sha256 when it has them."""
+    out = shard_files(manifest)
+    for kind, entry in manifest.ann.items():
+        for j, part in enumerate(entry.get("partitions", [])):
+            out.extend(_partition_files(part, f"ann {kind} part {j}"))
+    for j, part in enumerate(manifest.bm25.get("partitions", []) if manifest.bm25 else []):
+        out.extend(_partition_files(part, f"bm25 part {j}"))
+    for name, group in ((manifest.rejects, "rejects"), (manifest.catalog, "catalog")):
+        if name:
+            out.append(ExpectedFile(name, group, None, None))
+    return out
+
+
+def shard_files(manifest: Manifest, paths: Optional[Iterable[str]] = None) -> list[ExpectedFile]:
+    """The manifest's shards (only those at ``paths``, relative to the index, when given) as
+    expected files; ValueError for a path the manifest does not list."""
+    shards = {s.path: s for s in manifest.shards}
+    wanted = list(shards) if paths is None else list(dict.fromkeys(paths))
+    unknown = [p for p in wanted if p not in shards]
+    if unknown:
+        raise ValueError(f"not shards of this index's manifest: {', '.join(unknown)}")
+    return [ExpectedFile(p, "shard", shards[p].bytes, shards[p].sha256) for p in wanted]
+
+
+def _partition_files(part: dict, group: str) -> list[ExpectedFile]:
+    rel = part["path"].rstrip("/")
+    return [ExpectedFile(f"{rel}/{name}", group, int(f["bytes"]), str(f["sha256"])) for name, f in sorted(part.get("files", {}).items())]
+
+
+def check_file(index_url: str, expected: ExpectedFile) -> FileCheck:
+    """Size, then (when the size matches) sha256 of one listed file."""
+    url = fs.join(index_url, expected.path)
+
+    def result(status: str, actual: Optional[int], detail: str) -> FileCheck:
+        return FileCheck(expected.path, expected.group, status, expected.bytes, actual, detail)
+
+    try:
+        info = fs.info(url)
+    except FileNotFoundError:
+        return result("missing", None, "listed in the manifest, not found")
+    if info.get("type", "file") != "file":
+        return result("missing", None, f"a {info.get('type')} where a file is listed")
+    size = int(info.get("size") or 0)
+    if expected.bytes is None:
+        return result("ok", size, "present (the manifest records no size or checksum)")
+    if size < expected.bytes:
+        return result("truncated", size, f"{size:,} bytes, the manifest lists {expected.bytes:,}")
+    if size > expected.bytes:
+        return result("oversized", size, f"{size:,} bytes, the manifest lists {expected.bytes:,}")
+    try:
+        digest = sha256_of(url)
+    except FileNotFoundError:  # removed while we looked
+        return result("missing", None, "disappeared while being checked")
+    if digest != expected.sha256:
+        return result("corrupted", size, f"sha256 {digest[:12]}…, the manifest lists {str(expected.sha256)[:12]}…")
+    return result("ok", size, "size and sha256 match")
+
+
+def sha256_of(url: str) -> str:
+    """Hex sha256 of a file at ``url``, streamed in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with fs.open_file(url) as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_files(
+    index_url: str, files: Sequence[ExpectedFile], workers: int = 4, progress: Optional[Callable[[FileCheck], None]] = None
+) -> list[FileCheck]:
+    """``check_file`` on each of ``files``, ``workers`` at a time; results in the given order.
+    ``progress`` is called with each result as it completes."""
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+
+    def one(e: ExpectedFile) -> FileCheck:
+        c = check_file(index_url, e)
+        if progress is not None:
+            progress(c)
+        return c
+
+    if workers == 1 or len(files) <= 1:
+        return [one(e) for e in files]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mvr-verify") as pool:
+        return list(pool.map(one, files))
+
+
+def verify_index(
+    index_url: str, workers: int = 4, progress: Optional[Callable[[FileCheck], None]] = None, manifest: Optional[Manifest] = None
+) -> VerifyReport:
+    """Check every file the committed manifest of ``index_url`` lists (FileNotFoundError
+    when there is no manifest)."""
+    manifest = manifest or load_manifest(index_url)
+    return VerifyReport(index_url, manifest.version, check_files(index_url, expected_files(manifest), workers, progress))
+
+
+def require_intact(index_url: str, files: Sequence[ExpectedFile], workers: int = 1) -> None:
+    """Raise ``IntegrityError`` naming every one of ``files`` that is missing, truncated,
+    oversized or corrupted; return quietly when all match the manifest."""
+    problems = [c for c in check_files(index_url, files, workers) if not c.ok]
+    if problems:
+        raise IntegrityError(problems)

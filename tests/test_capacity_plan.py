@@ -1,0 +1,218 @@
+"""The capacity plan (operators/capacity.py, jobs/plan.py): arithmetic in milliseconds, the
+ANN size model against indexes the backends really write, and the whole plan against the
+bytes of a real index of msmarco-sample (100 passages, tokens + pooled ANN, BM25)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from operators.capacity import (
+    MEASURED,
+    AnnSettings,
+    ServeSettings,
+    Throughput,
+    Workload,
+    ann_index_size,
+    bm25_partition,
+    faiss_default_m,
+    faiss_default_nbits,
+    faiss_default_nlist,
+    human_bytes,
+    make_plan,
+    partitions_for_budget,
+    scann_default_num_leaves,
+    shard_storage,
+)
+
+# ------------------------------------------------------------------ arithmetic (milliseconds)
+
+
+def test_default_rules_are_the_backends_own():
+    from operators import ivfpq, scann_index
+
+    for dim in (8, 64, 96, 128, 384, 768, 1024):
+        assert faiss_default_m(dim) == ivfpq.default_m(dim)
+    for n in (4096, 10_000, 16_028, 403_138, 10**6, 16_174_539, 10**9):
+        assert faiss_default_nlist(n) == ivfpq.default_nlist(n)
+        assert scann_default_num_leaves(n) == scann_index.default_num_leaves(n)
+        nlist = ivfpq.default_nlist(n)
+        assert ivfpq.default_params(384, n)["nbits"] == faiss_default_nbits(ann_index_size("faiss-ivfpq", 384, n).params["training_sample_size"])
+        assert ann_index_size("faiss-ivfpq", 384, n).params["nlist"] == nlist
+
+
+def test_shard_bytes_follow_the_schema():
+    w = Workload(passages=2048, tokens_per_passage=10, dim=8, first_m=8, centroids=4, text_bytes_per_passage=100)
+    lines = {x.item: x.bytes for x in shard_storage(w)}
+    per_vector = 2 * 8 + MEASURED["vector_overhead_bytes"].value  # float16 cells + Parquet levels
+    assert lines["shards: token vectors"] == pytest.approx(2048 * 10 * per_vector)
+    assert lines["shards: first-8 vectors"] == pytest.approx(2048 * 8 * per_vector)
+    assert lines["shards: 4 centroids"] == pytest.approx(2048 * 4 * per_vector)
+    assert lines["shards: pooled vector"] == pytest.approx(2048 * per_vector)
+    # 2 shards of ≤ 1,024 passages, each with a footer
+    assert lines["shards: ids, offsets, footers"] == pytest.approx(2048 * MEASURED["passage_meta_bytes"].value + 2 * MEASURED["shard_footer_bytes"].value)
+    short = Workload(passages=10, tokens_per_passage=3, dim=8)  # fewer tokens than m and k
+    assert short.vectors_per_passage("first-m") == 3 and short.vectors_per_passage("centroids") == 3
+
+
+def test_only_the_stored_codec_is_accepted():
+    with pytest.raises(ValueError, match="float16"):
+        Workload(passages=10, codec="int8")
+    for bad in ({"passages": 0}, {"passages": 10, "dim": 0}, {"passages": 10, "tokens_per_passage": 0.5}):
+        with pytest.raises(ValueError):
+            Workload(**bad)
+    with pytest.raises(ValueError, match="backend"):
+        AnnSettings("hnsw")
+    with pytest.raises(ValueError, match="kinds"):
+        AnnSettings(kinds=("words",))
+
+
+def test_faiss_code_sizes():
+    big = ann_index_size("faiss-ivfpq", 128, 10**7)
+    assert big.params["m"] == 16 and big.params["nbits"] == 8 and big.bytes_per_vector_ram == 16 + 8  # ColBERT's 16 bytes + id
+    assert ann_index_size("faiss-ivfpq", 384, 10**7).bytes_per_vector_ram == 48 + 8
+    assert ann_index_size("faiss-ivfpq", 384, 10**7, pq_m=96).bytes_per_vector_ram == 96 + 8
+    assert ann_index_size("faiss-ivfpq", 384, 10**7, nbits=4).params["code_bytes"] == 24
+    flat = ann_index_size("scann", 64, 4095)
+    assert flat.params == {"brute_force": True} and flat.ram_bytes == 4095 * 64 * 4
+    scann = ann_index_size("scann", 128, 10**7)
+    assert scann.bytes_per_vector_ram == 4 * 128 + 32 + 8  # float32 reorder copy + packed 4-bit codes of 64 blocks + ids
+
+
+def test_ram_partitions_and_hours():
+    w = Workload(passages=10**7, tokens_per_passage=80, dim=128)
+    one = make_plan(w, AnnSettings(), ServeSettings(partitions=1))
+    f16 = make_plan(w, AnnSettings(), ServeSettings("float16", partitions=1))
+    exact32 = {x.item: x.bytes for x in one.ram}["tokens: exact vectors (float32)"]
+    exact16 = {x.item: x.bytes for x in f16.ram}["tokens: exact vectors (float16)"]
+    assert exact32 == pytest.approx(10**7 * 80 * 128 * 4) and exact16 == pytest.approx(exact32 / 2)
+    assert one.ram_peak_bytes > one.ram_steady_bytes > exact32
+
+    budget = 8.0
+    plan = make_plan(w, AnnSettings(), ServeSettings(ram_per_partition_gb=budget))
+    assert plan.ram_peak_bytes <= budget * 1e9
+    fewer = make_plan(w, AnnSettings(), ServeSettings(partitions=plan.partitions - 1))
+    assert fewer.ram_peak_bytes > budget * 1e9  # the smallest P that fits
+    steady = make_plan(w, AnnSettings(), ServeSettings(ram_per_partition_gb=budget, size_by="steady"))
+    assert steady.partitions < plan.partitions and steady.ram_steady_bytes <= budget * 1e9
+    with pytest.raises(ValueError, match="too small"):
+        make_plan(w, AnnSettings(), ServeSettings(ram_per_partition_gb=0.1))  # below the process alone
+
+    assert one.gpu_hours is None and any("not measured" in n for n in one.notes)
+    assert one.cpu_node_hours == pytest.approx(10**7 / MEASURED["cpu_passages_per_s"].value / 3600)
+    assert any("MiniLM" in n for n in one.notes)  # dim 128: the measured CPU rate is not this model's
+    gpu = make_plan(w, AnnSettings(), ServeSettings(partitions=1), Throughput(gpu_passages_per_s=2000))
+    assert gpu.gpu_hours == pytest.approx(10**7 / 2000 / 3600)
+
+    exact = make_plan(w, AnnSettings("none"), ServeSettings(ram_per_partition_gb=budget))
+    assert exact.partitions == 1 and not any(x.item.startswith("ann/") for x in exact.storage)
+
+
+def test_partitions_for_budget_is_minimal():
+    def ram(p: int) -> float:
+        return 1000 / p + 3
+
+    assert partitions_for_budget(ram, 13, 10**6) == 100
+    assert partitions_for_budget(ram, 10**9, 10) == 1
+    with pytest.raises(ValueError):
+        partitions_for_budget(ram, 3.5, 10)
+
+
+def test_plan_job_prints_tables_and_json(capsys):
+    from jobs.plan import main
+
+    assert main(["--passages", "1000000", "--dim", "128", "--tokens-per-passage", "71.86", "--ram-per-partition-gb", "4"]) == 0
+    out = capsys.readouterr().out
+    for text in ("storage", "RAM of one partition replica", "faiss-ivfpq index", "CPU node-hours", "not measured"):
+        assert text in out
+    assert main(["--passages", "5000", "--ann", "scann", "--json", "--gpu-passages-per-s", "1000"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["encode"]["gpu_hours"] == pytest.approx(5000 / 1000 / 3600)
+    assert data["storage"]["total_bytes"] == pytest.approx(sum(x["bytes"] for x in data["storage"]["lines"]))
+    assert main(["--passages", "0"]) == 2
+    assert main(["--passages", "10", "--ram-per-partition-gb", "0.01"]) == 2
+    with pytest.raises(SystemExit):
+        main(["--passages", "10", "--codec", "int8"])
+    assert human_bytes(1.5e12) == "1.50 TB"
+
+
+# ------------------------------------------------------------------ ANN sizes against real indexes
+
+
+@pytest.mark.parametrize("backend", ["faiss-ivfpq", "scann"])
+def test_ann_index_bytes_match_saved_indexes(tmp_path, backend):
+    from operators.ann import make_index
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6000, 32)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    index = make_index(backend, 32, len(x))
+    index.train(x)
+    index.add(x)
+    index.save(str(tmp_path))
+    actual = sum(os.path.getsize(tmp_path / f) for f in os.listdir(tmp_path) if f != "ann.json")
+    model = ann_index_size(backend, 32, len(x))
+    assert model.file_bytes == pytest.approx(actual, rel=0.02)
+    for name in ("nlist", "m", "nbits") if backend == "faiss-ivfpq" else ("num_leaves",):
+        assert model.params[name] == index.params[name]
+
+
+# ------------------------------------------------------------------ the plan against a real index
+
+
+@pytest.fixture(scope="module")
+def small_index(tmp_path_factory, datasets) -> str:
+    """The first 100 msmarco-sample passages (~8,000 token vectors: IVFPQ at 7 bits), FAISS partitions of tokens and pooled, BM25."""
+    from pipeline.ann_build import build_ann
+    from pipeline.config import AnnBuildConfig, IndexConfig
+    from pipeline.indexing import index_corpus
+
+    url = str(tmp_path_factory.mktemp("cap") / "msmarco-100")
+    index_corpus(str(datasets / "msmarco-sample"), url, IndexConfig(limit=100), log=lambda _: None)
+    build_ann(url, AnnBuildConfig(partitions=1, vectors=["tokens", "pooled"]), log=lambda _: None)
+    return url
+
+
+def test_plan_matches_the_bytes_of_a_real_index(small_index):
+    from storage.manifest import load_manifest
+
+    m = load_manifest(small_index)
+    t = pq.read_table([os.path.join(small_index, s.path) for s in m.shards], columns=["doc_id", "text"])
+    w = Workload(
+        passages=m.counts["passages"],
+        tokens_per_passage=m.counts["tokens"] / m.counts["passages"],  # the index's own counts
+        dim=m.dim,
+        first_m=m.config["compress"]["first_m"],
+        centroids=m.config["compress"]["centroids"],
+        text_bytes_per_passage=float(np.mean([len(s.encode()) for s in t["text"].to_pylist()])),
+        doc_id_chars=float(np.mean([len(s) for s in t["doc_id"].to_pylist()])),
+    )
+    plan = make_plan(w, AnnSettings("faiss-ivfpq", ("tokens", "pooled")), ServeSettings(partitions=1))
+    lines = {x.item: x.bytes for x in plan.storage}
+
+    shards_plan = sum(b for item, b in lines.items() if item.startswith("shards:"))
+    assert shards_plan == pytest.approx(sum(s.bytes for s in m.shards), rel=0.01)
+    for kind in ("tokens", "pooled"):
+        (part,) = m.ann[kind]["partitions"]
+        files = part["files"]
+        assert lines[f"ann/{kind}: passages.parquet"] == pytest.approx(files["passages.parquet"]["bytes"], rel=0.01)
+        index_bytes = sum(f["bytes"] for name, f in files.items() if name.startswith("index/") and name != "index/ann.json")
+        assert lines[f"ann/{kind}: faiss-ivfpq index"] == pytest.approx(index_bytes, rel=0.01)
+        idx = plan.ann_indexes[kind]
+        for name in ("nlist", "m", "nbits"):
+            if not part["params"]["brute_force"]:
+                assert idx.params[name] == part["params"][name]
+        assert idx.params.get("brute_force", False) == part["params"]["brute_force"]
+    (bm25,) = m.bm25["partitions"]
+    assert lines["bm25 partitions"] == pytest.approx(sum(f["bytes"] for f in bm25["files"].values()), rel=0.05)
+    _, _, terms = bm25_partition(w.passages)
+    assert terms == pytest.approx(bm25["terms"], rel=0.1)  # Heaps' law through the 5,000-passage point
+    # served RAM: the exact float32 token vectors are what the partition loader holds
+    exact = {x.item: x.bytes for x in plan.ram}["tokens: exact vectors (float32)"]
+    assert exact == pytest.approx(m.counts["tokens"] * m.dim * 4)
+    assert math.isclose(plan.storage_bytes, sum(lines.values()))
