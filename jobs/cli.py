@@ -12,6 +12,7 @@ COMMANDS = {
     "build-bm25": ("jobs.build_bm25", "build BM25 partitions (bm25s) over an index; build-ann also does"),
     "eval": ("jobs.evaluate", "evaluate search on a BEIR collection (ir-measures, latency, overlap with exact)"),
     "tune-hybrid": ("jobs.tune_hybrid", "pick the hybrid fusion weight on one half of a collection's queries, report on the other"),
+    "scale-study": ("jobs.scale_study", "quality against index size with distractors and random strings (Reimers & Gurevych)"),
     "verify": ("jobs.verify", "check every file the manifest lists against its size and sha256; exit 1 naming any bad file"),
     "plan": ("jobs.plan", "capacity plan: storage, RAM a partition, partitions for a RAM budget, encode hours (arithmetic, reads nothing)"),
     "stats": ("jobs.stats", "print an index's counts and rejects"),

@@ -17,6 +17,7 @@ from tqdm import tqdm
 from operators.query import EncodedQuery
 from pipeline.config import EvalConfig
 from pipeline.search import SearchResult, Searcher
+from pipeline.plots import png_bytes, pyplot
 from storage.beir import TestCollection, read_collection
 
 MEASURES = {"nDCG@10": nDCG @ 10, "RR@10": RR @ 10, "R@100": R @ 100}
@@ -123,12 +124,7 @@ def evaluate(index_url: str, config: EvalConfig, log: Callable[[str], None] = pr
 def plot_sweep(evaluation: Evaluation, knob: str, path: str) -> bytes:
     """PNG of nDCG@10 and overlap@10 against search latency over the sweep, one line per mode
     (exact nDCG@10 dashed). Returns the PNG bytes (``path`` is the title's file name)."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for i, (mode, points) in enumerate(evaluation.sweep.items()):
@@ -150,7 +146,4 @@ def plot_sweep(evaluation: Evaluation, knob: str, path: str) -> bytes:
         ax.legend(fontsize=8)
     fig.suptitle(f"{evaluation.collection}: quality vs latency over {knob} ({path})", fontsize=10)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)

@@ -22,6 +22,7 @@ from operators.fusion import HybridParams, ScoredPassages, fuse
 from pipeline.config import TuneHybridConfig
 from pipeline.evaluation import quality
 from pipeline.search import SearchResult, Searcher, request_settings
+from pipeline.plots import png_bytes, pyplot
 from storage.beir import TestCollection, read_collection
 
 
@@ -109,12 +110,7 @@ def tune_hybrid(index_url: str, config: TuneHybridConfig, log: Callable[[str], N
 def plot_grid(result: TuneResult, config: TuneHybridConfig) -> bytes:
     """PNG: the metric against λ on each fold's tuning queries (the picked λ marked), with
     the held-out figures of both sides alone and of RRF as horizontal lines."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, fold in enumerate(result.folds):
@@ -131,7 +127,4 @@ def plot_grid(result: TuneResult, config: TuneHybridConfig) -> bytes:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
