@@ -34,6 +34,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("faiss-ivfpq", "scann"), help="default faiss-ivfpq")
     p.add_argument("--partitions", type=int, help="number of partitions P (default 1)")
     p.add_argument("--vectors", help=f"comma-separated kinds out of {','.join(VECTOR_CHOICES)} (default: all)")
+    p.add_argument("--force", action="store_true", help="rebuild kinds whose current build already has these parameters over the same shards")
     p.add_argument("--no-bm25", action="store_true", help="do not build BM25 partitions alongside (mvr build-bm25 builds them alone)")
     p.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE", help="backend build parameter, e.g. nlist=1024 (repeatable)")
     return p
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return error(exc)
     print_config("mvr build-ann: configuration", config)
     try:
-        result = build_ann(args.index, config, log=console.print)
+        result = build_ann(args.index, config, log=console.print, force=args.force)
     except (FileNotFoundError, ValueError) as exc:
         return error(exc)
     table = Table(title=f"ANN partitions of {args.index} (manifest version {result.manifest.version})")

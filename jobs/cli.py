@@ -19,6 +19,7 @@ COMMANDS = {
     "search": ("jobs.search", "answer one query (in-process, or --url of a running service) and print the results"),
     "serve": ("jobs.serve", "start the Ray Serve search service over an index (HTTP + handles)"),
     "demo": ("jobs.demo", "index a small offline corpus (Python's docs) and query it"),
+    "submit": ("jobs.submit", "run another mvr command as a Ray job on a cluster (Ray's job submission API) and follow it"),
 }
 
 

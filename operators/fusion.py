@@ -103,7 +103,8 @@ def side_by_side(
     passage) and its local BM25 n-best, with both exact scores. ``sparse``: (len(dense),)
     BM25 scores of the partition's passages; ``first_passage``: global number of row 0."""
     cand = np.arange(len(dense), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
-    dense_scores = dense.rescore(mode, query, cand) if len(cand) else np.zeros(0, np.float32)
+    # rows=None scores the partition's vectors in place (taking every row would copy them all)
+    dense_scores = dense.rescore(mode, query, None if rows is None else cand) if len(cand) else np.zeros(0, np.float32)
     keep = cand[n_best(dense_scores, n)]
     union = np.union1d(keep, n_best(sparse, n, positive=True))
     known = dict(zip(cand.tolist(), dense_scores.tolist()))

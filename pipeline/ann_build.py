@@ -64,17 +64,46 @@ class AnnBuildResult:
     seconds: float
 
 
-def build_ann(index_url: str, config: AnnBuildConfig, log: Callable[[str], None] = print) -> AnnBuildResult:
+def is_up_to_date(manifest: Manifest, kind: str, config: AnnBuildConfig) -> bool:
+    """The current build of ``kind`` has ``config``'s backend, partition count and parameters,
+    over the manifest's shards (resources and threads do not change what is built)."""
+    entry = manifest.ann.get(kind)
+    return (
+        entry is not None
+        and entry.get("backend") == config.backend
+        and len(entry.get("partitions", [])) == config.partitions
+        and entry.get("config", {}).get("params") == config.model_dump(mode="json")["params"]
+        and entry.get("shards") == manifest.shards_digest()
+    )
+
+
+def build_ann(index_url: str, config: AnnBuildConfig, log: Callable[[str], None] = print, force: bool = False) -> AnnBuildResult:
     """Build ``config.partitions`` partitions for every kind in ``config.vectors`` and record
-    them in the manifest (``ann[kind]``), replacing earlier builds of those kinds."""
+    them in the manifest (``ann[kind]``), replacing earlier builds of those kinds. A kind whose
+    current build is up to date (``is_up_to_date``) is kept unless ``force``: rerunning or
+    resubmitting the job builds nothing twice."""
     t0 = time.perf_counter()
     manifest = load_manifest(index_url)
+    kinds = [k for k in config.vectors if force or not is_up_to_date(manifest, k, config)]
+    kept = [k for k in config.vectors if k not in kinds]
+    if kept:
+        log(f"kept the current {config.backend} P={config.partitions} build of {', '.join(kept)}: same parameters over the same shards (--force rebuilds)")
+    built = _build_kinds(index_url, manifest, config, kinds, log) if kinds else {}
+    manifest = load_manifest(index_url)
+    bm25_partitions = partitions_for(manifest)
+    if config.bm25 is not None and not is_current(manifest, bm25_partitions, config.bm25):  # the sparse side, lined up
+        manifest = build_bm25(index_url, BM25BuildConfig(partitions=bm25_partitions, bm25=config.bm25), log)
+    return AnnBuildResult(manifest, built, time.perf_counter() - t0)
+
+
+def _build_kinds(index_url: str, manifest: Manifest, config: AnnBuildConfig, kinds: list[str], log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """Build and commit the partitions of ``kinds``; their new manifest entries."""
     plans = plan_partitions(manifest, config.partitions)
     init_ray()
-    tasks = [(kind, p) for kind in sorted(config.vectors, key=lambda k: k != "tokens") for p in plans]
+    tasks = [(kind, p) for kind in sorted(kinds, key=lambda k: k != "tokens") for p in plans]
     gpus = 1 if config.backend == "faiss-ivfpq" and ray.cluster_resources().get("GPU", 0) >= 1 else 0
     build_id = f"{config.backend}-p{config.partitions}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    log(f"building {len(tasks)} partition indexes ({config.backend}, {config.partitions} partition(s) × {', '.join(config.vectors)})")
+    log(f"building {len(tasks)} partition indexes ({config.backend}, {config.partitions} partition(s) × {', '.join(kinds)})")
     cpus, threads = _task_resources(config, len(tasks))
     remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=3)(build_partition)
     refs = {}
@@ -82,7 +111,7 @@ def build_ann(index_url: str, config: AnnBuildConfig, log: Callable[[str], None]
         rel = f"{build_dir(kind, build_id)}/part-{p.number:05d}"
         shards = [asdict(f) for f in shard_files(manifest, [sl.path for sl in p.slices])]
         refs[remote.remote(index_url, kind, asdict(p), rel, config.backend, config.params, threads, shards)] = (kind, p.number)
-    entries: dict[str, list[Optional[dict]]] = {kind: [None] * len(plans) for kind in config.vectors}
+    entries: dict[str, list[Optional[dict]]] = {kind: [None] * len(plans) for kind in kinds}
     pending = list(refs)
     with tqdm(total=len(pending), desc="build-ann", unit="partition") as bar:
         while pending:
@@ -92,7 +121,7 @@ def build_ann(index_url: str, config: AnnBuildConfig, log: Callable[[str], None]
             bar.update(1)
     manifest = load_manifest(index_url)  # re-read: commit on top of the latest version
     built = {}
-    for kind in config.vectors:
+    for kind in kinds:
         parts = entries[kind]
         built[kind] = {
             "backend": config.backend,
@@ -102,16 +131,14 @@ def build_ann(index_url: str, config: AnnBuildConfig, log: Callable[[str], None]
             "passages": sum(e["passages"] for e in parts),
             "vectors": sum(e["vectors"] for e in parts),
             "config": config.model_dump(mode="json"),
+            "shards": manifest.shards_digest(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         manifest.ann[kind] = built[kind]
     commit_manifest(index_url, manifest)
-    for kind in config.vectors:
+    for kind in kinds:
         remove_stale_builds(index_url, kind, keep=build_id)
-    bm25_partitions = partitions_for(manifest)
-    if config.bm25 is not None and not is_current(manifest, bm25_partitions, config.bm25):  # the sparse side, lined up
-        manifest = build_bm25(index_url, BM25BuildConfig(partitions=bm25_partitions, bm25=config.bm25), log)
-    return AnnBuildResult(manifest, built, time.perf_counter() - t0)
+    return built
 
 
 def _task_resources(config: AnnBuildConfig, n_tasks: int) -> tuple[float, int]:

@@ -7,7 +7,6 @@ storage/. The manifest is committed once every task has finished."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 import uuid
@@ -75,18 +74,13 @@ def build_bm25(index_url: str, config: BM25BuildConfig, log: Callable[[str], Non
         "partitions": entries,
         "passages": sum(e["passages"] for e in entries),
         "collection": {"passages": stats.n_docs, "terms": len(stats.df), "mean_length": round(stats.mean_length, 4)},
-        "shards": shards_digest(manifest),
+        "shards": manifest.shards_digest(),
         "config": bm25,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     commit_manifest(index_url, manifest)
     remove_stale_builds(index_url, "", keep=build_id, root=BM25_DIR)
     return manifest
-
-
-def shards_digest(manifest: Manifest) -> str:
-    """sha256 over the shards' checksums: which passages a BM25 build was made from."""
-    return hashlib.sha256("".join(sh.sha256 for sh in manifest.shards).encode()).hexdigest()
 
 
 def partitions_for(manifest: Manifest) -> int:
@@ -100,7 +94,7 @@ def is_current(manifest: Manifest, partitions: int, config: BM25Config) -> bool:
     """True when the manifest's BM25 build has ``partitions`` partitions over the current
     shards with ``config``'s settings (nothing to rebuild)."""
     b = manifest.bm25
-    return bool(b) and len(b["partitions"]) == partitions and b.get("shards") == shards_digest(manifest) and b["config"] == config.model_dump(mode="json")
+    return bool(b) and len(b["partitions"]) == partitions and b.get("shards") == manifest.shards_digest() and b["config"] == config.model_dump(mode="json")
 
 
 def _gather(refs: list, desc: str) -> list:

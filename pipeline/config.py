@@ -253,6 +253,10 @@ class ServeConfig(_JobConfig):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     app_name: str = Field("mvr", description="Serve application of the ingress (the HTTP route /)")
+    proxy_location: Literal["EveryNode", "HeadOnly"] = Field(
+        "EveryNode",
+        description="Serve's HTTP proxies: on every node with a replica (behind a load balancer) or on the head only",
+    )
     modes: Optional[list[Literal["maxsim", "softmax-centroid", "first-m", "pooled", "bm25", "hybrid"]]] = Field(
         None, description="None: the dense modes, plus bm25 and hybrid when the index has BM25 partitions"
     )

@@ -166,9 +166,10 @@ def http_url(config: ServeConfig) -> str:
 
 
 def start_serve(config: ServeConfig, address: Optional[str] = None) -> None:
-    """Connect to (or start) Ray, and start Serve's HTTP proxy on ``config``'s host and port."""
+    """Connect to (or start) Ray, and start Serve's HTTP proxies on ``config``'s host and port
+    (on every node, or the head only: ``config.proxy_location``)."""
     init_ray(address)
-    serve.start(http_options={"host": config.host, "port": config.port})
+    serve.start(proxy_location=config.proxy_location, http_options={"host": config.host, "port": config.port})
 
 
 def _running(app: str) -> bool:

@@ -3,6 +3,7 @@ manifest does not list does not exist as far as readers are concerned."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime, timezone
 from typing import Any, Optional
@@ -40,6 +41,10 @@ class Manifest(BaseModel):
     catalog: str = "catalog.duckdb"
     ann: dict[str, Any] = Field(default_factory=dict)
     bm25: dict[str, Any] = Field(default_factory=dict)
+
+    def shards_digest(self) -> str:
+        """sha256 over the shards' checksums: which passages an ANN or BM25 build was made from."""
+        return hashlib.sha256("".join(sh.sha256 for sh in self.shards).encode()).hexdigest()
 
 
 def manifest_url(index_url: str) -> str:

@@ -47,3 +47,18 @@ def msmarco_index(tmp_path_factory, datasets) -> str:
 def dbpedia_index(tmp_path_factory, datasets) -> str:
     """The whole dbpedia-sample corpus indexed once with the default (reference) settings."""
     return _index(tmp_path_factory, datasets, "dbpedia-sample")
+
+
+@pytest.fixture(scope="session")
+def msmarco_100(tmp_path_factory, datasets) -> str:
+    """The first 100 msmarco-sample passages in 3 shards (~8,000 token vectors: IVFPQ at 7
+    bits), FAISS partitions (P = 1) of tokens and pooled, BM25. Tests copy it to change it."""
+    from pipeline.ann_build import build_ann
+    from pipeline.config import AnnBuildConfig, IndexConfig
+    from pipeline.indexing import index_corpus
+
+    url = str(tmp_path_factory.mktemp("small") / "msmarco-100")
+    config = IndexConfig.from_yaml(None, **{"limit": 100, "runtime.write_rows_per_shard": 40})
+    index_corpus(str(datasets / "msmarco-sample"), url, config, log=lambda _: None)
+    build_ann(url, AnnBuildConfig(partitions=1, vectors=["tokens", "pooled"]), log=lambda _: None)
+    return url

@@ -165,24 +165,11 @@ def test_ann_index_bytes_match_saved_indexes(tmp_path, backend):
 # ------------------------------------------------------------------ the plan against a real index
 
 
-@pytest.fixture(scope="module")
-def small_index(tmp_path_factory, datasets) -> str:
-    """The first 100 msmarco-sample passages (~8,000 token vectors: IVFPQ at 7 bits), FAISS partitions of tokens and pooled, BM25."""
-    from pipeline.ann_build import build_ann
-    from pipeline.config import AnnBuildConfig, IndexConfig
-    from pipeline.indexing import index_corpus
-
-    url = str(tmp_path_factory.mktemp("cap") / "msmarco-100")
-    index_corpus(str(datasets / "msmarco-sample"), url, IndexConfig(limit=100), log=lambda _: None)
-    build_ann(url, AnnBuildConfig(partitions=1, vectors=["tokens", "pooled"]), log=lambda _: None)
-    return url
-
-
-def test_plan_matches_the_bytes_of_a_real_index(small_index):
+def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
     from storage.manifest import load_manifest
 
-    m = load_manifest(small_index)
-    t = pq.read_table([os.path.join(small_index, s.path) for s in m.shards], columns=["doc_id", "text"])
+    m = load_manifest(msmarco_100)
+    t = pq.read_table([os.path.join(msmarco_100, s.path) for s in m.shards], columns=["doc_id", "text"])
     w = Workload(
         passages=m.counts["passages"],
         tokens_per_passage=m.counts["tokens"] / m.counts["passages"],  # the index's own counts

@@ -1,5 +1,6 @@
 """``mvr verify`` (storage/verify.py, jobs/verify.py) on a real index of msmarco-sample:
-100 passages in 3 shards, FAISS partitions of the pooled vectors, BM25. Copies of it are
+100 passages in 3 shards, FAISS partitions of the token and pooled vectors, BM25
+(the ``msmarco_100`` fixture). Copies of it are
 damaged (a flipped shard byte, a truncated shard, a deleted ANN file, a deleted BM25 file,
 a grown ANN file) and each damage must be named."""
 
@@ -20,39 +21,26 @@ from storage.verify import (
 )
 
 
-@pytest.fixture(scope="module")
-def built_index(tmp_path_factory, datasets) -> str:
-    from pipeline.ann_build import build_ann
-    from pipeline.config import AnnBuildConfig, IndexConfig
-    from pipeline.indexing import index_corpus
-
-    url = str(tmp_path_factory.mktemp("verify") / "msmarco-100")
-    config = IndexConfig.from_yaml(None, **{"limit": 100, "runtime.write_rows_per_shard": 40})  # 3 shards
-    index_corpus(str(datasets / "msmarco-sample"), url, config, log=lambda _: None)
-    build_ann(url, AnnBuildConfig(partitions=1, vectors=["pooled"]), log=lambda _: None)  # + BM25 partitions
-    return url
-
-
 @pytest.fixture
-def index_copy(built_index, tmp_path) -> str:
+def index_copy(msmarco_100, tmp_path) -> str:
     dst = str(tmp_path / "copy")
-    shutil.copytree(built_index, dst)
+    shutil.copytree(msmarco_100, dst)
     return dst
 
 
-def test_intact_index_passes(built_index, capsys):
+def test_intact_index_passes(msmarco_100, capsys):
     from jobs.verify import main
 
-    m = load_manifest(built_index)
+    m = load_manifest(msmarco_100)
     files = expected_files(m)
     groups = {f.group for f in files}
     assert len(m.shards) >= 3 and {"shard", "ann pooled part 0", "bm25 part 0", "rejects", "catalog"} <= groups
-    report = verify_index(built_index)
+    report = verify_index(msmarco_100)
     assert report.ok and len(report.checks) == len(files)
     assert all(c.status == "ok" for c in report.checks)
-    assert main([built_index]) == 0
+    assert main([msmarco_100]) == 0
     assert f"all {len(files)} listed files match the manifest" in capsys.readouterr().out
-    require_intact(built_index, shard_files(m))  # no exception
+    require_intact(msmarco_100, shard_files(m))  # no exception
 
 
 def test_each_damaged_file_is_named(index_copy, capsys):
@@ -123,7 +111,7 @@ def test_ann_and_bm25_builds_refuse_a_corrupted_shard(index_copy):
     p = os.path.join(index_copy, bad)
     os.truncate(p, os.path.getsize(p) - 10)
     with pytest.raises(IntegrityError, match=os.path.basename(bad)):
-        build_ann(index_copy, AnnBuildConfig(partitions=1, vectors=["pooled"]), log=lambda _: None)
+        build_ann(index_copy, AnnBuildConfig(partitions=2, vectors=["pooled"]), log=lambda _: None)
     with pytest.raises(IntegrityError, match="truncated"):
         build_bm25(index_copy, BM25BuildConfig(partitions=2), log=lambda _: None)
     after = load_manifest(index_copy)
