@@ -41,8 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import ray  # noqa: F401  (puts Ray's vendored psutil on sys.path)
-import psutil  # noqa: E402
+import psutil
 
 DEFAULT_ADDRESS_FILE = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
 

@@ -48,7 +48,7 @@ from storage.manifest import load_manifest
 pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parents[1]
-N_QUERIES, N_DOCS, N_RESUBMIT_DOCS = 10, 300, 200
+N_QUERIES, N_DOCS = 10, 300
 # Small blocks and shards, so a job commits shards for a while before it ends and can be hit
 # in the middle.
 SMALL_BATCHES = "runtime:\n  block_bytes: 16384\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n"
@@ -278,18 +278,15 @@ def test_truncated_or_corrupted_shard_is_named_and_refused(cluster, runner, reco
 
 @pytest.fixture(scope="module")
 def resubmitted(cluster, runner, collection) -> dict:
-    """The first N_RESUBMIT_DOCS passages of the collection (small blocks and shards) indexed by
-    a job whose driver is killed after 4 shards are committed, then by the same job submitted
-    again, whose encode actor's worker node is stopped once it has encoded two batches. Two
-    faults in one run, each with its own test: the second job's work is what the stopped node
-    takes down."""
-    docs = read_jsonl(collection / "corpus.jsonl")[:N_RESUBMIT_DOCS]
-    corpus, index = cluster.data / "resubmit-corpus.jsonl", cluster.data / "resubmitted"
-    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
-    args = [corpus, index, "--config", cluster.data / "small-batches.yaml"]
+    """The collection (small blocks and shards) indexed by a job whose driver is killed after
+    3 shards are committed, then by the same job submitted again, whose encode actor's worker
+    node is stopped once it has encoded two batches. Two faults in one run, each with its own
+    test: the second job's work is what the stopped node takes down."""
+    index = cluster.data / "resubmitted"
+    args = [collection / "corpus.jsonl", index, "--config", cluster.data / "small-batches.yaml"]
 
     first = runner.submit("index_corpus", args, working_dir=ROOT)
-    wait_until(lambda: committed_shards(index) >= 4, "4 committed shards", runner, first)
+    wait_until(lambda: committed_shards(index) >= 3, "3 committed shards", runner, first)
     driver = runner.info(first).driver_info
     os.killpg(os.getpgid(int(driver.pid)), signal.SIGKILL)  # the driver and its shell, at once
     first_status = runner.wait(first, 60)
@@ -308,7 +305,7 @@ def resubmitted(cluster, runner, collection) -> dict:
     restarted = cluster.list_state("actors", filters=[("actor_id", "=", actor.actor_id)], detail=True)[0]
     return {
         "index": index,
-        "expected": sorted(d["_id"] for d in docs),
+        "expected": doc_ids(collection),
         "first_status": first_status,
         "committed_before": committed,
         "manifest_after_kill": manifest_after_kill,
@@ -320,7 +317,7 @@ def resubmitted(cluster, runner, collection) -> dict:
 
 def test_killed_job_resubmitted_resumes_from_committed_shards(resubmitted):
     r = resubmitted
-    assert r["first_status"] == JobStatus.FAILED and not r["manifest_after_kill"] and len(r["committed_before"]) >= 4
+    assert r["first_status"] == JobStatus.FAILED and not r["manifest_after_kill"] and len(r["committed_before"]) >= 3
     assert "resuming the unfinished job" in r["logs"]
     assert r["committed_before"] <= {Path(s.path).name for s in load_manifest(str(r["index"])).shards}  # kept, not redone
     assert_exactly_once(r["index"], r["expected"], r["logs"])
