@@ -298,7 +298,7 @@ class LocalCluster:
             _kill_tree(node)
 
     # -- tear-down -------------------------------------------------------------------------
-    def shutdown(self, timeout: float = 5) -> None:
+    def shutdown(self, timeout: float = 2) -> None:
         """Stop every node (SIGTERM to all at once, SIGKILL to what is left after ``timeout``
         seconds: nothing here needs a graceful stop), then any process left whose command
         line names this cluster's temp dir, then remove the dir."""

@@ -50,8 +50,9 @@ pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[1]
 N_QUERIES, N_DOCS = 10, 300
 # Small blocks and shards, so a job commits shards for a while before it ends and can be hit
-# in the middle.
-SMALL_BATCHES = "runtime:\n  block_bytes: 16384\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n"
+# in the middle; torch on both of this machine's cores, although the encode actor's node has
+# one logical CPU (the other node's tasks are light).
+SMALL_BATCHES = "runtime:\n  block_bytes: 16384\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n  torch_threads: 2\n"
 JOB_TIMEOUT = 300
 STAGES = ("scan_block", "read_tokenize", "EncodeCompress", "write_shards")  # the indexing job's own tasks
 
