@@ -62,3 +62,10 @@ def msmarco_100(tmp_path_factory, datasets) -> str:
     index_corpus(str(datasets / "msmarco-sample"), url, config, log=lambda _: None)
     build_ann(url, AnnBuildConfig(partitions=1, vectors=["tokens", "pooled"]), log=lambda _: None)
     return url
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """The multi-node cluster tests run first, before the session's embedded Ray cluster is
+    started: its idle daemons would otherwise share the two cores with the test cluster's
+    (measured: the module took ~15 % longer after the other tests than alone)."""
+    items.sort(key=lambda item: getattr(item.module, "__name__", "") != "test_cluster_jobs")

@@ -49,10 +49,11 @@ pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parents[1]
 N_QUERIES, N_DOCS = 10, 300
-# Small blocks and shards, so a job commits shards for a while before it ends and can be hit
-# in the middle; torch on both of this machine's cores, although the encode actor's node has
-# one logical CPU (the other node's tasks are light).
-SMALL_BATCHES = "runtime:\n  block_bytes: 16384\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n  torch_threads: 2\n"
+# Small encode batches and shards, so a job commits shards for a while before it ends and can
+# be hit in the middle (input blocks of 64 KB: two of them, each validated and tokenized by a
+# task of its own); torch on both of this machine's cores, although the encode actor's node
+# has one logical CPU (the other node's tasks are light).
+SMALL_BATCHES = "runtime:\n  block_bytes: 65536\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n  torch_threads: 2\n"
 JOB_TIMEOUT = 300
 STAGES = ("scan_block", "read_tokenize", "EncodeCompress", "write_shards")  # the indexing job's own tasks
 
