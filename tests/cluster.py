@@ -240,14 +240,14 @@ class LocalCluster:
             except Exception:  # dashboard still starting
                 alive = []
             if len(alive) == n:
-                self._map_node_ids(alive)
+                self._map_node_ids()
                 return alive
             if time.time() > deadline:
                 logs = "\n".join(f"--- {x.name}:\n{self.tail(x, 1500)}" for x in self.nodes)
                 raise TimeoutError(f"{len(alive)} alive nodes after {timeout} s, expected {n}\n{logs}")
             time.sleep(0.5)
 
-    def _map_node_ids(self, states) -> None:
+    def _map_node_ids(self) -> None:
         """Each ``Node``'s Ray node id, from its raylet's ``--node_id=`` argument."""
         for node in self.nodes:
             raylet = node.raylet()
