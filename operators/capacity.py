@@ -73,7 +73,10 @@ MEASURED: dict[str, Measured] = {
     "bm25_postings_per_passage": Measured(29.67, "postings / passage", "bm25s CSC: 148,350 nonzeros / 5,000 passages (English stopwords, Snowball), msmarco-sample"),
     "bm25_terms_at_5000": Measured(12_338, "terms", "bm25s vocabulary of msmarco-sample's 5,000 passages"),
     "bm25_vocab_file_bytes_per_term": Measured(14.2, "bytes / term", "vocab.index.json 174,882 B / 12,338 terms"),
-    "bm25_passages_file_bytes": Measured(8.6, "bytes / passage", "bm25/*/passages.parquet 42,955 B / 5,000 passages"),
+    "bm25_passages_file_bytes": Measured(
+        8.41, "bytes / passage", "bm25/*/passages.parquet (passage, doc_id, passage_idx; zstd): (43,049 - 1,854) B / (5,000 - 100) msmarco-sample passages"
+    ),
+    "bm25_passages_file_footer_bytes": Measured(1_013, "bytes / passages.parquet", "the same two files: 1,854 B - 100 × 8.41 B"),
     "process_bytes": Measured(
         234e6, "bytes / partition replica",
         "RSS of a Ray actor after importing faiss, scann, bm25s and storage.partitions and loading one 5,000-passage pooled partition "
@@ -352,13 +355,32 @@ def shard_storage(w: Workload) -> list[Line]:
     return lines
 
 
+def bm25_partition_files(passages: float, postings: Optional[float] = None, terms: Optional[float] = None) -> dict[str, float]:
+    """File bytes of one BM25 partition over ``passages`` passages, by what each grows with:
+    ``postings`` (bm25s CSC: a float32 score and an int32 row a posting), ``terms`` (indptr and
+    the vocabulary file) and ``passages`` (passages.parquet and its footer). ``postings`` and
+    ``terms`` default to the plan's estimates (measured postings a passage; Heaps' law)."""
+    postings = passages * MEASURED["bm25_postings_per_passage"].value if postings is None else postings
+    terms = bm25_terms(passages) if terms is None else terms
+    return {
+        "postings": postings * 8,
+        "terms": (terms + 1) * 4 + terms * MEASURED["bm25_vocab_file_bytes_per_term"].value,
+        "passages": passages * MEASURED["bm25_passages_file_bytes"].value + MEASURED["bm25_passages_file_footer_bytes"].value,
+    }
+
+
+def bm25_terms(passages: float) -> float:
+    """Vocabulary size of a BM25 partition: Heaps' law with exponent 0.5 through the one
+    measured point (an assumption)."""
+    return MEASURED["bm25_terms_at_5000"].value * math.sqrt(max(passages, 1) / 5000)
+
+
 def bm25_partition(passages: float) -> tuple[float, float, float]:
-    """(file bytes, RAM bytes, terms) of one BM25 partition over ``passages`` passages: bm25s
-    CSC (float32 score + int32 row a posting), indptr, vocabulary; terms by Heaps' law with
-    exponent 0.5 through the one measured point (an assumption)."""
+    """(file bytes, RAM bytes, terms) of one BM25 partition over ``passages`` passages
+    (``bm25_partition_files``; RAM: the CSC arrays and a Python dict term → id)."""
     postings = passages * MEASURED["bm25_postings_per_passage"].value
-    terms = MEASURED["bm25_terms_at_5000"].value * math.sqrt(max(passages, 1) / 5000)
-    files = postings * 8 + (terms + 1) * 4 + terms * MEASURED["bm25_vocab_file_bytes_per_term"].value + passages * MEASURED["bm25_passages_file_bytes"].value
+    terms = bm25_terms(passages)
+    files = sum(bm25_partition_files(passages).values())
     ram = postings * 8 + (terms + 1) * 4 + terms * 116  # Python dict term → id: ~116 B a term (CPython, measured)
     return files, ram, terms
 
