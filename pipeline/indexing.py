@@ -19,8 +19,8 @@ from pipeline.config import IndexConfig
 from pipeline.ray_runtime import init_ray, plan_encode
 from pipeline.encode_stage import EncodeCompress
 from pipeline.stages import read_tokenize, scan_block, write_shards
-from storage import catalog, index_dir, staging
-from storage.corpus import InputBlock, plan_blocks
+from storage import catalog, fs, index_dir, staging
+from storage.corpus import CorpusError, InputBlock, plan_blocks
 from storage.manifest import Manifest, ShardEntry, commit_manifest, read_manifest
 from storage.shards import committed_records, shard_dim
 
@@ -74,25 +74,56 @@ def _apply_limit(index_url: str, blocks: list[InputBlock], limit: Optional[int])
     return kept
 
 
-def _prepare(corpus_url: str, index_url: str, config: IndexConfig, overwrite: bool, log: Callable[[str], None]):
-    """Resolve rerun semantics. Returns (blocks, plan key) or a committed Manifest if up to date."""
+@dataclass
+class _Prepared:
+    """What ``_prepare`` decided: the blocks to index (or the committed, up-to-date manifest),
+    the plan key, whether an existing index is to be replaced once the new corpus has been
+    validated (``--overwrite``), and whether INDEX did not exist before this run."""
+
+    blocks: object  # list[InputBlock] | Manifest
+    key: dict
+    replace: bool
+    created: bool
+
+
+def _prepare(corpus_url: str, index_url: str, config: IndexConfig, overwrite: bool, log: Callable[[str], None]) -> _Prepared:
+    """Check the target and resolve rerun semantics, on the driver before any Ray work: the
+    corpus must not overlap INDEX, INDEX must be a writable directory, and one that exists
+    must hold an index (or only files an index writes) unless ``overwrite``."""
     for url in (corpus_url, index_url):
         if str(url).startswith("memory://"):
             raise ValueError(
                 f"{url}: memory:// exists only inside one process and Ray workers cannot see it; "
                 "use a local path or a shared filesystem / object store URL"
             )
+    index_dir.check_target(corpus_url, index_url)
     blocks, input_fp = plan_blocks(corpus_url, config.runtime.block_bytes, config.runtime.parquet_rows_per_block)
     key = {"corpus": corpus_url, "input": input_fp, "settings": config.vector_settings(), "limit": config.limit}
+    created = not fs.exists(index_url)
     existing = read_manifest(index_url)
     staged = staging.load_plan(index_url)
-    if overwrite and (existing is not None or staged is not None):
-        log(f"--overwrite: removing the index at {index_url}")
-        index_dir.clear(index_url)
+    if existing is None and staged is None and not overwrite:
+        foreign = index_dir.foreign_entries(index_url)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise index_dir.IndexTargetError(
+                f"{index_url} exists and is not an mvr index (it holds {shown}): give a new or empty directory, "
+                "or pass --overwrite to index into it (files an index did not write are kept)"
+            )
+    index_dir.check_writable(index_url)
+    replace = False
+    if overwrite and existing is not None:
+        # the committed index stays whole until the new corpus has passed validation
+        log(f"--overwrite: the index at {index_url} is replaced once the new corpus has been validated")
+        staging.clear(index_url)
         existing = staged = None
+        replace = True
+    elif overwrite and index_dir.clear(index_url):
+        log(f"--overwrite: removed the unfinished index files at {index_url}")
+        staged = None
     if existing is not None:
         if existing.input.get("key") == key:
-            return existing, key
+            return _Prepared(existing, key, False, created)
         raise IndexExistsError(
             f"{index_url} already holds an index of another corpus or configuration "
             "(pass --overwrite to replace it)"
@@ -104,9 +135,32 @@ def _prepare(corpus_url: str, index_url: str, config: IndexConfig, overwrite: bo
                 "(pass --overwrite to discard it)"
             )
         log(f"resuming the unfinished job in {index_url}")
-        return [InputBlock.from_dict(b) for b in staged["blocks"]], key
+        return _Prepared([InputBlock.from_dict(b) for b in staged["blocks"]], key, False, created)
     staging.save_plan(index_url, {"key": key, "blocks": [b.to_dict() for b in blocks]})
-    return blocks, key
+    return _Prepared(blocks, key, replace, created)
+
+
+def _refuse_empty(corpus_url: str, index_url: str, blocks: list[InputBlock], created: bool) -> None:
+    """CorpusError when no row of the (validated) input can be indexed: an index without a
+    passage is not committed. The rejects are written to INDEX/rejects.parquet unless INDEX
+    holds a committed index (``--overwrite`` of an index leaves it untouched); the staging
+    state is removed, and so is INDEX when this run created it and it is empty."""
+    scan = catalog.scan_counts(index_url, blocks)
+    if scan["valid_rows"] - scan["duplicates"] > 0:
+        return
+    rows = scan["input_rows"]
+    if rows == 0:
+        detail = f"{corpus_url} has no rows"
+    else:
+        reasons = ", ".join(f"{n} {reason}" for reason, n in staging.reject_reasons(index_url, blocks)[:5])
+        detail = f"{rows} input row(s), all rejected ({reasons})"
+        if read_manifest(index_url) is None:
+            catalog.write_rejects(index_url, blocks)
+            detail += f"; every reject is listed in {fs.join(index_url, catalog.REJECTS_FILE)}"
+    staging.clear(index_url)
+    if created:
+        index_dir.remove_if_empty(index_url)
+    raise CorpusError(f"no passage to index: {detail}; nothing was committed")
 
 
 def index_corpus(
@@ -119,11 +173,12 @@ def index_corpus(
     """Index ``corpus_url`` into ``index_url``. Resumable and idempotent: rerunning after a
     crash finishes the job; rerunning after success changes nothing."""
     t0 = time.time()
-    prepared, key = _prepare(corpus_url, index_url, config, overwrite, log)
-    if isinstance(prepared, Manifest):
-        log(f"{index_url} is up to date (manifest version {prepared.version})")
-        return IndexResult(prepared, True, time.time() - t0)
-    blocks: list[InputBlock] = prepared
+    prepared = _prepare(corpus_url, index_url, config, overwrite, log)
+    key = prepared.key
+    if isinstance(prepared.blocks, Manifest):
+        log(f"{index_url} is up to date (manifest version {prepared.blocks.version})")
+        return IndexResult(prepared.blocks, True, time.time() - t0)
+    blocks: list[InputBlock] = prepared.blocks
     init_ray()
     placement = plan_encode(config.runtime)
     log(f"{len(blocks)} input blocks; encode: {placement}")
@@ -132,6 +187,10 @@ def index_corpus(
     _scan(index_url, [b for b in blocks if not staging.scanned(index_url, b.block_id)], placement.io_cpus)
     blocks = _apply_limit(index_url, blocks, config.limit)
     duplicates = catalog.find_duplicates(index_url, blocks)
+    _refuse_empty(corpus_url, index_url, blocks, prepared.created)
+    if prepared.replace:
+        removed = index_dir.clear(index_url, keep=(staging.STAGING_DIR,))
+        log(f"--overwrite: removed the previous index at {index_url} ({', '.join(removed)})")
     log(f"validated {len(blocks)} blocks in {time.time() - t0:.1f} s; {duplicates} duplicate ids (first occurrence kept)")
     t1 = time.time()
 

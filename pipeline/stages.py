@@ -25,7 +25,7 @@ def parse_block(block: InputBlock) -> tuple[list, int]:
     """(parsed rows: Document | Reject, raw lines or rows read) of one block, rows capped at
     ``block.max_rows``."""
     fields = parquet_fields(block.url) if block.format == "parquet" else None
-    raw = list(read_block(block))
+    raw = list(read_block(block, [c for c in fields if c] if fields else None))
     rows = parse_rows(raw, block.format, block.start == 0, fields)
     return (rows if block.max_rows is None else rows[: block.max_rows]), len(raw)
 

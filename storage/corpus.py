@@ -12,8 +12,10 @@ import posixpath
 from dataclasses import asdict, dataclass
 from typing import Iterator, Optional, Union
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from operators.validation import ID_KEYS, TEXT_KEYS
 from storage import fs
 
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".tsv": "tsv", ".parquet": "parquet", ".pq": "parquet"}
@@ -21,7 +23,8 @@ COMPRESSED = (".gz", ".bz2", ".zst", ".xz")
 
 
 class CorpusError(ValueError):
-    """The corpus URL names nothing readable."""
+    """The corpus URL names nothing readable, a file of it cannot be read as its format, or
+    no row of it can be indexed."""
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,7 @@ def plan_blocks(url: str, block_bytes: int, parquet_rows_per_block: int) -> tupl
         size = int(meta.get("size") or 0)
         digest.update(f"{file_url}|{size}|{meta.get('mtime', meta.get('LastModified', ''))}".encode())
         if fmt == "parquet":
-            with fs.open_file(file_url) as f:
-                md = pq.ParquetFile(f).metadata
+            md = _parquet_metadata(file_url)
             groups, rows, start = [], 0, 0
             for g in range(md.num_row_groups):
                 rows += md.row_group(g).num_rows
@@ -102,6 +104,31 @@ def plan_blocks(url: str, block_bytes: int, parquet_rows_per_block: int) -> tupl
         for block_no, (s, e) in enumerate(ranges):
             blocks.append(InputBlock(f"{file_no:05d}-{block_no:06d}", file_url, fmt, s, e, compression))
     return blocks, digest.hexdigest()
+
+
+def _parquet_metadata(url: str) -> pq.FileMetaData:
+    """A Parquet corpus file's metadata, after checking (on the driver, before any task) that
+    it is Parquet and has the id and text columns; CorpusError naming the file otherwise."""
+    try:
+        with fs.open_file(url) as f:
+            pf = pq.ParquetFile(f)
+            md, names = pf.metadata, pf.schema_arrow.names
+    except (pa.ArrowException, OSError) as exc:
+        raise CorpusError(f"{url}: not a readable Parquet file ({exc})") from None
+    _columns(url, names)
+    return md
+
+
+def _columns(url: str, names: list[str]) -> tuple[str, str, Optional[str]]:
+    pick = lambda opts: next((n for n in opts if n in names), None)  # noqa: E731
+    id_col, text_col = pick(ID_KEYS), pick(TEXT_KEYS)
+    if id_col is None or text_col is None:
+        missing = " and ".join(what for what, col in (("id", id_col), ("text", text_col)) if col is None)
+        raise CorpusError(
+            f"{url}: a Parquet corpus needs an id column (one of {', '.join(ID_KEYS)}) and a text column "
+            f"(one of {', '.join(TEXT_KEYS)}), title optional; found columns: {', '.join(names) or '(none)'} (no {missing} column)"
+        )
+    return id_col, text_col, pick(("title",))
 
 
 def _iter_lines(block: InputBlock) -> Iterator[bytes]:
@@ -124,26 +151,40 @@ def _iter_lines(block: InputBlock) -> Iterator[bytes]:
             yield line.rstrip(b"\n")
 
 
-def read_block(block: InputBlock) -> Iterator[Union[tuple[int, bytes], tuple[int, dict]]]:
-    """(line or row index within the block, raw line bytes | Parquet row dict), in input order."""
+def read_block(block: InputBlock, columns: Optional[list[str]] = None) -> Iterator[Union[tuple[int, bytes], tuple[int, dict]]]:
+    """(line or row index within the block, raw line bytes | Parquet row dict), in input order.
+    ``columns``: the Parquet columns to read (default all). A string value that is not valid
+    UTF-8 comes as its raw bytes (validation rejects that row), so one bad value does not
+    fail the block."""
     if block.format == "parquet":
         with fs.open_file(block.url) as f:
             pf = pq.ParquetFile(f)
             index = 0
             for g in range(block.start, block.end):
-                for row in pf.read_row_group(g).to_pylist():
-                    yield index, row
+                table = pf.read_row_group(g, columns=columns)
+                values = [_pylist(table.column(i)) for i in range(table.num_columns)]
+                for row in zip(*values):
+                    yield index, dict(zip(table.column_names, row))
                     index += 1
         return
     yield from enumerate(_iter_lines(block))
 
 
+def _pylist(column: pa.ChunkedArray) -> list:
+    """A column as Python values; a string column with invalid UTF-8 as bytes instead."""
+    try:
+        return column.to_pylist()
+    except UnicodeDecodeError:
+        if pa.types.is_large_string(column.type):
+            return column.cast(pa.large_binary()).to_pylist()
+        if pa.types.is_string(column.type):
+            return column.cast(pa.binary()).to_pylist()
+        raise
+
+
 def parquet_fields(url: str) -> tuple[str, str, Optional[str]]:
-    """(id, text, title) column names of a Parquet corpus file."""
+    """(id, text, title) column names of a Parquet corpus file (CorpusError naming the
+    expected and the found columns when it lacks one)."""
     with fs.open_file(url) as f:
         names = pq.ParquetFile(f).schema_arrow.names
-    pick = lambda opts: next((n for n in opts if n in names), None)  # noqa: E731
-    id_col, text_col = pick(("_id", "id", "doc_id", "docid")), pick(("text", "contents", "body"))
-    if id_col is None or text_col is None:
-        raise CorpusError(f"{url}: Parquet corpus needs an id column and a text column, has {names}")
-    return id_col, text_col, pick(("title",))
+    return _columns(url, names)

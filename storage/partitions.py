@@ -23,7 +23,7 @@ import os
 import posixpath
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +35,8 @@ from operators.partition import Partition
 from storage import fs
 from storage.manifest import Manifest
 from storage.schema import arrow_to_matrix, arrow_to_packed, matrix_to_arrow, packed_column
-from storage.shards import read_shard
+from storage.shards import read_shard, read_shard_checked
+from storage.verify import ExpectedFile, FileCheck, IntegrityError, check_data, missing, shard_files, size_check, unreadable
 
 ANN_DIR = "ann"
 PASSAGES_FILE = "passages.parquet"
@@ -94,16 +95,25 @@ class PassageVectors:
     vectors: Packed | np.ndarray
 
 
-def read_passages(index_url: str, slices: Sequence[ShardSlice], kind: str) -> PassageVectors:
-    """One kind's vectors of the passages in ``slices``, read shard by shard."""
+def read_passages(
+    index_url: str, slices: Sequence[ShardSlice], kind: str, shards: Optional[Mapping[str, ExpectedFile]] = None, sha256: bool = False
+) -> PassageVectors:
+    """One kind's vectors of the passages in ``slices``, read shard by shard. With ``shards``
+    (the manifest's size and sha256 of each shard, by path) each shard's size is compared
+    first, and with ``sha256`` it is read whole and its checksum compared too
+    (``storage.shards.read_shard_checked``; ``IntegrityError`` when it does not match)."""
     column = KIND_COLUMN[kind]
     doc_ids: list[str] = []
     passage_idx, parts = [], []
     for sl in slices:
+        columns = ["doc_id", "passage_idx", column]
         try:
-            t = read_shard(index_url, sl.path, ["doc_id", "passage_idx", column])
-        except (KeyError, pa.ArrowInvalid) as e:
+            t = read_shard(index_url, sl.path, columns) if shards is None else read_shard_checked(index_url, shards[sl.path], columns, sha256)
+        except KeyError as e:
             raise ValueError(f"{sl.path} holds no {column} vectors (the index was built without them): {e}") from None
+        if t.num_rows < sl.stop:
+            detail = f"holds {t.num_rows} passages, the manifest places {sl.stop} in it"
+            raise IntegrityError([FileCheck(sl.path, "shard", "corrupted", None, None, detail)], index_url)
         t = t.slice(sl.start, sl.stop - sl.start)
         doc_ids.extend(t["doc_id"].to_pylist())
         passage_idx.append(t["passage_idx"].to_numpy())
@@ -175,14 +185,37 @@ def local_copy(index_url: str, entry: dict[str, Any], subdir: str, load: Callabl
     """``load(directory)`` on the files of ``entry`` under ``subdir``: in place when the index
     is local (and not verified), else from a temporary local copy (libraries read local files)."""
     rel = entry["path"]
+    names = [n for n in entry["files"] if n.startswith(subdir + "/")]
     local = fs.local_path(fs.join(index_url, rel, subdir))
     if local is not None and not verify:
-        return load(local)
+        for name in names:  # sizes only: the library reads the files itself
+            expected = _expected(rel, name, entry)
+            try:
+                problem = size_check(expected, os.path.getsize(os.path.join(local, name[len(subdir) + 1 :])))
+            except FileNotFoundError:
+                raise missing(index_url, expected) from None
+            if problem is not None:
+                raise IntegrityError([problem], index_url)
+        return _load(index_url, rel, subdir, load, local)
     with tempfile.TemporaryDirectory(prefix="mvr-part-") as tmp:
-        for name in (n for n in entry["files"] if n.startswith(subdir + "/")):
+        for name in names:
             with open(os.path.join(tmp, name[len(subdir) + 1 :]), "wb") as f:
                 f.write(read_checked(index_url, rel, name, entry, verify))
-        return load(tmp)
+        return _load(index_url, rel, subdir, load, tmp)
+
+
+def _load(index_url: str, rel: str, subdir: str, load: Callable[[str], Any], directory: str) -> Any:
+    """``load(directory)``; a library's error reading files of the listed size becomes an
+    ``IntegrityError`` naming the partition's directory (a file changed in place)."""
+    try:
+        return load(directory)
+    except Exception as exc:  # noqa: BLE001 - FAISS, ScaNN and bm25s raise their own types
+        raise unreadable(index_url, ExpectedFile(f"{rel}/{subdir}", "partition", None, None), exc) from exc
+
+
+def _expected(rel: str, name: str, entry: dict[str, Any]) -> ExpectedFile:
+    f = entry["files"][name]
+    return ExpectedFile(f"{rel}/{name}", "partition", int(f["bytes"]), str(f["sha256"]))
 
 
 def load_partition(index_url: str, kind: str, entry: dict[str, Any], dtype=np.float32, verify: bool = False) -> Partition:
@@ -198,26 +231,38 @@ def load_partition(index_url: str, kind: str, entry: dict[str, Any], dtype=np.fl
 def read_partition_passages(index_url: str, entry: dict[str, Any], verify: bool = False) -> pa.Table:
     """A built partition's ``passages.parquet`` (row count checked against the manifest)."""
     rel = entry["path"]
-    table = pq.read_table(io.BytesIO(read_checked(index_url, rel, PASSAGES_FILE, entry, verify)))
+    data = read_checked(index_url, rel, PASSAGES_FILE, entry, verify)
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError) as exc:
+        raise unreadable(index_url, _expected(rel, PASSAGES_FILE, entry), exc, len(data)) from exc
     if table.num_rows != entry["passages"]:
         raise ValueError(f"{rel}/{PASSAGES_FILE} holds {table.num_rows} passages, the manifest says {entry['passages']}")
     return table
 
 
 def read_checked(index_url: str, rel: str, name: str, entry: dict[str, Any], verify: bool) -> bytes:
-    data = fs.read_bytes(fs.join(index_url, rel, name))
-    expected = entry["files"].get(name)
-    if expected is None:
+    """The bytes of a partition's file ``name``: ``IntegrityError`` when it is missing or not
+    the size the manifest lists, or (with ``verify``) has another sha256."""
+    if name not in entry["files"]:
         raise ValueError(f"{rel}/{name} is not listed in the manifest")
-    if verify and hashlib.sha256(data).hexdigest() != expected["sha256"]:
-        raise ValueError(f"{rel}/{name} does not match its checksum in the manifest (corrupted or replaced)")
+    expected = _expected(rel, name, entry)
+    try:
+        data = fs.read_bytes(fs.join(index_url, rel, name))
+    except FileNotFoundError:
+        raise missing(index_url, expected) from None
+    check_data(index_url, expected, data, sha256=verify)
     return data
 
 
 def exact_partition(index_url: str, manifest: Manifest, kind: str, dtype=np.float32) -> Partition:
-    """All passages of the index as one exact (brute-force) partition, vectors as ``dtype``."""
+    """All passages of the index as one exact (brute-force) partition, vectors as ``dtype``.
+    Every shard's size is checked against the manifest; for ``tokens``, whose vectors are
+    most of a shard's bytes, the whole shard is read and its sha256 checked as well (the
+    other kinds read a small part of each shard: hashing all of it would cost far more than
+    the read, see docs/indexing.md)."""
     (plan,) = plan_partitions(manifest, 1) if manifest.shards else [PartitionPlan(0, 0, 0, [])]
-    pv = read_passages(index_url, plan.slices, kind)
+    pv = read_passages(index_url, plan.slices, kind, {f.path: f for f in shard_files(manifest)}, sha256=kind == "tokens")
     return Partition(kind, _as_dtype(pv.vectors, dtype), pv.doc_ids, pv.passage_idx)
 
 

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from storage import fs
 from storage.schema import VECTOR_COLUMNS
+from storage.verify import ExpectedFile, IntegrityError, check_data, missing, size_check, unreadable
 
 SHARDS_DIR = "shards"
 STAGING_DIR = "_staging"
@@ -92,8 +93,60 @@ def committed_records(index_url: str, block_ids: Sequence[str]) -> list[dict]:
 
 
 def read_shard(index_url: str, rel_path: str, columns: Optional[list[str]] = None) -> pa.Table:
-    with fs.open_file(fs.join(index_url, rel_path)) as f:
-        return pq.read_table(f, columns=columns)
+    """The shard at ``rel_path`` (``columns`` of it). KeyError naming a column it lacks;
+    ``IntegrityError`` when it is missing or cannot be decoded as Parquet."""
+    expected = ExpectedFile(rel_path, "shard", None, None)
+    url = fs.join(index_url, rel_path)
+    try:
+        with fs.open_file(url) as f:
+            return pq.read_table(f, columns=columns)
+    except FileNotFoundError:
+        raise missing(index_url, expected) from None
+    except (pa.ArrowException, OSError) as exc:
+        _raise_missing_columns(url, columns)
+        raise unreadable(index_url, expected, exc) from exc
+
+
+def read_shard_checked(index_url: str, expected: ExpectedFile, columns: Optional[list[str]] = None, sha256: bool = True) -> pa.Table:
+    """Like ``read_shard`` for a shard the manifest lists (``expected``: its size and sha256):
+    ``IntegrityError`` when it is missing, not the listed size, or not decodable. With
+    ``sha256`` the whole file is read once, its checksum compared from those bytes, and
+    ``columns`` decoded from them (worth it when the columns are most of the file, as the
+    token vectors are); without, only ``columns`` are read after the size is compared."""
+    url = fs.join(index_url, expected.path)
+    if not sha256:
+        try:
+            size = int(fs.info(url).get("size") or 0)
+        except FileNotFoundError:
+            raise missing(index_url, expected) from None
+        problem = size_check(expected, size)
+        if problem is not None:
+            raise IntegrityError([problem], index_url)
+        return read_shard(index_url, expected.path, columns)
+    try:
+        data = fs.read_bytes(url)
+    except FileNotFoundError:
+        raise missing(index_url, expected) from None
+    check_data(index_url, expected, data, sha256)
+    try:
+        return pq.read_table(pa.BufferReader(data), columns=columns)
+    except (pa.ArrowException, OSError) as exc:
+        _raise_missing_columns(url, columns)
+        raise unreadable(index_url, expected, exc, len(data)) from exc
+
+
+def _raise_missing_columns(url: str, columns: Optional[list[str]]) -> None:
+    """KeyError when the (readable) schema of the shard at ``url`` lacks some of ``columns``."""
+    if not columns:
+        return
+    try:
+        with fs.open_file(url) as f:
+            names = pq.read_schema(f).names
+    except (pa.ArrowException, OSError):
+        return
+    lacking = [c for c in columns if c not in names]
+    if lacking:
+        raise KeyError(f"no column {', '.join(lacking)} in {url}")
 
 
 def iter_shards(index_url: str, paths: Sequence[str], columns: Optional[list[str]] = None) -> Iterator[pa.Table]:

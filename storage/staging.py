@@ -36,19 +36,28 @@ def scan_url(index_url: str, block_id: str) -> str:
 
 def write_scan(index_url: str, block: InputBlock, rows: list[tuple[int, Optional[str], Optional[str]]], raw_rows: int) -> None:
     """Validation result of one block: (row_index, doc_id, reject reason or None) per row;
-    ``raw_rows``: lines/rows read (a skipped TSV header included) for global line numbers."""
-    table = pa.table(
-        {
-            "block_id": [block.block_id] * len(rows),
-            "row_index": [r[0] for r in rows],
-            "doc_id": [r[1] for r in rows],
-            "reason": [r[2] for r in rows],
-        },
-        schema=SCAN_SCHEMA.with_metadata({"raw_rows": str(raw_rows)}),
-    )
+    ``raw_rows``: lines/rows read (a skipped TSV header included) for global line numbers.
+    An id or reason that UTF-8 cannot hold (a lone surrogate) is stored with it escaped."""
+    columns = {
+        "block_id": [block.block_id] * len(rows),
+        "row_index": [r[0] for r in rows],
+        "doc_id": [r[1] for r in rows],
+        "reason": [r[2] for r in rows],
+    }
+    schema = SCAN_SCHEMA.with_metadata({"raw_rows": str(raw_rows)})
+    try:
+        table = pa.table(columns, schema=schema)
+    except (UnicodeEncodeError, pa.ArrowException):
+        columns["doc_id"] = [_escaped(v) for v in columns["doc_id"]]
+        columns["reason"] = [_escaped(v) for v in columns["reason"]]
+        table = pa.table(columns, schema=schema)
     buf = io.BytesIO()
     pq.write_table(table, buf)
     fs.write_bytes_atomic(scan_url(index_url, block.block_id), buf.getvalue())
+
+
+def _escaped(s: Optional[str]) -> Optional[str]:
+    return None if s is None else s.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def scanned(index_url: str, block_id: str) -> bool:
@@ -106,3 +115,15 @@ def truncate_scan(index_url: str, block_id: str, rows: int) -> None:
     buf = io.BytesIO()
     pq.write_table(kept.replace_schema_metadata({"raw_rows": str(last_line)}), buf)
     fs.write_bytes_atomic(scan_url(index_url, block_id), buf.getvalue())
+
+
+def reject_reasons(index_url: str, blocks: Sequence[InputBlock]) -> list[tuple[str, int]]:
+    """(reason kind, rows) over the blocks' validation results, most frequent first; the
+    kind is the reason up to its first ':' (as ``mvr stats`` groups them)."""
+    counts: dict[str, int] = {}
+    for b in blocks:
+        for reason in _read_scan(index_url, b.block_id)["reason"].to_pylist():
+            if reason is not None:
+                kind = reason.split(":", 1)[0]
+                counts[kind] = counts.get(kind, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -16,7 +16,10 @@ only files of the right size are hashed; hashing streams 1 MiB chunks and runs `
 files at a time (hashlib releases the GIL, and object stores answer in parallel).
 
 ``require_intact`` is the guard for jobs that read files (e.g. the ANN build before it
-reads its shards): it raises ``IntegrityError`` (a ValueError) naming every bad file."""
+reads its shards): it raises ``IntegrityError`` (a ValueError) naming every bad file. Readers
+raise it too (status ``unreadable`` for a file that cannot be decoded): search compares a
+shard's or partition file's size with the manifest when it opens it, and the sha256 where it
+reads the whole file anyway (``storage.shards.read_shard_checked``)."""
 
 from __future__ import annotations
 
@@ -29,19 +32,26 @@ from storage import fs
 from storage.manifest import Manifest, load_manifest
 
 CHUNK = 1 << 20  # bytes hashed at a time
-STATUSES = ("ok", "missing", "truncated", "oversized", "corrupted")
+STATUSES = ("ok", "missing", "truncated", "oversized", "corrupted", "unreadable")
 
 
 class IntegrityError(ValueError):
-    """Files of an index that are missing or do not match the manifest."""
+    """Files of an index that are missing or do not match the manifest (or cannot be read);
+    the message names each file and the ``mvr verify`` command that checks them all."""
 
-    def __init__(self, problems: Sequence[FileCheck]) -> None:
+    def __init__(self, problems: Sequence[FileCheck], index_url: Optional[str] = None) -> None:
         self.problems = list(problems)
+        self.index_url = index_url
         names = "; ".join(f"{c.path}: {c.status} ({c.detail})" for c in self.problems)
-        super().__init__(f"{len(self.problems)} file(s) of the index do not match the manifest: {names}")
+        where = f" {index_url}" if index_url else ""
+        super().__init__(
+            f"{len(self.problems)} file(s) of the index{where} do not match the manifest: {names}; "
+            f"run `mvr verify {index_url or 'INDEX'}` to check every file (rebuild the index, or its ANN / BM25 "
+            "partitions with `mvr build-ann --force`, to repair it)"
+        )
 
     def __reduce__(self):  # pickled as its problems, so it crosses Ray task boundaries
-        return (type(self), (self.problems,))
+        return (type(self), (self.problems, self.index_url))
 
 
 @dataclass(frozen=True)
@@ -207,9 +217,43 @@ def verify_index(
     return VerifyReport(index_url, manifest.version, check_files(index_url, expected_files(manifest), workers, progress))
 
 
+def size_check(expected: ExpectedFile, actual: int) -> Optional[FileCheck]:
+    """The problem when a file of ``actual`` bytes is not the size the manifest lists (None
+    when it is, or when the manifest lists no size)."""
+    if expected.bytes is None or actual == expected.bytes:
+        return None
+    status = "truncated" if actual < expected.bytes else "oversized"
+    return FileCheck(expected.path, expected.group, status, expected.bytes, actual, f"{actual:,} bytes, the manifest lists {expected.bytes:,}")
+
+
+def check_data(index_url: str, expected: ExpectedFile, data: bytes, sha256: bool = True) -> None:
+    """Raise ``IntegrityError`` when ``data`` (the whole file just read) is not the size the
+    manifest lists or, with ``sha256``, has another checksum."""
+    problem = size_check(expected, len(data))
+    if problem is None and sha256 and expected.sha256 is not None:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != expected.sha256:
+            detail = f"sha256 {digest[:12]}…, the manifest lists {expected.sha256[:12]}…"
+            problem = FileCheck(expected.path, expected.group, "corrupted", expected.bytes, len(data), detail)
+    if problem is not None:
+        raise IntegrityError([problem], index_url)
+
+
+def missing(index_url: str, expected: ExpectedFile) -> IntegrityError:
+    """The error for a listed file that is not there."""
+    return IntegrityError([FileCheck(expected.path, expected.group, "missing", expected.bytes, None, "listed in the manifest, not found")], index_url)
+
+
+def unreadable(index_url: str, expected: ExpectedFile, exc: BaseException, size: Optional[int] = None) -> IntegrityError:
+    """The error for a listed file that cannot be decoded (``exc``: the reader's error)."""
+    text = " ".join(str(exc).split())
+    detail = f"cannot be read: {type(exc).__name__}: {text[:200]}"
+    return IntegrityError([FileCheck(expected.path, expected.group, "unreadable", expected.bytes, size, detail)], index_url)
+
+
 def require_intact(index_url: str, files: Sequence[ExpectedFile], workers: int = 1) -> None:
     """Raise ``IntegrityError`` naming every one of ``files`` that is missing, truncated,
     oversized or corrupted; return quietly when all match the manifest."""
     problems = [c for c in check_files(index_url, files, workers) if not c.ok]
     if problems:
-        raise IntegrityError(problems)
+        raise IntegrityError(problems, index_url)

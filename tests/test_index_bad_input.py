@@ -1,20 +1,32 @@
 """A messy corpus: malformed lines, empty texts, duplicate ids, invalid UTF-8 and a
-20,000-word document. Nothing crashes, every row is indexed or rejected with a reason."""
+20,000-word document. Nothing crashes, every row is indexed or rejected with a reason.
+A hostile one (lone surrogates, 100,000 nested brackets, byte order marks, a TSV header,
+invalid UTF-8 in a Parquet string column): one bad row is one reject, never a failed job.
+A corpus with no row to index is refused, nothing committed; ``--overwrite`` replaces only
+what an index wrote, and only once the new corpus has a row to index."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import shutil
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from helpers import read_jsonl
+from jobs import index_corpus as index_job
 from jobs import stats as stats_job
 from operators.checkpoint import load_tokenizer
 from pipeline.config import IndexConfig
 from pipeline.indexing import IndexExistsError, index_corpus
 from storage.catalog import Catalog
-from storage.manifest import load_manifest
+from storage.corpus import CorpusError
+from storage.index_dir import IndexTargetError
+from storage.manifest import load_manifest, read_manifest
+from storage.verify import verify_index
 
 pytestmark = pytest.mark.ray
 
@@ -122,3 +134,131 @@ def test_limit_keeps_the_first_rows_in_input_order(messy, tmp_path):
     assert (c["input_rows"], c["indexed_documents"], c["rejected"]) == (12, 10, 2)
     reasons = sorted(r["reason"].split(":")[0] for r in pq.read_table(tmp_path / "limited" / "rejects.parquet").to_pylist())
     assert reasons == ["empty text", "malformed JSON"]
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory, datasets):
+    """A directory corpus: a.jsonl, b.tsv, c.parquet, each with good and hostile rows."""
+    real = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")[:9]
+    d = tmp_path_factory.mktemp("hostile")
+    row = lambda doc: json.dumps({"_id": doc["_id"], "title": "", "text": doc["text"]}).encode()  # noqa: E731
+    jsonl = [
+        BOM + row(real[0]),  # 1: a BOM before the first row
+        rb'{"_id": "sur-id-\ud800", "text": "a lone surrogate in the id"}',  # 2
+        rb'{"_id": "sur-text", "text": "a lone \udc00 surrogate in the text"}',  # 3
+        rb'{"_id": "sur-title", "title": "\ud83d", "text": "a lone surrogate in the title"}',  # 4
+        b'{"_id": "deep", "text": "t", "meta": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # 5
+        b"[" * 100_000,  # 6
+        row(real[1]),  # 7
+        rb'{"_id": "pair", "text": "a surrogate pair is fine: \ud83d\ude00"}',  # 8
+    ]
+    (d / "a.jsonl").write_bytes(b"\n".join(jsonl) + b"\n")
+    tsv = [BOM + b"_id\ttext\ttitle", f"{real[2]['_id']}\t{real[2]['text']}\t".encode(), b"tsv-bad\tan encoded surrogate \xed\xa0\x80", f"{real[3]['_id']}\t{real[3]['text']}".encode()]
+    (d / "b.tsv").write_bytes(b"\r\n".join(tsv) + b"\r\n")
+    raw = pa.array([real[4]["text"].encode(), b"invalid \xff utf-8", real[5]["text"].encode()], pa.binary())
+    text = pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())  # unvalidated, as a foreign writer may leave it
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"_id": [real[4]["_id"], "pq-bad", real[5]["_id"]], "text": text}), buf)
+    (d / "c.parquet").write_bytes(buf.getvalue())
+    index = str(tmp_path_factory.mktemp("idx") / "hostile")
+    result = index_corpus(str(d), index, IndexConfig(), log=lambda _: None)
+    return {"corpus": d, "index": index, "result": result, "real": real}
+
+
+def test_hostile_rows_are_rejects_and_the_others_are_indexed(hostile):
+    c = load_manifest(hostile["index"]).counts
+    # 8 JSON lines + 3 TSV rows (the header is not a row) + 3 Parquet rows
+    assert (c["input_rows"], c["indexed_documents"], c["rejected"]) == (14, 7, 7)
+    rejects = pq.read_table(os.path.join(hostile["index"], "rejects.parquet")).to_pylist()
+    got = {(os.path.basename(r["source"]), r["line"]): (r["doc_id"], r["reason"].split(":")[0]) for r in rejects}
+    assert got == {
+        ("a.jsonl", 2): ("sur-id-\\ud800", "invalid unicode"),  # the id kept, its surrogate escaped
+        ("a.jsonl", 3): ("sur-text", "invalid unicode"),
+        ("a.jsonl", 4): ("sur-title", "invalid unicode"),
+        ("a.jsonl", 5): (None, "JSON nested too deeply"),
+        ("a.jsonl", 6): (None, "JSON nested too deeply"),
+        ("b.tsv", 3): (None, "invalid UTF-8"),  # line 3 of the file: the header is line 1
+        ("c.parquet", 2): (None, "invalid UTF-8"),
+    }
+    real = hostile["real"]
+    cat = Catalog(hostile["index"])
+    try:
+        ids = {r[0] for r in cat.con.execute("SELECT DISTINCT doc_id FROM passages").fetchall()}
+        assert ids == {real[i]["_id"] for i in range(6)} | {"pair"}  # no BOM in an id, no "_id" header document
+        assert dict(cat.rejects_by_reason()) == {"invalid unicode": 3, "JSON nested too deeply": 2, "invalid UTF-8": 2}
+        assert cat.documents(["pair"])["pair"]["text"] == "a surrogate pair is fine: \U0001F600"
+        assert cat.documents([real[2]["_id"]])[real[2]["_id"]]["text"] == real[2]["text"]  # CRLF and empty title dropped
+    finally:
+        cat.close()
+    assert verify_index(hostile["index"]).ok
+
+
+def _tiny(path, docs) -> str:
+    path.write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in docs))
+    return str(path)
+
+
+def test_a_corpus_without_rows_commits_nothing(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    index = tmp_path / "idx"
+    with pytest.raises(CorpusError, match="no passage to index: .*empty.jsonl has no rows; nothing was committed"):
+        index_corpus(str(empty), str(index), IndexConfig(), log=lambda _: None)
+    assert not index.exists()  # created by the run, removed again
+
+
+def test_a_corpus_whose_every_row_is_rejected_commits_nothing(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"_id": "a", "text": "  "}\n{"_id": "b"}\nnot json\n{"text": "no id"}\n{"_id": "c", "text": "   "}\n')
+    index = tmp_path / "idx"
+    assert index_job.main([str(bad), str(index)]) == 2
+    err = capsys.readouterr().err
+    assert "no passage to index: 5 input row(s), all rejected (2 empty text," in " ".join(err.split())
+    assert "Traceback" not in err
+    assert sorted(os.listdir(index)) == ["rejects.parquet"]  # the reasons, nothing committed, no staging left
+    rejects = pq.read_table(index / "rejects.parquet").to_pylist()
+    assert [r["line"] for r in rejects] == [1, 2, 3, 4, 5] and rejects[1]["reason"].startswith("missing text")
+    assert read_manifest(str(index)) is None
+
+
+def test_overwrite_keeps_user_files_and_the_old_index_until_the_new_corpus_is_valid(tmp_path, datasets):
+    real = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")[:5]
+    first = _tiny(tmp_path / "first.jsonl", [(d["_id"], d["text"]) for d in real[:3]])
+    second = _tiny(tmp_path / "second.jsonl", [(d["_id"], d["text"]) for d in real[3:5]])
+    rejected = _tiny(tmp_path / "rejected.jsonl", [("x", " "), ("y", "")])
+    index = tmp_path / "idx"
+    index.mkdir()
+    (index / "notes.txt").write_text("the user's notes")
+
+    # an existing directory of other files is not an index: refused unless --overwrite
+    with pytest.raises(IndexTargetError, match="is not an mvr index .it holds notes.txt.*--overwrite"):
+        index_corpus(first, str(index), IndexConfig(), log=lambda _: None)
+    index_corpus(first, str(index), IndexConfig(), overwrite=True, log=lambda _: None)
+    before = load_manifest(str(index))
+    assert before.counts["indexed_documents"] == 3 and (index / "notes.txt").read_text() == "the user's notes"
+    old_files = sorted(os.listdir(index))
+
+    # --overwrite with a corpus of rejects only: refused, the old index untouched
+    with pytest.raises(CorpusError, match="no passage to index: 2 input row.s., all rejected .2 empty text.; nothing was committed"):
+        index_corpus(rejected, str(index), IndexConfig(), overwrite=True, log=lambda _: None)
+    assert sorted(os.listdir(index)) == old_files and load_manifest(str(index)) == before
+    assert verify_index(str(index)).ok
+
+    # --overwrite with a valid corpus: the old index is replaced, the user's file kept
+    index_corpus(second, str(index), IndexConfig(), overwrite=True, log=lambda _: None)
+    after = load_manifest(str(index))
+    assert after.counts["indexed_documents"] == 2 and after.input["url"] == second
+    assert {s.path for s in after.shards} == {"shards/" + f for f in os.listdir(index / "shards")}  # no shard of the first index left
+    assert sorted(os.listdir(index)) == ["catalog.duckdb", "manifest.json", "notes.txt", "rejects.parquet", "shards"]
+    assert (index / "notes.txt").read_text() == "the user's notes" and verify_index(str(index)).ok
+
+    # a corpus inside INDEX: refused before anything is deleted, --overwrite or not
+    inside = index / "corpus.jsonl"
+    shutil.copy(first, inside)
+    for extra in ([], ["--overwrite"]):
+        assert index_job.main([str(inside), str(index), *extra]) == 2
+    assert inside.read_text() == open(first).read() and load_manifest(str(index)) == after
+    assert sorted(os.listdir(index)) == ["catalog.duckdb", "corpus.jsonl", "manifest.json", "notes.txt", "rejects.parquet", "shards"]

@@ -10,6 +10,7 @@ import pytest
 from operators.ann import make_index
 from operators.packed import Packed
 from storage.manifest import Manifest, ShardEntry
+from storage.verify import IntegrityError
 from storage.partitions import PassageVectors, ShardSlice, load_partition, plan_partitions, read_passages, write_partition
 
 
@@ -42,9 +43,23 @@ def test_partition_round_trip_and_checksums(tmp_path):
     part = load_partition(str(tmp_path), "tokens", entry, verify=True)
     assert part.doc_ids == ["a", "b", "c"] and part.vector_owner.tolist() == [0, 0, 1, 2, 2, 2]
     assert np.array_equal(part.vectors[2], arrays[2].astype(np.float32))
-    (tmp_path / "ann/tokens/b1/part-00000/passages.parquet").write_bytes(b"corrupt")
-    with pytest.raises(ValueError, match="checksum"):
+    passages = tmp_path / "ann/tokens/b1/part-00000/passages.parquet"
+    good = passages.read_bytes()
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0xFF
+    passages.write_bytes(bytes(flipped))  # same size: only the sha256 (verify) sees it
+    with pytest.raises(IntegrityError, match=r"passages.parquet: corrupted \(sha256") as err:
         load_partition(str(tmp_path), "tokens", entry, verify=True)
+    assert "mvr verify" in str(err.value)
+    passages.write_bytes(b"corrupt")  # another size: refused on every load
+    for verify in (False, True):
+        with pytest.raises(IntegrityError, match="passages.parquet: truncated .7 bytes, the manifest lists"):
+            load_partition(str(tmp_path), "tokens", entry, verify=verify)
+    passages.write_bytes(good)
+    index_file = next(n for n in entry["files"] if n.startswith("index/"))
+    (tmp_path / "ann/tokens/b1/part-00000" / index_file).unlink()  # the library's own file, read in place
+    with pytest.raises(IntegrityError, match=f"{index_file}: missing"):
+        load_partition(str(tmp_path), "tokens", entry)
 
 
 def test_missing_vector_column_is_named(tmp_path):

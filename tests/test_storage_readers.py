@@ -55,3 +55,33 @@ def test_tsv_and_parquet_and_directory(mem):
 def test_missing_corpus_is_a_clear_error(mem):
     with pytest.raises(CorpusError, match="not found"):
         find_files("memory://nothing-here")
+
+
+def test_parquet_without_id_or_text_column_is_refused_when_planning(mem):
+    """Checked on the driver while planning (no Ray task fails later), naming what is expected
+    and what was found."""
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"key": ["a"], "passage_text": ["x"]}), buf)
+    fs.write_bytes_atomic("memory://wrong/c.parquet", buf.getvalue())
+    with pytest.raises(CorpusError) as err:
+        plan_blocks("memory://wrong/c.parquet", 64, 3)
+    msg = str(err.value)
+    assert "c.parquet" in msg and "one of _id, id, doc_id, docid" in msg and "one of text, contents, body" in msg
+    assert "found columns: key, passage_text (no id and text column)" in msg
+    fs.write_bytes_atomic("memory://junk/c.parquet", b"this is not parquet at all")
+    with pytest.raises(CorpusError, match="c.parquet: not a readable Parquet file"):
+        plan_blocks("memory://junk/c.parquet", 64, 3)
+
+
+def test_parquet_string_with_invalid_utf8_is_one_reject(mem):
+    """A string column holding bytes that are not UTF-8 (pyarrow reads them; converting
+    them to Python fails): that row is rejected, the block's other rows are documents."""
+    raw = pa.array([b"good one", b"bad \xed\xa0\x80 surrogate", b"good two"], pa.binary())
+    text = pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())  # unvalidated, as a foreign writer may leave it
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"_id": ["a", "b", "c"], "text": text, "extra": [1, 2, 3]}), buf)
+    fs.write_bytes_atomic("memory://bad/c.parquet", buf.getvalue())
+    _, rows = _rows("memory://bad/c.parquet")
+    assert [type(r).__name__ for r in rows] == ["Document", "Reject", "Document"]
+    assert rows[1].doc_id is None and rows[1].reason.startswith("invalid UTF-8: byte 4 of the text")
+    assert rows[2].text == "good two"

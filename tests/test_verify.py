@@ -6,8 +6,12 @@ a grown ANN file) and each damage must be named."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +23,9 @@ from storage.verify import (
     shard_files,
     verify_index,
 )
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -116,3 +123,77 @@ def test_ann_and_bm25_builds_refuse_a_corrupted_shard(index_copy):
         build_bm25(index_copy, BM25BuildConfig(partitions=2), log=lambda _: None)
     after = load_manifest(index_copy)
     assert after.version == before.version and after.ann == before.ann and after.bm25 == before.bm25
+
+
+def _search(index: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "search", index, "what is a lobster roll", "-k", "3", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+def _flip_byte(path: str) -> None:
+    with open(path, "r+b") as f:  # one byte changed, same size
+        f.seek(os.path.getsize(path) // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0xFF]))
+
+
+def test_search_refuses_damaged_shards_and_partition_files(index_copy):
+    """Search checks what it opens against the manifest: a shard's size and sha256 on the exact
+    path (it reads whole shards), an ANN or BM25 partition file's size; ``mvr search`` exits
+    with an ``error:`` line naming the file and ``mvr verify``, no traceback."""
+    from pipeline.config import SearchConfig
+    from pipeline.search import Searcher
+
+    m = load_manifest(index_copy)
+    flipped, truncated = m.shards[0].path, m.shards[2].path
+    _flip_byte(os.path.join(index_copy, flipped))
+    with pytest.raises(IntegrityError, match=f"{flipped}: corrupted .sha256") as err:
+        Searcher(index_copy, modes=("maxsim",), config=SearchConfig(exact=True))  # token vectors: whole shards, hashed
+    assert f"mvr verify {index_copy}" in str(err.value)
+    p = os.path.join(index_copy, truncated)
+    os.truncate(p, os.path.getsize(p) - 50)
+    with pytest.raises(IntegrityError, match=f"{truncated}: truncated"):
+        Searcher(index_copy, modes=("pooled",), config=SearchConfig(exact=True))  # pooled: sizes compared
+
+    done = _search(index_copy, "--exact")
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    err_text = " ".join(done.stderr.split())
+    assert "error:" in err_text and f"{flipped}: corrupted" in err_text and "mvr verify" in err_text
+
+    # the ANN path reads the partitions, not the shards: it still answers
+    ok = _search(index_copy, "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["path"] == "ann"
+
+    ann_part = m.ann["tokens"]["partitions"][0]
+    passages = os.path.join(index_copy, ann_part["path"], "passages.parquet")
+    os.truncate(passages, os.path.getsize(passages) - 1)
+    done = _search(index_copy)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    err_text = " ".join(done.stderr.split())
+    assert f"{ann_part['path']}/passages.parquet: truncated" in err_text and "mvr verify" in err_text
+
+    bm25_part = m.bm25["partitions"][0]
+    name = next(n for n in bm25_part["files"] if n.startswith("index/"))
+    with open(os.path.join(index_copy, bm25_part["path"], name), "ab") as f:
+        f.write(b"appended")
+    with pytest.raises(IntegrityError, match=f"{bm25_part['path']}/{name}: oversized"):
+        Searcher(index_copy, modes=("bm25",))
+
+
+def test_undecodable_shard_is_an_integrity_error(index_copy):
+    """A shard whose bytes are not Parquet, read without a size or checksum (the ANN build's
+    reader): an IntegrityError naming the file, not a pyarrow traceback."""
+    from storage.shards import read_shard
+
+    m = load_manifest(index_copy)
+    p = os.path.join(index_copy, m.shards[0].path)
+    with open(p, "r+b") as f:
+        f.seek(-8, os.SEEK_END)
+        f.write(b"\0" * 8)  # the footer's length and magic
+    with pytest.raises(IntegrityError, match=f"{m.shards[0].path}: unreadable .cannot be read: ArrowInvalid"):
+        read_shard(index_copy, m.shards[0].path, ["doc_id"])
