@@ -1,13 +1,16 @@
 """Model checkpoints on local disk: where the packaged default lives, which of the three
-formats a directory holds, and a fingerprint of its files. No torch import at module level,
-so light workers (tokenizing, validating) can use it."""
+formats a directory holds, the encoding conventions it was published with, and a fingerprint
+of its files. No torch import at module level, so light workers (tokenizing, validating) and
+config loading can use it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import string
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 DEFAULT_MODEL = "minilm"
 
@@ -72,18 +75,149 @@ def fingerprint(path: str) -> str:
     return h.hexdigest()
 
 
-def module_dirs(path: str, fmt: str) -> tuple[str, Optional[Path]]:
-    """(backbone directory, Dense module directory or None) of a checkpoint."""
+def module_dirs(path: str, fmt: str) -> tuple[str, list[Path]]:
+    """(backbone directory, Dense module directories in the order they apply) of a
+    checkpoint. PyLate may stack Dense modules (e.g. 1_Dense then 2_Dense)."""
     if fmt != "sentence-transformers":
-        return path, None
-    backbone, dense = path, None
-    for m in json.loads((Path(path) / "modules.json").read_text()):
+        return path, []
+    backbone, dense = path, []
+    for m in sorted(json.loads((Path(path) / "modules.json").read_text()), key=lambda m: m.get("idx", 0)):
         kind = m["type"].rsplit(".", 1)[-1]
         if kind == "Transformer":
             backbone = str(Path(path) / m.get("path", ""))
         elif kind == "Dense":
-            dense = Path(path) / m["path"]
+            dense.append(Path(path) / m["path"])
     return backbone, dense
+
+
+# -- published encoding conventions ------------------------------------------------------------
+
+PYLATE_SOURCE = "pylate:config_sentence_transformers.json"
+COLBERT_SOURCE = "colbert:artifact.metadata"
+_PYLATE_KEYS = (
+    "query_prefix",
+    "document_prefix",
+    "query_length",
+    "document_length",
+    "do_query_expansion",
+    "attend_to_expansion_tokens",
+    "skiplist_words",
+)
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """How a published checkpoint encodes queries and documents, as ``TokenizerConfig``
+    field values (``values``), read from ``source`` (``PYLATE_SOURCE`` or ``COLBERT_SOURCE``).
+    ``dim``: the output dimension the file states (ColBERT), checked against the weights."""
+
+    source: str
+    values: dict[str, Any]
+    dim: Optional[int] = None
+
+
+def _given(cfg: dict, key: str, default: Any) -> Any:
+    """``cfg[key]``, or ``default`` when it is missing or null (how PyLate and ColBERT read
+    their files: a null falls back to the library default)."""
+    value = cfg.get(key)
+    return default if value is None else value
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not readable as JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return data
+
+
+def pylate_conventions(cfg: dict) -> dict[str, Any]:
+    """PyLate's ``config_sentence_transformers.json`` → ``TokenizerConfig`` values, with
+    PyLate's own defaults (pylate.models.ColBERT) for keys the file leaves out.
+
+    - ``query_prefix`` / ``document_prefix`` are *tokens* (PyLate adds them to the
+      tokenizer's vocabulary and inserts their id after [CLS]) → ``query_marker`` /
+      ``document_marker``; an empty prefix means no marker;
+    - ``query_length`` / ``document_length`` (specials and marker included) →
+      ``query_tokens`` / ``passage_tokens``;
+    - ``do_query_expansion`` → ``query_augmentation`` ([MASK] padding to ``query_length``);
+      ``attend_to_expansion_tokens`` → same name (forced off without expansion, as PyLate does);
+    - ``skiplist_words`` (tokens whose document vectors are dropped) → ``skiplist``, which
+      replaces mvr's punctuation rule (``skip_punctuation`` off);
+    - the default prompt (``prompts[default_prompt_name]``), text PyLate prepends to queries
+      and documents alike → ``query_text_prefix`` / ``document_text_prefix``."""
+    expansion = bool(_given(cfg, "do_query_expansion", True))
+    prompts = cfg.get("prompts") or {}
+    default_prompt = cfg.get("default_prompt_name")
+    prompt = (prompts.get(default_prompt) or "") if default_prompt is not None else ""
+    return {
+        "query_marker": _given(cfg, "query_prefix", "[Q] ") or None,
+        "document_marker": _given(cfg, "document_prefix", "[D] ") or None,
+        "query_tokens": _given(cfg, "query_length", 32),
+        "passage_tokens": _given(cfg, "document_length", 180),
+        "query_augmentation": expansion,
+        "attend_to_expansion_tokens": expansion and bool(_given(cfg, "attend_to_expansion_tokens", False)),
+        "skiplist": list(_given(cfg, "skiplist_words", list(string.punctuation))),
+        "skip_punctuation": False,
+        "query_text_prefix": prompt,
+        "document_text_prefix": prompt,
+    }
+
+
+def colbert_conventions(meta: dict) -> dict[str, Any]:
+    """Stanford ColBERT's ``artifact.metadata`` (its ColBERTConfig) → ``TokenizerConfig``
+    values, with colbert-ai's defaults for keys the file leaves out.
+
+    - ``query_token_id`` / ``doc_token_id`` (marker *tokens*, "[unused0]" / "[unused1]") →
+      ``query_marker`` / ``document_marker`` (``query_token`` / ``doc_token``, "[Q]" / "[D]",
+      are only their display names);
+    - ``query_maxlen`` / ``doc_maxlen`` → ``query_tokens`` / ``passage_tokens``;
+    - queries are always padded with [MASK] to ``query_maxlen`` (``query_augmentation``);
+      ``attend_to_mask_tokens`` → ``attend_to_expansion_tokens``;
+    - ``mask_punctuation`` → ``skip_punctuation``.
+    ``dim`` is checked against the ``linear`` weights when the model loads; ``similarity``
+    ("cosine" or "l2") needs nothing: on L2-normalised vectors both rank alike."""
+    return {
+        "query_marker": _given(meta, "query_token_id", "[unused0]"),
+        "document_marker": _given(meta, "doc_token_id", "[unused1]"),
+        "query_tokens": _given(meta, "query_maxlen", 32),
+        "passage_tokens": _given(meta, "doc_maxlen", 220),
+        "query_augmentation": True,
+        "attend_to_expansion_tokens": bool(_given(meta, "attend_to_mask_tokens", False)),
+        "skip_punctuation": bool(_given(meta, "mask_punctuation", True)),
+        "skiplist": [],
+        "query_text_prefix": "",
+        "document_text_prefix": "",
+    }
+
+
+def read_conventions(name: str) -> Optional[Conventions]:
+    """The conventions the checkpoint ``name`` (as ``resolve_model_path`` takes it) was
+    published with, or None when it states none: a sentence-transformers directory (``modules.json``) whose
+    ``config_sentence_transformers.json`` is PyLate's (it has PyLate's keys), or a directory
+    without ``modules.json`` that has ColBERT's ``artifact.metadata``. The packaged default
+    and hub ids (nothing local to read) have none. Reads only small JSON files."""
+    if name == DEFAULT_MODEL:
+        return None
+    d = Path(name).expanduser()
+    if not d.is_dir():
+        return None
+    if (d / "modules.json").exists():
+        f = d / "config_sentence_transformers.json"
+        if not f.exists():
+            return None
+        cfg = _read_json(f)
+        if cfg.get("model_type") != "ColBERT" and not any(k in cfg for k in _PYLATE_KEYS):
+            return None  # a plain sentence-transformers model (e.g. the packaged MiniLM)
+        return Conventions(PYLATE_SOURCE, pylate_conventions(cfg))
+    f = d / "artifact.metadata"
+    if f.exists():
+        meta = _read_json(f)
+        dim = meta.get("dim")
+        return Conventions(COLBERT_SOURCE, colbert_conventions(meta), int(dim) if dim is not None else None)
+    return None
 
 
 def load_tokenizer(name: str = DEFAULT_MODEL):

@@ -1,5 +1,6 @@
-"""Query encoding: ColBERT query tokens (markers, [MASK] augmentation) through the same model
-and projection as the passages, giving every query-side representation."""
+"""Query encoding: ColBERT query tokens (markers, text prefix, [MASK] augmentation, attended
+to or not) through the same model and projection as the passages, giving every query-side
+representation."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ class QueryEncoder:
         self.pooling = pooling
 
     def __call__(self, texts: Sequence[str], batch_size: int = 32) -> list[EncodedQuery]:
-        ids = self.tokenizer.queries(texts)
-        raw = self.encoder.encode(ids, batch_size, self.tokenizer.pad_id)
+        ids, attention = self.tokenizer.query_inputs(texts)
+        raw = self.encoder.encode(ids, batch_size, self.tokenizer.pad_id, attention)
         if self.projection is not None:
             raw = [r @ self.projection for r in raw]
         pools = pooled(raw, self.pooling)

@@ -1,5 +1,6 @@
-"""Tokenization with ColBERT conventions: marker tokens, [MASK] query augmentation,
-punctuation skiplist, and splitting long documents into overlapping token windows."""
+"""Tokenization with ColBERT / PyLate conventions: marker tokens, text prefixes, [MASK] query
+augmentation (attended to or not), a skiplist of document tokens, and splitting long
+documents into overlapping token windows."""
 
 from __future__ import annotations
 
@@ -38,6 +39,14 @@ class PassageTokenizer:
         query_augmentation: bool = False,
         skip_punctuation: bool = False,
         title_separator: str = " ",
+        query_text_prefix: str = "",
+        document_text_prefix: str = "",
+        attend_to_expansion_tokens: bool = False,
+        skiplist: Sequence[str] = (),
+        # recorded in the configuration only (where the conventions came from):
+        checkpoint_conventions: bool = True,
+        conventions_source: Optional[str] = None,
+        conventions_from_checkpoint: Sequence[str] = (),
     ) -> None:
         if not getattr(hf_tokenizer, "is_fast", False):
             raise ValueError("a fast (Rust) tokenizer is required for character offsets")
@@ -54,9 +63,16 @@ class PassageTokenizer:
         self.pad_id = hf_tokenizer.pad_token_id or 0
         if self.cls_id is None or self.sep_id is None:
             raise ValueError("tokenizer needs [CLS]/[SEP]-style special tokens (cls_token, sep_token)")
+        self.attend_to_expansion_tokens = attend_to_expansion_tokens
         self.q_marker = self._token_id(query_marker)
         self.d_marker = self._token_id(document_marker)
-        self.skip_ids = self._punctuation_ids() if skip_punctuation else np.zeros(0, dtype=np.int32)
+        self.q_prefix = self._text_ids(query_text_prefix)
+        self.d_prefix = self._text_ids(document_text_prefix)
+        skip = set(self._punctuation_ids().tolist()) if skip_punctuation else set()
+        # PyLate's rule: each skiplist word is looked up as one token (an unknown one maps to
+        # the [UNK] id, whose vectors are then dropped, as PyLate drops them)
+        skip.update(int(t) for t in (self.tok.convert_tokens_to_ids(w) for w in skiplist) if t is not None)
+        self.skip_ids = np.array(sorted(skip), dtype=np.int32)
 
     def _token_id(self, token: Optional[str]) -> Optional[int]:
         if token is None:
@@ -65,6 +81,12 @@ class PassageTokenizer:
         if tid is None or tid == self.tok.unk_token_id:
             raise ValueError(f"marker token {token!r} is not in the tokenizer's vocabulary")
         return int(tid)
+
+    def _text_ids(self, text: str) -> list[int]:
+        """Token ids of a text prefix (no specials): placed after [CLS] and the marker, as
+        tokenizing ``prefix + text`` places them for word-piece / BPE tokenizers when the
+        prefix ends at a word boundary."""
+        return list(self.tok(text, add_special_tokens=False)["input_ids"]) if text else []
 
     def _punctuation_ids(self) -> np.ndarray:
         ids = set()
@@ -85,7 +107,7 @@ class PassageTokenizer:
         if not docs:
             return []
         enc = self.tok(docs, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-        prefix = [self.cls_id] + ([self.d_marker] if self.d_marker is not None else [])
+        prefix = [self.cls_id] + ([self.d_marker] if self.d_marker is not None else []) + self.d_prefix
         budget = self.passage_tokens - len(prefix) - 1
         if budget < 1:
             raise ValueError("passage_tokens leaves no room for text after the special tokens")
@@ -106,7 +128,8 @@ class PassageTokenizer:
         return out
 
     def keep_mask(self, input_ids: np.ndarray) -> np.ndarray:
-        """(n,) bool: which document token vectors are stored (punctuation dropped if set)."""
+        """(n,) bool: which document token vectors are stored (punctuation and skiplist
+        tokens dropped when set)."""
         if self.skip_ids.size == 0:
             return np.ones(len(input_ids), dtype=bool)
         return ~np.isin(input_ids, self.skip_ids)
@@ -114,15 +137,27 @@ class PassageTokenizer:
     # -- queries ---------------------------------------------------------------------------
 
     def queries(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Query token ids, (n,) int32 each: [CLS] [Q]? tokens [SEP], truncated to
+        """Query token ids, (n,) int32 each: [CLS] [Q]? prefix? tokens [SEP], truncated to
         ``query_tokens``; with augmentation padded with [MASK] to exactly ``query_tokens``."""
-        prefix = [self.cls_id] + ([self.q_marker] if self.q_marker is not None else [])
+        return self.query_inputs(texts)[0]
+
+    def query_inputs(self, texts: Sequence[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(token ids, attention mask) per query, (n,) int32 each. The [MASK] padding of
+        augmentation is attended to only with ``attend_to_expansion_tokens`` (ColBERT's
+        ``attend_to_mask_tokens``); its vectors are part of the query either way."""
+        prefix = [self.cls_id] + ([self.q_marker] if self.q_marker is not None else []) + self.q_prefix
         budget = self.query_tokens - len(prefix) - 1
+        if budget < 1:
+            raise ValueError("query_tokens leaves no room for text after the special tokens and prefix")
         enc = self.tok(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
-        out = []
+        ids_out, attention_out = [], []
         for ids in enc:
             q = prefix + list(ids[:budget]) + [self.sep_id]
+            attention = [1] * len(q)
             if self.query_augmentation:
-                q += [self.mask_id] * (self.query_tokens - len(q))
-            out.append(np.asarray(q, dtype=np.int32))
-        return out
+                pad = self.query_tokens - len(q)
+                q += [self.mask_id] * pad
+                attention += [int(self.attend_to_expansion_tokens)] * pad
+            ids_out.append(np.asarray(q, dtype=np.int32))
+            attention_out.append(np.asarray(attention, dtype=np.int32))
+        return ids_out, attention_out

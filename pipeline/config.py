@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
-from typing import Any, Literal, Optional, TypeVar
+from typing import Any, ClassVar, Literal, Optional, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from operators.candidates import FirstStage
+from operators.checkpoint import read_conventions
 from operators.fusion import HybridParams
 from operators.scoring import MODES, VECTOR_KINDS
 
@@ -22,22 +24,40 @@ class _Section(BaseModel):
 class _JobConfig(_Section):
     """A job's whole configuration: YAML in and out, dotted overrides from the command line."""
 
+    # sections (dotted paths) validated from what the file and overrides give only, so that
+    # their ``model_fields_set`` tells what the user set (the checkpoint's conventions fill
+    # the rest of ``tokenizer``)
+    _user_sections: ClassVar[tuple[str, ...]] = ()
+
     @classmethod
     def from_yaml(cls: type[_Job], path: str | Path | None, **overrides: object) -> _Job:
         """Load a YAML file (or defaults when ``path`` is None) and apply dotted overrides,
         e.g. ``{"model.name": "/models/colbertv2.0"}``; None values are skipped. A file or
         override may give part of a section: the rest keeps its defaults."""
         data = cls().model_dump(mode="json", by_alias=True)
+        given: dict = {}
         if path is not None:
-            _deep_update(data, yaml.safe_load(Path(path).read_text()) or {})
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+            _deep_update(data, copy.deepcopy(loaded))
+            if isinstance(loaded, dict):
+                _deep_update(given, copy.deepcopy(loaded))
         for key, value in overrides.items():
             if value is None:
                 continue
-            node = data
-            *parents, leaf = key.split(".")
+            for target in (data, given):
+                node = target
+                *parents, leaf = key.split(".")
+                for p in parents:
+                    node = node.setdefault(p, {})
+                node[leaf] = copy.deepcopy(value)
+        for section in cls._user_sections:
+            *parents, leaf = section.split(".")
+            node, user = data, given
             for p in parents:
                 node = node.setdefault(p, {})
-            node[leaf] = value
+                user = user.get(p, {}) if isinstance(user, dict) else {}
+            if isinstance(node, dict):
+                node[leaf] = user.get(leaf, {}) if isinstance(user, dict) else {}
         return cls.model_validate(data)
 
     def to_yaml(self) -> str:
@@ -54,18 +74,28 @@ class ModelConfig(_Section):
 
 
 class TokenizerConfig(_Section):
-    """ColBERT conventions. Defaults are the plain-encoder settings the reference figures use
-    (no markers, no [MASK] augmentation, every token kept); ``configs/colbert.yaml`` sets ColBERT's."""
+    """ColBERT / PyLate conventions. Defaults are the plain-encoder settings the reference
+    figures use (no markers, no [MASK] augmentation, every token kept). A published PyLate or
+    ColBERT checkpoint's own conventions are read from its directory and fill every field the
+    user did not set (``IndexConfig``); ``configs/colbert.yaml`` spells out ColBERT's."""
 
     passage_tokens: int = Field(256, ge=8, description="max tokens of a passage, specials included")
     stride_tokens: int = Field(192, ge=1, description="window start step when a document is split")
     split_long_documents: bool = True  # false: truncate to passage_tokens instead
     query_tokens: int = Field(32, ge=4)
-    query_marker: Optional[str] = None  # e.g. "[unused0]" for ColBERT
-    document_marker: Optional[str] = None  # e.g. "[unused1]" for ColBERT
+    query_marker: Optional[str] = None  # a token inserted after [CLS], e.g. "[unused0]" (ColBERT), "[Q] " (PyLate)
+    document_marker: Optional[str] = None  # e.g. "[unused1]" (ColBERT), "[D] " (PyLate)
+    query_text_prefix: str = ""  # text put before each query's tokens (after the marker), e.g. "query: "
+    document_text_prefix: str = ""  # text put before each passage's tokens (after the marker)
     query_augmentation: bool = False  # pad queries with [MASK] to query_tokens
+    attend_to_expansion_tokens: bool = False  # the [MASK] padding is attended to (ColBERT: attend_to_mask_tokens)
     skip_punctuation: bool = False  # drop document vectors of punctuation tokens
+    skiplist: list[str] = Field(default_factory=list, description="tokens whose document vectors are dropped (PyLate's skiplist_words)")
     title_separator: str = " "  # passage text = title + sep + text (title omitted when empty)
+    checkpoint_conventions: bool = Field(True, description="read the checkpoint's conventions file for the fields not set; false: mvr's defaults")
+    # written by mvr (the manifest records them): where the conventions came from
+    conventions_source: Optional[str] = Field(None, description="the file read, e.g. pylate:config_sentence_transformers.json; None: none")
+    conventions_from_checkpoint: list[str] = Field(default_factory=list, description="the fields whose values that file gave")
 
     @model_validator(mode="after")
     def _stride_fits(self) -> "TokenizerConfig":
@@ -106,8 +136,43 @@ def _deep_update(base: dict, update: dict) -> None:
             base[key] = value
 
 
+# TokenizerConfig fields that only record where conventions came from (not in resume keys)
+_PROVENANCE = ("checkpoint_conventions", "conventions_source", "conventions_from_checkpoint")
+# fields added with checkpoint conventions: left out of resume keys at their defaults, so an
+# index built before they existed still matches its configuration
+_ADDED_DEFAULTS = {"query_text_prefix": "", "document_text_prefix": "", "attend_to_expansion_tokens": False, "skiplist": []}
+
+
+def apply_checkpoint_conventions(model_name: str, tokenizer: TokenizerConfig) -> TokenizerConfig:
+    """``tokenizer`` with the checkpoint's published conventions (``operators.checkpoint.
+    read_conventions``) in every field the user did not set (``model_fields_set``), and the
+    provenance fields filled in. Precedence: the user's values, then the checkpoint's, then
+    mvr's defaults. A config that already records its provenance (``conventions_source`` set,
+    as in a manifest) is returned as it is, so resolving is idempotent."""
+    if "conventions_source" in tokenizer.model_fields_set:
+        return tokenizer
+    conventions = read_conventions(model_name) if tokenizer.checkpoint_conventions else None
+    if conventions is None:
+        return tokenizer.model_copy(update={"conventions_source": None, "conventions_from_checkpoint": []})
+    user = tokenizer.model_fields_set
+    values = {k: v for k, v in conventions.values.items() if k not in user}
+    if "passage_tokens" in values and "stride_tokens" not in user:  # windows overlap by a quarter
+        values["stride_tokens"] = max(1, values["passage_tokens"] * 3 // 4)
+    data = tokenizer.model_dump() | values
+    data |= {"conventions_source": conventions.source, "conventions_from_checkpoint": sorted(k for k in values if k in conventions.values)}
+    try:
+        return TokenizerConfig.model_validate(data)
+    except ValidationError as e:
+        raise ValueError(f"{model_name}: the conventions in {conventions.source} do not make a valid tokenizer config: {e}") from None
+
+
 class IndexConfig(_JobConfig):
-    """Configuration of ``mvr index``: everything that determines the vectors in the shards."""
+    """Configuration of ``mvr index``: everything that determines the vectors in the shards.
+    When ``model.name`` is a published PyLate or ColBERT checkpoint, its conventions file
+    fills the ``tokenizer`` fields the user did not set (``apply_checkpoint_conventions``);
+    the resolved values and their source are what jobs use and the manifest stores."""
+
+    _user_sections = ("tokenizer",)
 
     model: ModelConfig = ModelConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
@@ -115,9 +180,23 @@ class IndexConfig(_JobConfig):
     runtime: RuntimeConfig = RuntimeConfig()
     limit: Optional[int] = Field(None, ge=1, description="index only the first N input rows")
 
+    @model_validator(mode="after")
+    def _checkpoint_conventions(self) -> "IndexConfig":
+        resolved = apply_checkpoint_conventions(self.model.name, self.tokenizer)
+        if resolved is not self.tokenizer:
+            self.tokenizer = resolved
+        return self
+
     def vector_settings(self) -> dict:
         """The part of the config that determines the stored vectors (for resume checks)."""
-        return self.model_dump(mode="json", include={"model", "tokenizer", "compress"})
+        settings = self.model_dump(mode="json", include={"model", "tokenizer", "compress"})
+        tokenizer = settings["tokenizer"]
+        for key in _PROVENANCE:
+            tokenizer.pop(key, None)
+        for key, default in _ADDED_DEFAULTS.items():
+            if tokenizer.get(key) == default:
+                tokenizer.pop(key)
+        return settings
 
 
 class BM25Config(_Section):
@@ -290,6 +369,8 @@ class ScaleStudyConfig(_JobConfig):
     workdir: str = Field("", description="where the corpora are indexed (an up-to-date index is reused)")
     seed: int = 0
     index: IndexConfig = IndexConfig()
+
+    _user_sections = ("index.tokenizer",)
     bm25: BM25Config = BM25Config()
 
 

@@ -78,3 +78,57 @@ def test_plain_checkpoint(tmp_path: Path, minilm_tokenizer, sample_ids):
     assert enc.dim == 32
     for got, exp in zip(enc.encode(sample_ids, batch_size=2), _expected(bert, sample_ids, None)):
         np.testing.assert_allclose(got, exp, atol=1e-4)
+
+
+def test_stacked_dense_modules_with_residual(tmp_path: Path, minilm_tokenizer, sample_ids):
+    """PyLate may stack Dense modules and give one a residual (``use_residual``: a bias-free
+    ``residual`` projection when the widths differ); they apply in modules.json's order."""
+    bert = _tiny_bert(minilm_tokenizer)
+    bert.save_pretrained(tmp_path)
+    minilm_tokenizer.save_pretrained(tmp_path)
+    torch.manual_seed(1)
+    w1, w2, b2, r2 = torch.randn(16, 32), torch.randn(8, 16), torch.randn(8), torch.randn(8, 16)
+    layers = [
+        ("1_Dense", {"in_features": 32, "out_features": 16, "bias": False}, {"linear.weight": w1}),
+        ("2_Dense", {"in_features": 16, "out_features": 8, "bias": True, "use_residual": True}, {"linear.weight": w2, "linear.bias": b2, "residual.weight": r2}),
+    ]
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
+    for i, (name, cfg, state) in enumerate(layers, 1):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(cfg | {"activation_function": "torch.nn.modules.linear.Identity"}))
+        save_file(state, str(tmp_path / name / "model.safetensors"))
+        modules.append({"idx": i, "name": str(i), "path": name, "type": "pylate.models.Dense.Dense"})
+    (tmp_path / "modules.json").write_text(json.dumps(modules[::-1]))  # order comes from idx
+    enc = TokenEncoder(str(tmp_path))
+    assert enc.dim == 8
+    for got, h in zip(enc.encode(sample_ids), _expected(bert, sample_ids, None)):
+        x = torch.from_numpy(h) @ w1.T
+        np.testing.assert_allclose(got, (x @ w2.T + b2 + x @ r2.T).numpy(), atol=1e-4)
+
+
+def test_attention_mask_leaves_positions_unattended(tmp_path: Path, minilm_tokenizer, sample_ids):
+    """``attention`` 0 at a position: other tokens do not attend to it, it still gets a vector
+    (ColBERT's [MASK] query padding without attend_to_mask_tokens)."""
+    bert = _tiny_bert(minilm_tokenizer)
+    bert.save_pretrained(tmp_path)
+    minilm_tokenizer.save_pretrained(tmp_path)
+    enc = TokenEncoder(str(tmp_path))
+    ids = [np.concatenate([i, np.full(4, minilm_tokenizer.mask_token_id, dtype=np.int32)]) for i in sample_ids]
+    attention = [np.concatenate([np.ones(len(i), np.int32), np.zeros(4, np.int32)]) for i in sample_ids]
+    with torch.no_grad():
+        for got, i, a in zip(enc.encode(ids, 2, attention=attention), ids, attention):
+            exp = bert(input_ids=torch.tensor([i.tolist()]), attention_mask=torch.tensor([a.tolist()])).last_hidden_state[0].numpy()
+            assert got.shape == exp.shape
+            np.testing.assert_allclose(got, exp, atol=1e-4)
+    assert not np.allclose(enc.encode(ids[:1])[0], enc.encode(ids[:1], attention=attention[:1])[0], atol=1e-3)
+
+
+def test_colbert_metadata_dim_must_match_the_weights(tmp_path: Path, minilm_tokenizer):
+    bert = _tiny_bert(minilm_tokenizer)
+    state = {f"bert.{k}": v.contiguous() for k, v in bert.state_dict().items()} | {"linear.weight": torch.randn(16, 32)}
+    save_file(state, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(bert.config.to_dict() | {"architectures": ["HF_ColBERT"]}))
+    minilm_tokenizer.save_pretrained(tmp_path)
+    (tmp_path / "artifact.metadata").write_text(json.dumps({"dim": 128}))
+    with pytest.raises(ValueError, match="dim 128, the weights give 16"):
+        TokenEncoder(str(tmp_path))
