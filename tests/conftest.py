@@ -64,8 +64,16 @@ def msmarco_100(tmp_path_factory, datasets) -> str:
     return url
 
 
+SLOW_FIXTURES = {"msmarco_index", "dbpedia_index", "msmarco_100"}
+
+
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """The multi-node cluster tests run first, before the session's embedded Ray cluster is
-    started: its idle daemons would otherwise share the two cores with the test cluster's
-    (measured: the module took ~15 % longer after the other tests than alone)."""
+    """Every test that starts Ray or needs an indexed collection is ``slow`` (the fast lane,
+    ``-m "not slow"``, is the rest). The multi-node cluster tests run first, before the
+    session's embedded Ray cluster is started: its idle daemons would otherwise share the two
+    cores with the test cluster's (measured: the module took ~15 % longer after the other
+    tests than alone)."""
+    for item in items:
+        if item.get_closest_marker("ray") or item.get_closest_marker("peers") or SLOW_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: getattr(item.module, "__name__", "") != "test_cluster_jobs")
