@@ -7,12 +7,7 @@ import argparse
 import json
 import sys
 
-from rich.table import Table
-
-from jobs.build_bm25 import print_bm25
-from jobs.common import console, error, output_console, print_config
-from pipeline.ann_build import build_ann
-from pipeline.config import AnnBuildConfig
+from jobs.common import ArgumentParser, console, load_config, output_console, positive_int, print_config, run_job
 
 VECTOR_CHOICES = ("tokens", "centroids", "first-m", "pooled")
 
@@ -28,11 +23,11 @@ def _param(text: str) -> tuple[str, object]:
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or argparse.ArgumentParser(prog="python -m jobs.build_ann", description=__doc__)
+    p = p or ArgumentParser(prog="python -m jobs.build_ann", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
     p.add_argument("--config", help="YAML file with an AnnBuildConfig")
     p.add_argument("--backend", choices=("faiss-ivfpq", "scann"), help="default faiss-ivfpq")
-    p.add_argument("--partitions", type=int, help="number of partitions P (default 1)")
+    p.add_argument("--partitions", type=positive_int, help="number of partitions P (default 1)")
     p.add_argument("--vectors", help=f"comma-separated kinds out of {','.join(VECTOR_CHOICES)} (default: all)")
     p.add_argument("--force", action="store_true", help="rebuild kinds whose current build already has these parameters over the same shards")
     p.add_argument("--no-bm25", action="store_true", help="do not build BM25 partitions alongside (mvr build-bm25 builds them alone)")
@@ -44,19 +39,20 @@ def run(args: argparse.Namespace) -> int:
     overrides = {"backend": args.backend, "partitions": args.partitions}
     if args.vectors:
         overrides["vectors"] = [v.strip() for v in args.vectors.split(",") if v.strip()]
-    try:
-        config = AnnBuildConfig.from_yaml(args.config, **overrides)
-        if args.param:
-            config = config.model_copy(update={"params": {**config.params, **dict(args.param)}})
-        if args.no_bm25:
-            config = config.model_copy(update={"bm25": None})
-    except ValueError as exc:
-        return error(exc)
+    from pipeline.config import AnnBuildConfig
+
+    config = load_config(AnnBuildConfig, args.config, **overrides)
+    if args.param:
+        config = config.model_copy(update={"params": {**config.params, **dict(args.param)}})
+    if args.no_bm25:
+        config = config.model_copy(update={"bm25": None})
     print_config("mvr build-ann: configuration", config)
-    try:
-        result = build_ann(args.index, config, log=console.print, force=args.force)
-    except (FileNotFoundError, ValueError) as exc:
-        return error(exc)
+    from rich.table import Table
+
+    from jobs.build_bm25 import print_bm25
+    from pipeline.ann_build import build_ann
+
+    result = build_ann(args.index, config, log=console.print, force=args.force)
     table = Table(title=f"ANN partitions of {args.index} (manifest version {result.manifest.version})")
     for col in ("vectors", "partition", "passages", "indexed vectors", "MB", "build s"):
         table.add_column(col, justify="right" if col != "vectors" else "left")
@@ -74,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return run_job(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -7,19 +7,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.table import Table
-
-from jobs.common import console, error, output_console, print_config
-from pipeline.bm25_build import build_bm25
-from pipeline.config import BM25BuildConfig
-from storage.manifest import Manifest
+from jobs.common import ArgumentParser, console, load_config, output_console, positive_int, print_config, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or argparse.ArgumentParser(prog="python -m jobs.build_bm25", description=__doc__)
+    p = p or ArgumentParser(prog="python -m jobs.build_bm25", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
     p.add_argument("--config", help="YAML file with a BM25BuildConfig")
-    p.add_argument("--partitions", type=int, help="number of partitions P (default 1; use the ANN build's P for hybrids)")
+    p.add_argument("--partitions", type=positive_int, help="number of partitions P (default 1; use the ANN build's P for hybrids)")
     p.add_argument("--stopwords", help="bm25s stopword list (default en; 'none' keeps every word)")
     p.add_argument("--stemmer", help="PyStemmer language (default english; 'none' for no stemming)")
     p.add_argument("--k1", type=float, help="BM25 k1 (default 1.5)")
@@ -28,25 +23,25 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        config = BM25BuildConfig.from_yaml(args.config, partitions=args.partitions, **{"bm25.k1": args.k1, "bm25.b": args.b})
-        for name in ("stopwords", "stemmer"):
-            value = getattr(args, name)
-            if value is not None:
-                config.bm25 = config.bm25.model_copy(update={name: None if value.lower() == "none" else value})
-    except ValueError as exc:
-        return error(exc)
+    from pipeline.config import BM25BuildConfig
+
+    config = load_config(BM25BuildConfig, args.config, partitions=args.partitions, **{"bm25.k1": args.k1, "bm25.b": args.b})
+    for name in ("stopwords", "stemmer"):
+        value = getattr(args, name)
+        if value is not None:
+            config.bm25 = config.bm25.model_copy(update={name: None if value.lower() == "none" else value})
     print_config("mvr build-bm25: configuration", config)
-    try:
-        manifest = build_bm25(args.index, config, log=console.print)
-    except (FileNotFoundError, ValueError) as exc:
-        return error(exc)
+    from pipeline.bm25_build import build_bm25
+
+    manifest = build_bm25(args.index, config, log=console.print)
     print_bm25(manifest)
     return 0
 
 
-def print_bm25(manifest: Manifest) -> None:
-    """Table of the manifest's BM25 partitions."""
+def print_bm25(manifest) -> None:
+    """Table of the manifest's BM25 partitions (a ``storage.manifest.Manifest``)."""
+    from rich.table import Table
+
     entry = manifest.bm25
     c = entry["collection"]
     table = Table(title=f"BM25 partitions (manifest version {manifest.version}): {c['passages']:,} passages, {c['terms']:,} terms, mean length {c['mean_length']:.1f}")
@@ -59,7 +54,7 @@ def print_bm25(manifest: Manifest) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return run_job(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -23,13 +23,47 @@ COMMANDS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="mvr", description="multi-vector retrieval on Ray")
-    sub = p.add_subparsers(dest="command", required=True)
+DEST = "mvr_command"  # not "command": mvr submit has a COMMAND argument of its own
+
+EPILOG = (
+    "A failing command prints one line 'error: <cause>' on stderr and exits with status 2 "
+    "(verify: 1 for a bad file); MVR_DEBUG=1 prints the full traceback too."
+)
+
+
+def _chosen(argv: list[str]) -> str | None:
+    """The subcommand named on the command line (the first argument not an option)."""
+    for a in argv:
+        if not a.startswith("-"):
+            return a if a in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """``mvr``'s parser. Only ``command``'s own arguments are added (importing its job module,
+    which imports nothing heavy before ``run``): ``mvr --help`` imports no job at all."""
+    from jobs.common import ArgumentParser
+
+    p = argparse.ArgumentParser(prog="mvr", description="multi-vector retrieval on Ray", epilog=EPILOG)
+    sub = p.add_subparsers(dest=DEST, required=True, metavar="COMMAND", parser_class=ArgumentParser)
     for name, (module, help_text) in COMMANDS.items():
-        importlib.import_module(module).parser(sub.add_parser(name, help=help_text, description=help_text))
-    args = p.parse_args(argv)
-    return importlib.import_module(COMMANDS[args.command][0]).run(args)
+        sp = sub.add_parser(name, help=help_text, description=help_text, epilog=EPILOG)
+        if name == command:
+            importlib.import_module(module).parser(sp)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:  # Ctrl-C while the command's modules load
+        from jobs.common import run_job
+
+        argv = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser(_chosen(argv)).parse_args(argv)
+        run = importlib.import_module(COMMANDS[getattr(args, DEST)][0]).run
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    return run_job(run, args)
 
 
 if __name__ == "__main__":

@@ -10,38 +10,36 @@ import shlex
 import sys
 import tempfile
 
-from rich.console import Console
-
-from jobs.common import console, print_config
-from pipeline.config import IndexConfig, ServeConfig
-from jobs.render import results_table
-from pipeline.demo import run_demo
-from pipeline.demo_corpus import DEFAULT_LIMIT
-
-
-def _positive(value: str) -> int:
-    n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
+from jobs.common import ArgumentParser, check_port_free, console, port_number, positive_int, print_config, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or argparse.ArgumentParser(prog="python -m jobs.demo", description=__doc__)
+    from pipeline.demo_corpus import DEFAULT_LIMIT
+
+    p = p or ArgumentParser(prog="python -m jobs.demo", description=__doc__)
     p.add_argument("--workdir", help="where corpus.jsonl and index/ go (default: a new temporary directory); "
         "reused by a rerun, the index rebuilt when the corpus changed")
-    p.add_argument("--limit", type=_positive, default=DEFAULT_LIMIT, help=f"documents in the corpus (default {DEFAULT_LIMIT})")
-    p.add_argument("-k", "--k", type=_positive, default=3, help="results shown per query (default 3)")
-    p.add_argument("--port", type=_positive, default=8000, help="HTTP port of the demo service (default 8000)")
+    p.add_argument("--limit", type=positive_int, default=DEFAULT_LIMIT, help=f"documents in the corpus (default {DEFAULT_LIMIT})")
+    p.add_argument("-k", "--k", type=positive_int, default=3, help="results shown per query (default 3)")
+    p.add_argument("--port", type=port_number, default=8000, help="HTTP port of the demo service (default 8000)")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from jobs.render import results_table
+    from pipeline.config import IndexConfig, ServeConfig
+    from pipeline.demo import quiet_ray, run_demo
+
+    serve_config = ServeConfig(port=args.port)
+    check_port_free(serve_config.host, serve_config.port)  # before minutes of indexing, not after
     workdir = args.workdir or tempfile.mkdtemp(prefix="mvr-demo-")
     config = IndexConfig()
     print_config("mvr demo: index configuration", config)
     console.rule(f"mvr demo: {workdir}")
-    result = run_demo(workdir, args.limit, args.k, log=console.print, config=config, serve_config=ServeConfig(port=args.port))
+    with quiet_ray(log=console.print):
+        result = run_demo(workdir, args.limit, args.k, log=console.print, config=config, serve_config=serve_config)
     out = Console()
     for body in result.answers:
         t = body["timings_ms"]
@@ -64,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return run_job(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -6,22 +6,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.table import Table
-
-from jobs.common import console, error, output_console, print_config, write_outputs
-from operators.scoring import MODES, SEARCH_MODES
-from pipeline.config import EvalConfig
-from pipeline.evaluation import evaluate, plot_sweep
+from jobs.common import ArgumentParser, console, load_config, load_index_manifest, number_list, output_console, positive_int, print_config, run_job, write_outputs
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or argparse.ArgumentParser(prog="python -m jobs.evaluate", description=__doc__)
+    from operators.scoring import MODES, SEARCH_MODES
+
+    p = p or ArgumentParser(prog="python -m jobs.evaluate", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
-    p.add_argument("--dataset", help="BEIR dataset directory (queries.jsonl, qrels/SPLIT.tsv)")
+    p.add_argument("--dataset", required=True, help="BEIR dataset directory (queries.jsonl, qrels/SPLIT.tsv)")
     p.add_argument("--config", help="YAML file with an EvalConfig (search knobs under 'search')")
     p.add_argument("--split", help="qrels split (default test)")
     p.add_argument("--modes", help=f"comma-separated, out of {','.join(SEARCH_MODES)} (default: the dense ones, {','.join(MODES)})")
-    p.add_argument("-k", "--k", type=int, help="documents retrieved a query (default 100)")
+    p.add_argument("-k", "--k", type=positive_int, help="documents retrieved a query (default 100)")
     p.add_argument("--exact", action="store_true", help="brute-force search only (the exact reference)")
     p.add_argument("--no-overlap", action="store_true", help="skip the exact run that overlap@10 needs")
     p.add_argument("--sweep", help="comma-separated values of the first-stage knob, e.g. 4,8,16,32,64")
@@ -36,22 +33,23 @@ def run(args: argparse.Namespace) -> int:
     if args.modes:
         overrides["modes"] = [m.strip() for m in args.modes.split(",") if m.strip()]
     if args.sweep:
-        overrides["sweep"] = [float(v) for v in args.sweep.split(",") if v.strip()]
+        overrides["sweep"] = number_list("--sweep", args.sweep)
     if args.exact:
         overrides["search.exact"] = True
     if args.no_overlap:
         overrides["overlap"] = False
-    try:
-        config = EvalConfig.from_yaml(args.config, **overrides)
-        if not config.dataset:
-            raise ValueError("--dataset is required (a BEIR directory)")
-    except ValueError as exc:
-        return error(exc)
+    from pipeline.config import EvalConfig
+
+    config = load_config(EvalConfig, args.config, **overrides)
+    if not config.dataset:
+        raise ValueError("--dataset is required (a BEIR directory)")
+    load_index_manifest(args.index)  # a missing or damaged index refused before any model loads
     print_config("mvr eval: configuration", config)
-    try:
-        result = evaluate(args.index, config, log=console.print)
-    except (FileNotFoundError, ValueError) as exc:
-        return error(exc)
+    from rich.table import Table
+
+    from pipeline.evaluation import evaluate, plot_sweep
+
+    result = evaluate(args.index, config, log=console.print)
     table = Table(title=f"{result.collection}: {result.queries} judged queries, k={config.k}")
     columns = ["mode", "path", "partitions", "nDCG@10", "RR@10", "R@100", "p50 ms", "p95 ms", "overlap@10", "exact nDCG@10", "exact p50 ms"]
     for c in columns:
@@ -81,13 +79,11 @@ def _opt(value, digits: int = 4) -> str:
 
 
 def _index_version(index_url: str) -> int:
-    from storage.manifest import load_manifest
-
-    return load_manifest(index_url).version
+    return load_index_manifest(index_url).version
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return run_job(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -5,13 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.common import add_config_args, console, error, load_index_config, print_config
-from pipeline.indexing import IndexExistsError, index_corpus
-from storage.corpus import CorpusError
+from jobs.common import ArgumentParser, add_config_args, console, load_index_config, print_config, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or argparse.ArgumentParser(prog="python -m jobs.index_corpus", description=__doc__)
+    p = p or ArgumentParser(prog="python -m jobs.index_corpus", description=__doc__)
     p.add_argument("corpus", help="BEIR dir, .jsonl, .parquet or .tsv (path or fsspec URL)")
     p.add_argument("index", help="index directory (path or fsspec URL)")
     add_config_args(p)
@@ -22,17 +20,16 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     config = load_index_config(args)
     print_config("mvr index: configuration", config)
-    try:
-        result = index_corpus(args.corpus, args.index, config, overwrite=args.overwrite, log=console.print)
-    except (IndexExistsError, CorpusError, ValueError) as exc:
-        return error(exc)
+    from pipeline.indexing import index_corpus
+
+    result = index_corpus(args.corpus, args.index, config, overwrite=args.overwrite, log=console.print)
     print(result.summary)
     console.print(f"{result.seconds:.1f} s")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return run_job(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

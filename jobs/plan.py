@@ -10,27 +10,13 @@ import argparse
 import json
 import sys
 
-from rich.table import Table
-
-from jobs.common import error, output_console
-from operators.capacity import (
-    ANN_BACKENDS,
-    CODECS,
-    MEASURED,
-    SERVE_DTYPES,
-    VECTOR_KINDS,
-    AnnSettings,
-    CapacityPlan,
-    ServeSettings,
-    Throughput,
-    Workload,
-    human_bytes,
-    make_plan,
-)
+from jobs.common import ArgumentParser, error, output_console, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or argparse.ArgumentParser(prog="python -m jobs.plan", description=__doc__)
+    from operators.capacity import ANN_BACKENDS, CODECS, MEASURED, SERVE_DTYPES, VECTOR_KINDS
+
+    p = p or ArgumentParser(prog="python -m jobs.plan", description=__doc__)
     m = MEASURED
     p.add_argument("--passages", type=int, required=True, help="passages after splitting documents")
     p.add_argument("--tokens-per-passage", type=float, default=m["tokens_per_passage"].value,
@@ -61,6 +47,8 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from operators.capacity import AnnSettings, ServeSettings, Throughput, Workload, make_plan
+
     try:
         w = Workload(
             passages=args.passages, tokens_per_passage=args.tokens_per_passage, dim=args.dim, codec=args.codec,
@@ -78,8 +66,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_plan(plan: CapacityPlan) -> None:
-    """The plan as rich tables: inputs, storage, RAM a partition, encode hours, notes."""
+def print_plan(plan) -> None:
+    """The plan (an ``operators.capacity.CapacityPlan``) as rich tables: inputs, storage, RAM a
+    partition, encode hours, notes."""
+    from rich.table import Table
+
+    from operators.capacity import MEASURED, human_bytes
+
     out = output_console()
     w, ann, serve, tp = plan.workload, plan.ann, plan.serve, plan.throughput
     inputs = Table(title="mvr plan: inputs", show_header=False)
@@ -133,7 +126,7 @@ def print_plan(plan: CapacityPlan) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return run_job(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -9,11 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.table import Table
-
-from jobs.common import console, error, output_console, print_config, write_outputs
-from pipeline.config import ScaleStudyConfig
-from pipeline.scale_study import Experiment, ScaleStudyResult, plot_study, scale_study
+from jobs.common import ArgumentParser, console, load_config, output_console, positive_int, print_config, run_job, write_outputs
 
 
 SHARES = {
@@ -23,14 +19,14 @@ SHARES = {
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or argparse.ArgumentParser(prog="python -m jobs.scale_study", description=__doc__)
-    p.add_argument("--dataset", help="BEIR dataset directory whose judged queries are measured")
+    p = p or ArgumentParser(prog="python -m jobs.scale_study", description=__doc__)
+    p.add_argument("--dataset", required=True, help="BEIR dataset directory whose judged queries are measured")
     p.add_argument("--distractors", help="comma-separated corpora (BEIR dirs or files) added as distractors")
     p.add_argument("--random-strings", type=int, help="random-string passages for the second experiment (0: skip it)")
     p.add_argument("--workdir", help="where corpora are indexed and the random strings written (up-to-date indexes are reused)")
     p.add_argument("--config", help="YAML file with a ScaleStudyConfig (index settings under 'index', BM25 under 'bm25')")
     p.add_argument("--split", help="qrels split (default test)")
-    p.add_argument("--steps", type=int, help="index sizes measured per experiment (default 5)")
+    p.add_argument("--steps", type=positive_int, help="index sizes measured per experiment (default 5)")
     p.add_argument("--dims", help="comma-separated pooled dimensions (default 384,128,64; the index's own is unprojected)")
     p.add_argument("--modes", help="comma-separated, out of bm25,pooled,maxsim,first-m,softmax-centroid (default all)")
     p.add_argument("--seed", type=int, help="seed of the distractor shuffle and the random strings (default 0)")
@@ -47,19 +43,20 @@ def run(args: argparse.Namespace) -> int:
     overrides: dict = {"dataset": args.dataset, "split": args.split, "random_strings": args.random_strings, "workdir": args.workdir, "steps": args.steps, "seed": args.seed}
     overrides["distractors"] = _csv(args.distractors)
     overrides["modes"] = _csv(args.modes)
-    try:
-        if args.dims:
+    if args.dims:
+        try:
             overrides["dims"] = [int(d) for d in _csv(args.dims) or []]
-        config = ScaleStudyConfig.from_yaml(args.config, **overrides)
-        if not config.dataset:
-            raise ValueError("--dataset is required (a BEIR directory)")
-    except ValueError as exc:
-        return error(exc)
+        except ValueError:
+            raise ValueError(f"--dims takes comma-separated whole numbers, got {args.dims!r}") from None
+    from pipeline.config import ScaleStudyConfig
+
+    config = load_config(ScaleStudyConfig, args.config, **overrides)
+    if not config.dataset:
+        raise ValueError("--dataset is required (a BEIR directory)")
     print_config("mvr scale-study: configuration", config)
-    try:
-        result = scale_study(config, log=console.print)
-    except (FileNotFoundError, ValueError) as exc:
-        return error(exc)
+    from pipeline.scale_study import plot_study, scale_study
+
+    result = scale_study(config, log=console.print)
     out = output_console()
     for name, exp in result.experiments.items():
         out.print(table(result, exp, "nDCG@10"))
@@ -70,8 +67,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def table(result: ScaleStudyResult, exp: Experiment, metric: str) -> Table:
-    """Method × size: ``metric`` at each size and its change from the smallest to the largest."""
+def table(result, exp, metric: str):
+    """Method × size: ``metric`` at each size and its change from the smallest to the largest
+    (a ``ScaleStudyResult`` and one of its ``Experiment``s)."""
+    from rich.table import Table
+
     share = metric in SHARES
     what = SHARES.get(metric, f"exact {metric}")
     title = f"{result.collection} ({result.queries} judged queries), {exp.name}: {what}"
@@ -92,7 +92,7 @@ def table(result: ScaleStudyResult, exp: Experiment, metric: str) -> Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return run_job(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

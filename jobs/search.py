@@ -9,24 +9,17 @@ import argparse
 import json
 import sys
 
-import requests
-from rich.console import Console
-
-from jobs.common import error
-from jobs.render import results_table
-from operators.fusion import FUSIONS
-from operators.scoring import MODES, SEARCH_MODES
-from pipeline.client import SearchClient, ServiceError
-from pipeline.config import SearchConfig
-from pipeline.local_search import answer
-from pipeline.search import Searcher, request_settings, validate_request
-from storage.catalog import Catalog
+from jobs.common import ArgumentParser, check_utf8, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or argparse.ArgumentParser(prog="python -m jobs.search", description=__doc__)
-    p.add_argument("index", nargs="?", help="index directory (path or fsspec URL); omitted with --url")
-    p.add_argument("query", help="query text")
+    from operators.fusion import FUSIONS
+    from operators.scoring import MODES, SEARCH_MODES
+
+    p = p or ArgumentParser(prog="python -m jobs.search", description=__doc__)
+    p.usage = "%(prog)s INDEX QUERY [options]\n       %(prog)s --url URL QUERY [options]"
+    p.add_argument("index", nargs="?", metavar="INDEX", help="index directory (path or fsspec URL); not with --url")
+    p.add_argument("query", metavar="QUERY", help="query text")
     p.add_argument("--url", help="ask a running service (mvr serve) at this base URL instead of searching in-process")
     p.add_argument("--token", help="bearer token for --url (default: $MVR_TOKEN)")
     p.add_argument("-k", "--k", type=int, default=10, help="number of documents to return (1..1000)")
@@ -40,34 +33,55 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_utf8("query", args.query)  # before any model or index is touched
+    if args.url and args.index:
+        raise ValueError(f"give INDEX or --url, not both (INDEX {args.index!r}, --url {args.url})")
+    if not args.url and not args.index:
+        raise ValueError("give an INDEX, or --url of a running service")
+    from pipeline.config import SearchConfig
+    from pipeline.search import request_settings, validate_request
+
     knobs = {k: v for k, v in {"dense": args.dense, "fusion": args.fusion, "lam": args.lam}.items() if v is not None}
     config = SearchConfig(exact=args.exact)
-    try:
-        validate_request(args.query, args.k, args.mode)
-        request_settings(config, args.mode, knobs)
-    except ValueError as exc:
-        return error(exc)
+    validate_request(args.query, args.k, args.mode)
+    request_settings(config, args.mode, knobs)
     if args.url:
-        client = SearchClient(args.url, args.token)
-        try:
-            body = client.search(args.query, args.k, args.mode, **knobs)
-        except (ServiceError, requests.RequestException) as exc:
-            return error(exc)
-        return show(args, body)
-    if not args.index:
-        return error(ValueError("give an INDEX, or --url of a running service"))
-    try:
-        if args.dense:
-            config.hybrid.dense = args.dense
-        searcher = Searcher(args.index, modes=(args.mode,), config=config)
-        catalog = Catalog(args.index)
-    except (FileNotFoundError, ValueError) as exc:
-        return error(exc)
+        return show(args, ask_service(args.url, args.token, args.query, args.k, args.mode, knobs))
+    from pipeline.local_search import answer
+    from pipeline.search import Searcher
+    from storage.catalog import Catalog
+
+    if args.dense:
+        config.hybrid.dense = args.dense
+    searcher = Searcher(args.index, modes=(args.mode,), config=config)
+    catalog = Catalog(args.index)
     try:
         body = answer(searcher, catalog, args.query, args.k, args.mode, **knobs)
     finally:
         catalog.close()
     return show(args, body)
+
+
+def ask_service(url: str, token: str | None, query: str, k: int, mode: str, knobs: dict) -> dict:
+    """``POST /search`` to a running service; an unreachable or malformed URL as a ValueError."""
+    import re
+
+    import requests
+
+    from pipeline.client import SearchClient
+
+    client = SearchClient(url, token)
+    try:
+        return client.search(query, k, mode, **knobs)
+    except (requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema, requests.exceptions.InvalidURL) as exc:
+        raise ValueError(f"--url {url}: not an http(s) URL of the service ({exc})") from None
+    except requests.Timeout:
+        raise ValueError(f"the service at {url} did not answer within {client.timeout:.0f} s") from None
+    except requests.ConnectionError as exc:
+        reason = re.search(r"\[Errno -?\d+\] ([^'\")]+)", str(exc))
+        raise ValueError(f"cannot reach the service at {url}" + (f" ({reason.group(1).strip()})" if reason else "")) from None
+    finally:
+        client.close()
 
 
 def show(args: argparse.Namespace, body: dict) -> int:
@@ -81,12 +95,16 @@ def show(args: argparse.Namespace, body: dict) -> int:
         f"{body['path']} search · {body['candidates']} passages rescored{degraded} · encode {t['encode']:.1f} ms · "
         f"candidates {t['candidates']:.1f} ms · rescore {t['rescore']:.1f} ms · total {t['total']:.1f} ms"
     )
+    from rich.console import Console
+
+    from jobs.render import results_table
+
     Console().print(results_table(f"{args.mode}: {args.query}", body["results"], caption))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return run_job(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

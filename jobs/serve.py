@@ -12,35 +12,35 @@ import signal
 import sys
 import threading
 
-from rich.table import Table
-
-from jobs.common import console, error, output_console, print_config
-from operators.scoring import SEARCH_MODES
-from pipeline.client import TOKEN_ENV
-from pipeline.config import ServeConfig
-from pipeline.serve_app import Deployment, deploy, shutdown
+from jobs.common import ArgumentParser, check_port_free, console, error, load_config, load_index_manifest, output_console, port_number, print_config, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or argparse.ArgumentParser(prog="python -m jobs.serve", description=__doc__)
+    from operators.scoring import SEARCH_MODES
+
+    p = p or ArgumentParser(prog="python -m jobs.serve", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
     p.add_argument("--config", help="YAML file with a ServeConfig (see configs/serve.yaml)")
     p.add_argument("--host", help="HTTP host (default 127.0.0.1; 0.0.0.0 to listen on every interface)")
-    p.add_argument("--port", type=int, help="HTTP port (default 8000)")
+    p.add_argument("--port", type=port_number, help="HTTP port (default 8000)")
     p.add_argument("--modes", help=f"comma-separated modes to serve out of {','.join(SEARCH_MODES)} (default: the dense ones, and bm25 and hybrid when the index has BM25)")
     p.add_argument("--exact", action="store_true", help="serve brute-force search even where ANN partitions exist")
-    p.add_argument("--token", help=f"require this bearer token on every request (default: ${TOKEN_ENV} when set)")
+    p.add_argument("--token", help="require this bearer token on every request (default: $MVR_TOKEN when set)")
     p.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, or start a local one)")
     p.add_argument("--detach", action="store_true", help="deploy and return (needs a running cluster: --address or $RAY_ADDRESS)")
     return p
 
 
-def load_serve_config(args: argparse.Namespace) -> ServeConfig:
+def load_serve_config(args: argparse.Namespace):
+    from pipeline.config import ServeConfig
+
     modes = args.modes.split(",") if args.modes else None
-    return ServeConfig.from_yaml(args.config, **{"host": args.host, "port": args.port, "modes": modes, "search.exact": args.exact or None})
+    return load_config(ServeConfig, args.config, **{"host": args.host, "port": args.port, "modes": modes, "search.exact": args.exact or None})
 
 
-def deployment_table(d: Deployment) -> Table:
+def deployment_table(d):
+    from rich.table import Table
+
     t = Table(title=f"serving {d.index_url} (manifest version {d.version}) at {d.url}", title_justify="left")
     for col in ("app", "deployment", "replicas", "CPUs each", "GPUs each", "threads", "holds"):
         t.add_column(col)
@@ -59,16 +59,16 @@ def run(args: argparse.Namespace) -> int:
     address = args.address or os.environ.get("RAY_ADDRESS")
     if args.detach and not address:
         return error(ValueError("--detach needs a running Ray cluster (--address or $RAY_ADDRESS): a local one ends with this process"))
-    try:
-        config = load_serve_config(args)
-    except ValueError as exc:
-        return error(exc)
+    config = load_serve_config(args)
+    if not address:  # a local Ray is started here: its HTTP proxy must be able to listen (a joined cluster's may already)
+        check_port_free(config.host, config.port)
+    load_index_manifest(args.index)  # a missing or damaged index refused before Ray starts
     print_config("mvr serve: configuration", config)
+    from pipeline.client import TOKEN_ENV
+    from pipeline.serve_app import deploy, shutdown
+
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
-    try:
-        d = deploy(args.index, config, token, log=console.print, address=address)
-    except (FileNotFoundError, ValueError) as exc:
-        return error(exc)
+    d = deploy(args.index, config, token, log=console.print, address=address)
     output_console().print(deployment_table(d))
     console.print(f"ready in {d.seconds:.1f} s: {d.url}/search, {d.url}/docs" + (" (bearer token required)" if token else ""))
     if args.detach:
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return run_job(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

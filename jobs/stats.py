@@ -5,19 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.console import Console
-from rich.table import Table
-
-from pipeline.index_info import index_stats
+from jobs.common import ArgumentParser, load_index_manifest, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or argparse.ArgumentParser(prog="python -m jobs.stats", description=__doc__)
+    p = p or ArgumentParser(prog="python -m jobs.stats", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from pipeline.index_info import index_stats
+
+    load_index_manifest(args.index)  # a damaged manifest.json named as such
     s = index_stats(args.index)
     table = Table(title=f"mvr index {args.index}", show_header=False)
     for key, value in s.items():
@@ -30,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return run_job(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,7 @@ import argparse
 import sys
 import time
 
-from jobs.common import console, error
-from pipeline.job_submission import TERMINAL, JobRunner
+from jobs.common import ArgumentParser, console, error, run_job
 
 NOT_SUBMITTABLE = ("submit", "demo")  # demo starts and stops its own local cluster
 
@@ -19,7 +18,7 @@ NOT_SUBMITTABLE = ("submit", "demo")  # demo starts and stops its own local clus
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     from jobs.cli import COMMANDS
 
-    p = p or argparse.ArgumentParser(prog="python -m jobs.submit", description=__doc__)
+    p = p or ArgumentParser(prog="python -m jobs.submit", description=__doc__)
     p.add_argument("--address", help="the cluster's dashboard, http://HEAD:8265 (default: $RAY_API_SERVER_ADDRESS or $RAY_ADDRESS)")
     p.add_argument("--working-dir", default=".", help="directory shipped to the cluster as the job's working dir (default: .)")
     p.add_argument("--ray-token", help="Ray's auth token, when the cluster uses token authentication and $RAY_AUTH_TOKEN is not set")
@@ -33,6 +32,8 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from jobs.cli import COMMANDS
+
+    from pipeline.job_submission import TERMINAL, JobRunner
 
     module = COMMANDS[args.command][0].removeprefix("jobs.")
     try:
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return run_job(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

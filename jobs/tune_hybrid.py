@@ -7,21 +7,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.table import Table
-
-from jobs.common import console, error, output_console, print_config, write_outputs
-from pipeline.config import TuneHybridConfig
-from pipeline.hybrid_tuning import plot_grid, tune_hybrid
+from jobs.common import ArgumentParser, console, load_config, load_index_manifest, number_list, output_console, positive_int, print_config, run_job, write_outputs
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or argparse.ArgumentParser(prog="python -m jobs.tune_hybrid", description=__doc__)
+    p = p or ArgumentParser(prog="python -m jobs.tune_hybrid", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL) with BM25 partitions")
-    p.add_argument("--dataset", help="BEIR dataset directory (queries.jsonl, qrels/SPLIT.tsv)")
+    p.add_argument("--dataset", required=True, help="BEIR dataset directory (queries.jsonl, qrels/SPLIT.tsv)")
     p.add_argument("--config", help="YAML file with a TuneHybridConfig")
     p.add_argument("--split", help="qrels split (default test); its judged queries are split into folds")
     p.add_argument("--dense", help="dense mode fused with BM25 (default maxsim)")
-    p.add_argument("--folds", type=int, help="query folds (default 2: tune on one half, report on the other, both ways)")
+    p.add_argument("--folds", type=positive_int, help="query folds (default 2: tune on one half, report on the other, both ways)")
     p.add_argument("--grid", help="comma-separated λ values to try (default 0, 0.05, ..., 1)")
     p.add_argument("--exact", action="store_true", help="dense side by brute force even where ANN partitions exist")
     p.add_argument("--json", dest="json_out", help="write the results as JSON here (path or URL)")
@@ -32,20 +28,21 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     overrides: dict = {"dataset": args.dataset, "split": args.split, "dense": args.dense, "folds": args.folds}
     if args.grid:
-        overrides["grid"] = [float(v) for v in args.grid.split(",") if v.strip()]
+        overrides["grid"] = number_list("--grid", args.grid)
     if args.exact:
         overrides["search.exact"] = True
-    try:
-        config = TuneHybridConfig.from_yaml(args.config, **overrides)
-        if not config.dataset:
-            raise ValueError("--dataset is required (a BEIR directory)")
-    except ValueError as exc:
-        return error(exc)
+    from pipeline.config import TuneHybridConfig
+
+    config = load_config(TuneHybridConfig, args.config, **overrides)
+    if not config.dataset:
+        raise ValueError("--dataset is required (a BEIR directory)")
+    load_index_manifest(args.index)  # a missing or damaged index refused before any model loads
     print_config("mvr tune-hybrid: configuration", config)
-    try:
-        result = tune_hybrid(args.index, config, log=console.print)
-    except (FileNotFoundError, ValueError) as exc:
-        return error(exc)
+    from rich.table import Table
+
+    from pipeline.hybrid_tuning import plot_grid, tune_hybrid
+
+    result = tune_hybrid(args.index, config, log=console.print)
     lams = ", ".join(str(f.lam) for f in result.folds)
     table = Table(title=f"{result.collection}: {result.queries} judged queries, each reported with λ tuned on the other fold(s) (λ per fold: {lams})")
     columns = ["method", "nDCG@10", "RR@10", "R@100"] + [f"{config.metric} fold {i + 1}" for i in range(len(result.folds))]
@@ -60,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return run_job(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -8,43 +8,36 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
-
-from jobs.common import console, error, output_console
-from storage.manifest import load_manifest
-from storage.verify import VerifyReport, expected_files, verify_index
+from jobs.common import ArgumentParser, console, load_index_manifest, output_console, positive_int, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or argparse.ArgumentParser(prog="python -m jobs.verify", description=__doc__)
+    p = p or ArgumentParser(prog="python -m jobs.verify", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
-    p.add_argument("--workers", type=int, default=4, help="files checked at once (default 4)")
+    p.add_argument("--workers", type=positive_int, default=4, help="files checked at once (default 4)")
     p.add_argument("--all", dest="show_all", action="store_true", help="list every file, not only the bad ones")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        manifest = load_manifest(args.index)
-        n_files = len(expected_files(manifest))
-        with Progress(TextColumn("verify"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
-            task = bar.add_task("verify", total=n_files)
-            report = verify_index(args.index, workers=args.workers, progress=lambda _: bar.advance(task), manifest=manifest)
-    except (FileNotFoundError, ValueError, OSError) as exc:
-        return error(exc)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from storage.verify import expected_files, verify_index
+
+    manifest = load_index_manifest(args.index)
+    n_files = len(expected_files(manifest))
+    with Progress(TextColumn("verify"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("verify", total=n_files)
+        report = verify_index(args.index, workers=args.workers, progress=lambda _: bar.advance(task), manifest=manifest)
     print_report(report, args.show_all)
     return 0 if report.ok else 1
 
 
-def print_report(report: VerifyReport, show_all: bool = False) -> None:
-    """Summary per kind of file, then the bad files (every file with ``show_all``)."""
+def print_report(report, show_all: bool = False) -> None:
+    """Summary per kind of file, then the bad files (every file with ``show_all``) of a
+    ``storage.verify.VerifyReport``."""
+    from rich.table import Table
+
     out = output_console()
     summary = Table(title=f"mvr verify {report.index_url} (manifest version {report.manifest_version})")
     for col in ("files", "count", "listed MB", "bad"):
@@ -73,7 +66,7 @@ def _n(value: int | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return run_job(run, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

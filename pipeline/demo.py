@@ -8,15 +8,20 @@ workdir's index is rebuilt from scratch."""
 
 from __future__ import annotations
 
+import io
+import os
+import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from pipeline.ann_build import build_ann
 from pipeline.client import SearchClient
 from pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
 from pipeline.demo_corpus import DEFAULT_LIMIT, build_demo_corpus
 from pipeline.indexing import IndexResult, index_corpus
+from pipeline.ray_runtime import init_ray, ray_logs_dir
 from pipeline.serve_app import deploy, shutdown
 from storage import fs
 from storage.jsonl import write_jsonl
@@ -72,12 +77,55 @@ def run_demo(
     if ann_built:
         build_ann(index_url, DEMO_ANN, log=log)
     serve_config = serve_config or ServeConfig()
+    log(f"starting the search service at {serve_config.host}:{serve_config.port}")
     deployment = deploy(index_url, serve_config, log=log)
     client = SearchClient(deployment.url)
     try:
+        log(f"sending {len(DEMO_QUERIES) + 1} queries to {deployment.url}/search")
         answers = [{"query": q, **client.search(q, k, DEMO_MODE)} for q in DEMO_QUERIES]
         answers.append({"query": DEMO_QUERIES[0], **client.search(DEMO_QUERIES[0], k, "hybrid")})  # MaxSim fused with BM25
     finally:
         client.close()
         shutdown(serve_config)
     return DemoResult(workdir, corpus_url, index_url, len(rows), written, result, ann_built, deployment.url, answers, time.time() - t0)
+
+
+DRIVER_LOG = "mvr-demo-driver.err"
+
+
+@contextmanager
+def quiet_ray(log: Callable[[str], None] = print) -> Iterator[str]:
+    """Start a local Ray whose own output stays in its session's log directory (yielded, and
+    named once through ``log``): ``init_ray(quiet=True)``, and this process's native stderr
+    (fd 2: Ray's C++ core worker writes its errors there as well as to its log file) sent to
+    ``DRIVER_LOG`` in that directory while ``sys.stderr`` (the demo's progress) still reaches
+    the terminal. Ray (and with it Serve) is shut down on the way out, still quietly: not
+    through ``serve.shutdown()``, whose killed controller makes the raylet report a failed
+    task here."""
+    init_ray(quiet=True)
+    logs = ray_logs_dir() or "/tmp/ray/session_latest/logs"
+    log(f"Ray and Serve logs: {logs}")
+    sys.stderr.flush()
+    terminal_fd = os.dup(2)
+    try:
+        with open(os.path.join(logs, DRIVER_LOG), "ab") as f:
+            os.dup2(f.fileno(), 2)
+    except OSError:  # no writable log directory: leave stderr as it is
+        os.close(terminal_fd)
+        yield logs
+        return
+    previous = sys.stderr
+    sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(terminal_fd), "wb"), encoding=getattr(previous, "encoding", None) or "utf-8", errors="backslashreplace", line_buffering=True)
+    try:
+        yield logs
+    finally:
+        try:
+            import ray
+
+            ray.shutdown()
+        finally:
+            sys.stderr.flush()
+            replaced, sys.stderr = sys.stderr, previous
+            os.dup2(terminal_fd, 2)
+            os.close(terminal_fd)
+            replaced.close()

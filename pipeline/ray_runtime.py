@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from dataclasses import dataclass
@@ -12,15 +13,38 @@ import ray
 from pipeline.config import RuntimeConfig
 
 
-def init_ray(address: Optional[str] = None) -> None:
+def init_ray(address: Optional[str] = None, quiet: bool = False) -> None:
     """Join the cluster named by ``address`` / ``RAY_ADDRESS`` (set under ``ray job submit``),
-    or start an embedded local one. Idempotent."""
+    or start an embedded local one. Idempotent (the first call's settings stay).
+
+    ``quiet``: Ray's own output stays in its session's log files (``ray_logs_dir()``): no
+    output of workers and actors forwarded here, no Ray Data progress, only errors of Ray's,
+    Ray Data's and Serve's loggers in this process (the demo's)."""
     if ray.is_initialized():
         return
-    ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, logging_level=logging.WARNING, log_to_driver=True)
+    level = logging.ERROR if quiet else logging.WARNING
+    ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, logging_level=level, log_to_driver=not quiet)
     ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = True
+    ctx.enable_progress_bars = not quiet
     ctx.print_on_execution_start = False
+    if not os.environ.get("MVR_DEBUG"):
+        # reports, with "the stack trace below", the error the job raises and reports itself
+        # (its full trace stays in Ray Data's log file); MVR_DEBUG=1 keeps it
+        logging.getLogger("ray.data.exceptions").setLevel(logging.CRITICAL)
+    if quiet:
+        importlib.import_module("ray.serve")  # configures its logger on import: the level is set after
+
+        for name in ("ray", "ray.data", "ray.serve"):
+            logging.getLogger(name).setLevel(level)
+
+
+def ray_logs_dir() -> Optional[str]:
+    """Where this process's Ray session writes its logs (workers, actors, Serve); None before
+    ``init_ray`` or when unknown."""
+    try:
+        return ray._private.worker._global_node.get_logs_dir_path()
+    except AttributeError:  # no Ray started here (or a Ray without this private API)
+        return None
 
 
 @dataclass(frozen=True)
