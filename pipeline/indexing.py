@@ -14,7 +14,7 @@ from typing import Callable, Optional
 import ray
 from tqdm import tqdm
 
-from operators.checkpoint import detect_format, fingerprint, resolve_model_path
+from operators.checkpoint import detect_format, fingerprint, load_tokenizer, resolve_model_path
 from pipeline.config import IndexConfig
 from pipeline.ray_runtime import init_ray, plan_encode
 from pipeline.encode_stage import EncodeCompress
@@ -163,6 +163,15 @@ def _refuse_empty(corpus_url: str, index_url: str, blocks: list[InputBlock], cre
     raise CorpusError(f"no passage to index: {detail}; nothing was committed")
 
 
+def _check_model(name: str) -> None:
+    """Load the model's tokenizer on the driver before any Ray work, so a model that cannot be
+    loaded (a hub id offline, a damaged directory) fails at once, naming the model."""
+    try:
+        load_tokenizer(name)
+    except Exception as exc:
+        raise ValueError(f"cannot load the tokenizer of model {name!r}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from exc
+
+
 def index_corpus(
     corpus_url: str,
     index_url: str,
@@ -179,6 +188,7 @@ def index_corpus(
         log(f"{index_url} is up to date (manifest version {prepared.blocks.version})")
         return IndexResult(prepared.blocks, True, time.time() - t0)
     blocks: list[InputBlock] = prepared.blocks
+    _check_model(config.model.name)
     init_ray()
     placement = plan_encode(config.runtime)
     log(f"{len(blocks)} input blocks; encode: {placement}")

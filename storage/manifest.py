@@ -55,7 +55,11 @@ def read_manifest(index_url: str) -> Optional[Manifest]:
     url = manifest_url(index_url)
     if not fs.exists(url):
         return None
-    return Manifest.model_validate_json(fs.read_bytes(url))
+    try:
+        return Manifest.model_validate_json(fs.read_bytes(url))
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        what = "; ".join(line.strip() for line in str(exc).strip().splitlines()[:3]) or type(exc).__name__
+        raise ValueError(f"{url} is damaged ({what[:300]}); it cannot be read as an mvr manifest") from exc
 
 
 def load_manifest(index_url: str) -> Manifest:
