@@ -13,12 +13,27 @@ TOKEN_ENV = "MVR_TOKEN"
 
 
 class ServiceError(RuntimeError):
-    """The service answered with an error status; ``status`` and its ``detail`` message."""
+    """The service answered with an error status; ``status`` and its ``detail`` (a message, or
+    for a 422 from request validation a list of ``{"loc", "msg", "input"}`` errors)."""
 
     def __init__(self, status: int, detail: Any) -> None:
-        super().__init__(f"HTTP {status}: {detail}")
+        super().__init__(f"HTTP {status}: {describe(detail)}")
         self.status = status
         self.detail = detail
+
+
+def describe(detail: Any) -> str:
+    """An error's ``detail`` as one line: validation errors as ``field: message; …``."""
+    if isinstance(detail, list):
+        parts = []
+        for err in detail:
+            if isinstance(err, dict):
+                loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+                parts.append(f"{loc}: {err.get('msg', '')}" if loc else str(err.get("msg", "")))
+            else:
+                parts.append(str(err))
+        return "; ".join(parts)
+    return str(detail)
 
 
 class SearchClient:

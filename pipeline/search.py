@@ -60,14 +60,31 @@ class SearchResult:
 
 
 def validate_request(query: Any, k: Any, mode: Any = "maxsim") -> None:
-    """ValueError naming the problem: empty or over-long query, k outside 1..MAX_K, unknown mode."""
+    """ValueError naming the problem: empty or over-long query, query that is not text
+    (``check_query_text``), k outside 1..MAX_K, unknown mode."""
     if not isinstance(query, str) or not query.strip():
         raise ValueError("the query is empty")
     if len(query) > MAX_QUERY_CHARS:
         raise ValueError(f"the query has {len(query)} characters; at most {MAX_QUERY_CHARS} are accepted")
+    check_query_text(query)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise ValueError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
     check_search_mode(mode)
+
+
+def check_query_text(query: str) -> None:
+    """ValueError unless ``query`` is text the tokenizer takes: no lone surrogate (JSON's
+    ``"\\ud800"`` escape decodes to one; it is not encodable as UTF-8 and the tokenizer raises)
+    and at least one printable character (control and format characters alone, which the
+    tokenizer drops, leave an empty query)."""
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"the query is not valid Unicode text: a lone surrogate (U+{ord(query[e.start]):04X}) at character {e.start}"
+        ) from None
+    if not any(ch.isprintable() and not ch.isspace() for ch in query):
+        raise ValueError("the query is empty: it has no printable character")
 
 
 def first_stage(defaults: FirstStageConfig, knobs: dict[str, Any]) -> FirstStage:

@@ -10,17 +10,28 @@ partitions' unions here (``operators.fusion.fuse``).
 
 A partition that fails or does not answer a trip within ``partition_timeout_s`` is left out
 of that query: the answer comes from the others, with ``"degraded": true`` and
-``partitions_answered``. Serve restarts the dead replica meanwhile."""
+``partitions_answered``. Serve restarts the dead replica meanwhile.
+
+Nothing a client sends gets a 5xx: ``RequestGuard`` (token, body limit for every transfer
+encoding) runs before parsing, the request models refuse what the search core cannot take
+(422 naming the field), error answers echo at most an excerpt of the input, and a query the
+encoder fails on fails alone (``QueryNotEncodable``)."""
 
 import asyncio
 import hashlib
 import hmac
+import json
 import logging
+import math
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 from ray import serve
 
@@ -34,6 +45,7 @@ from pipeline.config import BM25Config
 from pipeline.config import ServeConfig
 from pipeline.local_search import response_body
 from pipeline.search import MAX_K, MAX_QUERY_CHARS, merge_partition_results, request_settings, validate_request
+from pipeline.serve_deployments import QueryNotEncodable
 from pipeline.serve_layout import ServingLayout
 from storage.catalog import Catalog
 
@@ -55,37 +67,158 @@ app = FastAPI(
 )
 
 
-@app.middleware("http")
-async def guard(request: Request, call_next: Callable) -> Response:
-    """Before any parsing: 401 without the service's bearer token (when it has one), 413 for a
-    body declared larger than ``max_body_bytes``."""
-    expected = getattr(request.app.state, "token_sha256", None)
-    if expected is not None:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token_digest(token.strip()), expected):
-            return JSONResponse({"detail": "missing or wrong bearer token (Authorization: Bearer <token>)"}, 401, {"WWW-Authenticate": "Bearer"})
-    limit = getattr(request.app.state, "max_body_bytes", None)
-    size = request.headers.get("content-length", "")
-    if limit and size.isdigit() and int(size) > limit:
-        return JSONResponse({"detail": f"request body of {size} bytes; at most {limit} are accepted"}, 413)
-    return await call_next(request)
+class RequestGuard:
+    """Pure ASGI middleware, before any parsing: 401 without the service's bearer token (when
+    it has one); 413 for a body over ``max_body_bytes``, whether declared (Content-Length) or
+    streamed (``Transfer-Encoding: chunked``: reading stops at the first byte over the limit).
+    A body within the limit is read here and handed on whole."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        # the app being served (set by FastAPI before the middleware runs): in a Serve replica
+        # that may be a copy of this module's ``app``, holding the state ``SearchService`` set
+        state = scope["app"].state if "app" in scope else app.state
+        expected = getattr(state, "token_sha256", None)
+        if expected is not None:
+            scheme, _, token = headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token_digest(token.strip()), expected):
+                detail = "missing or wrong bearer token (Authorization: Bearer <token>)"
+                await JSONResponse({"detail": detail}, 401, {"WWW-Authenticate": "Bearer"})(scope, receive, send)
+                return
+        limit = getattr(state, "max_body_bytes", None) or ServeConfig.model_fields["max_body_bytes"].default
+        declared = headers.get("content-length", "").strip()
+        if declared.isdigit() and int(declared) > limit:
+            await self._too_large(scope, receive, send, f"request body of {declared} bytes; at most {limit} are accepted")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client went away: nobody to answer
+            if message["type"] != "http.request":
+                continue
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await self._too_large(scope, receive, send, f"request body over {limit} bytes; at most {limit} are accepted")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _too_large(scope: Scope, receive: Receive, send: Send, detail: str) -> None:
+        # Connection: close: the rest of the body is not read, so the connection cannot be reused.
+        await JSONResponse({"detail": detail}, 413, {"Connection": "close"})(scope, receive, send)
+
+
+app.add_middleware(RequestGuard)
+
+EXCERPT_CHARS = 100  # of any client-sent value echoed in an error
+MESSAGE_CHARS = 300  # of an error message
+ERRORS_SHOWN = 10  # validation errors listed in one answer
+
+
+def excerpt(value: Any, chars: int = EXCERPT_CHARS) -> Any:
+    """A client-sent value as an error may echo it: numbers and short strings as they are;
+    anything else as text of at most ``chars`` characters ending with "…". Never NaN or a
+    lone surrogate (neither can be written as JSON text)."""
+    if value is None or isinstance(value, bool) or (isinstance(value, int) and abs(value) < 10**15):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, bytes):
+        text = value[: chars * 4].decode("utf-8", "replace")
+    elif isinstance(value, float):
+        text = str(value)
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        except Exception:  # nested too deep, or not JSON at all
+            text = f"<{type(value).__name__}>"
+    text = text if len(text) <= chars else text[: chars - 1] + "…"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def short_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pydantic's errors as a 422 lists them, each with its input cut to an excerpt (never
+    the whole body), at most ``ERRORS_SHOWN`` of them."""
+    out = []
+    for err in errors[:ERRORS_SHOWN]:
+        loc = [p if isinstance(p, int) else excerpt(str(p), 40) for p in err.get("loc", ())]
+        msg = str(err.get("msg", ""))
+        if err.get("type") == "model_attributes_type" and loc == ["body"] and isinstance(err.get("input"), (str, bytes)):
+            msg = "the body must be a JSON object, sent with content-type: application/json"
+        item = {"type": err.get("type"), "loc": loc, "msg": excerpt(msg, MESSAGE_CHARS)}
+        if "input" in err:
+            item["input"] = excerpt(err["input"])
+        ctx = {k: v for k, v in (err.get("ctx") or {}).items() if not (k == "error" and err.get("type") == "value_error")}  # msg says it
+        if ctx:
+            item["ctx"] = {str(k): excerpt(v if isinstance(v, (int, float, str)) else str(v)) for k, v in ctx.items()}
+        out.append(item)
+    if len(errors) > ERRORS_SHOWN:
+        out.append({"type": "more_errors", "loc": ["body"], "msg": f"{len(errors) - ERRORS_SHOWN} more errors not shown"})
+    return out
+
+
+@app.exception_handler(RequestValidationError)
+async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 naming each bad field, echoing at most an excerpt of what was sent."""
+    return JSONResponse({"detail": short_errors(list(exc.errors()))}, 422)
+
+
+@app.exception_handler(StarletteHTTPException)
+async def http_error(request: Request, exc: StarletteHTTPException) -> Any:
+    """FastAPI's answer, with what made the body unreadable (not UTF-8, nested too deep, a
+    number too long) in place of its generic 400 message."""
+    if exc.status_code == 400 and exc.__cause__ is not None and exc.detail == "There was an error parsing the body":
+        exc = HTTPException(400, f"the body is not readable JSON: {excerpt(str(exc.__cause__), MESSAGE_CHARS)}")
+    elif isinstance(exc.detail, str):
+        exc = HTTPException(exc.status_code, excerpt(exc.detail, MESSAGE_CHARS), getattr(exc, "headers", None))
+    return await http_exception_handler(request, exc)
+
+
+# Upper bounds of the integer knobs a request may send (lower bounds and defaults are the
+# config's): far above any useful setting, low enough that no request makes a partition
+# allocate without bound or overflow a 64-bit integer.
+MAX_KNOB = {"k_prime": 10_000, "candidate_cap": 100_000, "nprobe": 1 << 20, "leaves_to_search": 1 << 20, "reorder_k": 100_000, "rrf_k": 1_000_000, "n_best": 10_000}
 
 
 class Knobs(BaseModel):
     """Optional first-stage knobs of one request (``SearchConfig`` holds the defaults)."""
 
     model_config = ConfigDict(extra="forbid")
-    k_prime: Optional[StrictInt] = Field(None, description="nearest indexed vectors per query vector")
-    candidate_cap: Optional[StrictInt] = Field(None, description="passages rescored at most")
-    probe_fraction: Optional[float] = Field(None, description="share of coarse cells visited")
-    nprobe: Optional[StrictInt] = Field(None, description="FAISS cells visited")
-    leaves_to_search: Optional[StrictInt] = Field(None, description="ScaNN leaves visited")
-    reorder_k: Optional[StrictInt] = Field(None, description="ScaNN candidates re-ranked in float")
+    k_prime: Optional[StrictInt] = Field(None, le=MAX_KNOB["k_prime"], description="nearest indexed vectors per query vector")
+    candidate_cap: Optional[StrictInt] = Field(None, le=MAX_KNOB["candidate_cap"], description="passages rescored at most")
+    probe_fraction: Optional[float] = Field(None, allow_inf_nan=False, description="share of coarse cells visited")
+    nprobe: Optional[StrictInt] = Field(None, le=MAX_KNOB["nprobe"], description="FAISS cells visited")
+    leaves_to_search: Optional[StrictInt] = Field(None, le=MAX_KNOB["leaves_to_search"], description="ScaNN leaves visited")
+    reorder_k: Optional[StrictInt] = Field(None, le=MAX_KNOB["reorder_k"], description="ScaNN candidates re-ranked in float")
     dense: Optional[StrictStr] = Field(None, description="hybrid: the dense mode fused with BM25")
     fusion: Optional[StrictStr] = Field(None, description="hybrid: weighted (λ) or rrf")
-    lam: Optional[float] = Field(None, ge=0, le=1, description="hybrid: λ, the dense side's weight in [0, 1]")
-    rrf_k: Optional[StrictInt] = Field(None, description="hybrid: reciprocal rank fusion offset")
-    n_best: Optional[StrictInt] = Field(None, description="hybrid: passages each side contributes")
+    lam: Optional[float] = Field(None, ge=0, le=1, allow_inf_nan=False, description="hybrid: λ, the dense side's weight in [0, 1]")
+    rrf_k: Optional[StrictInt] = Field(None, le=MAX_KNOB["rrf_k"], description="hybrid: reciprocal rank fusion offset")
+    n_best: Optional[StrictInt] = Field(None, le=MAX_KNOB["n_best"], description="hybrid: passages each side contributes")
 
     def knobs(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump(include=set(Knobs.model_fields)).items() if v is not None}
@@ -138,6 +271,11 @@ class SearchResponse(BaseModel):
 class BatchResponse(BaseModel):
     responses: list[SearchResponse]
     timings_ms: dict[str, float]
+
+
+class QueryRefused(HTTPException):
+    """A 4xx for one query's text (not for the request's settings): ``/search/batch`` names
+    the query."""
 
 
 def replica_counts(deployments: list[tuple[str, Optional[str]]]) -> dict[str, dict[str, int]]:
@@ -210,6 +348,8 @@ class SearchService:
                 encoded = await asyncio.wait_for(self.encoder.encode.remote(query), self.config.encode_timeout_s)
             except Exception as e:
                 raise HTTPException(503, f"the query encoder did not answer: {type(e).__name__}") from None
+            if isinstance(encoded, QueryNotEncodable):  # this text alone: its batch-mates were encoded
+                raise QueryRefused(422, str(encoded))
             terms = self.analyzer([query])[0] if hybrid is not None else None
         t1 = time.perf_counter()
         handles = [self.partitions[i] for i in served.shards]
@@ -269,7 +409,14 @@ class SearchService:
             raise HTTPException(413, f"{len(body.queries)} queries; at most {self.config.max_batch_queries} in one batch")
         t0 = time.perf_counter()
         knobs = body.knobs()
-        bodies = await asyncio.gather(*(self.search_one(q, body.k, body.mode, knobs) for q in body.queries))
+
+        async def one(i: int, query: str) -> dict[str, Any]:
+            try:
+                return await self.search_one(query, body.k, body.mode, knobs)
+            except QueryRefused as e:  # this query's fault, not the request's: name it
+                raise HTTPException(e.status_code, f"queries[{i}]: {e.detail}") from None
+
+        bodies = await asyncio.gather(*(one(i, q) for i, q in enumerate(body.queries)))
         return {"responses": bodies, "timings_ms": {"total": round((time.perf_counter() - t0) * 1e3, 3)}}
 
     async def _ping(self) -> dict[str, Any]:

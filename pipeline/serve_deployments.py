@@ -26,10 +26,17 @@ from storage.manifest import Manifest
 from storage.partitions import exact_partition, load_partition
 
 
+class QueryNotEncodable(ValueError):
+    """What ``QueryEncoderServer.encode`` returns (not raises) for a text the encoder fails on
+    while the texts batched with it encode: that request alone is refused (the ingress answers
+    422), its batch-mates get their vectors."""
+
+
 @serve.deployment(name="QueryEncoder", max_surge_percent=100, health_check_period_s=2)
 class QueryEncoderServer:
     """The index's query encoder (model, ColBERT query conventions, projection). Concurrent
-    ``encode`` calls are grouped into one forward pass by ``@serve.batch``."""
+    ``encode`` calls are grouped into one forward pass by ``@serve.batch``; a text that makes
+    the pass fail fails alone (``encode``)."""
 
     def __init__(self, index_config: dict[str, Any], threads: Optional[int], max_batch_size: int, batch_wait_s: float) -> None:
         import torch
@@ -40,17 +47,47 @@ class QueryEncoderServer:
         self.encode.set_max_batch_size(max_batch_size)
         self.encode.set_batch_wait_timeout_s(batch_wait_s)
         self.batches: list[int] = []  # sizes of the last batches, for /stats
+        self.n_batches = 0
+        self.split: list[tuple[int, int]] = []  # (batch size, texts refused) of the last batches encoded one by one
         self.encoder(["warm up"])  # first forward pass allocates; keep it out of the first query
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)
-    async def encode(self, texts: list[str]) -> list[EncodedQuery]:
-        """(one text per request) → that text's EncodedQuery (tokens (n_q, dim) float32)."""
+    async def encode(self, texts: list[str]) -> list[EncodedQuery | QueryNotEncodable]:
+        """(one text per request) → that text's EncodedQuery (tokens (n_q, dim) float32), or a
+        ``QueryNotEncodable`` for a text the encoder fails on. When the batch's pass raises,
+        its texts are encoded one by one, so one bad text never fails the requests it was
+        batched with; when every text fails and so does a known-good one, the encoder itself
+        is broken and every request gets the error (the ingress answers 503)."""
         self.batches = (self.batches + [len(texts)])[-256:]
-        return self.encoder(texts)
+        self.n_batches += 1
+        try:
+            return self.encoder(texts)
+        except Exception as batch_error:
+            out: list[EncodedQuery | QueryNotEncodable] = []
+            for text in texts:
+                try:
+                    out.extend(self.encoder([text]))
+                except Exception as e:
+                    out.append(QueryNotEncodable(f"the query encoder cannot take this text ({type(e).__name__}: {str(e)[:200]})"))
+            refused = sum(isinstance(o, QueryNotEncodable) for o in out)
+            if refused == len(texts):
+                try:
+                    self.encoder(["warm up"])
+                except Exception:
+                    raise batch_error from None
+            self.split = (self.split + [(len(texts), refused)])[-256:]
+            return out
 
     def info(self) -> dict[str, Any]:
         b = self.batches
-        return {"pid": os.getpid(), "mean_batch": float(np.mean(b)) if b else 0.0, "max_batch": max(b, default=0)}
+        return {
+            "pid": os.getpid(),
+            "mean_batch": float(np.mean(b)) if b else 0.0,
+            "max_batch": max(b, default=0),
+            "batches": self.n_batches,
+            "last_batches": b[-32:],
+            "split_batches": [list(s) for s in self.split[-32:]],
+        }
 
 
 @serve.deployment(name="Partition", max_surge_percent=100, health_check_period_s=2)

@@ -7,12 +7,14 @@ rebuilt index is switched to while queries keep being answered."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import threading
 import time
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -140,6 +142,152 @@ def test_malformed_bodies_limits_and_methods(served):
     assert requests.post(url + "/search", json={"query": "still answering?"}, timeout=30).status_code == 200
 
 
+
+def _post_raw(url: str, body: bytes, headers: Optional[dict] = None, path: str = "/search") -> requests.Response:
+    return requests.post(url + path, data=body, headers={"content-type": "application/json"} if headers is None else headers, timeout=30)
+
+
+def test_one_bad_query_among_concurrent_clients_fails_alone(served, in_process):
+    """N valid queries and one holding a lone surrogate (a valid JSON escape that the tokenizer
+    cannot take), sent at the same instant by N + 1 clients: every valid query gets 200 and
+    the in-process top-10, the bad one 422 naming the problem; the encoder only ever saw the
+    N valid ones (the ingress refused the bad one). In /search/batch the request is refused
+    naming the bad item."""
+    from ray import serve
+
+    url, d = served["url"], served["deployment"]
+    queries = list(served["queries"].values())[:8]
+    encoder = serve.get_deployment_handle("QueryEncoder", d.encoder_app)
+    before = encoder.info.remote().result()["batches"]
+    start = threading.Barrier(len(queries) + 1)
+    answers: dict[int, requests.Response] = {}
+
+    def client(i: int) -> None:
+        body = json.dumps({"query": queries[i]}).encode() if i < len(queries) else b'{"query": "\\ud800abc"}'
+        start.wait(timeout=30)
+        answers[i] = _post_raw(url, body)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(queries) + 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    bad = answers[len(queries)]
+    assert bad.status_code == 422 and "lone surrogate" in bad.text and "query" in bad.text, bad.text
+    for i, result in enumerate(in_process.search(queries, 10, "maxsim")):
+        assert answers[i].status_code == 200, answers[i].text
+        same_top10(hits(answers[i].json()), result.hits())
+    info = encoder.info.remote().result()
+    new = info["last_batches"][len(info["last_batches"]) - (info["batches"] - before):]
+    print(f"\nencoder batches for the {len(queries)} valid queries: {new}")
+    assert sum(new) == len(queries)  # each valid query encoded once; the bad one never reached the encoder
+
+    r = requests.post(url + "/search/batch", json={"queries": ["what is rba", "ok", "\ud800abc", "fine"]}, timeout=30)
+    assert r.status_code == 422 and "queries[2]" in r.text and "lone surrogate" in r.text, r.text
+    r = requests.post(url + "/search/batch", json={"queries": ["what is rba", "\x00\x01"]}, timeout=30)
+    assert r.status_code == 422 and "queries[1]" in r.text and "printable" in r.text, r.text
+    assert requests.post(url + "/search/batch", json={"queries": queries[:2]}, timeout=30).status_code == 200
+
+
+def test_the_encoder_isolates_a_failing_text_in_its_batch(served, in_process):
+    """Defence in depth, at the encoder itself (its DeploymentHandle, past the ingress's
+    validation): a text the tokenizer raises on, batched with valid ones, comes back as a
+    ``QueryNotEncodable`` while its batch-mates get the vectors they get alone."""
+    from ray import serve
+
+    from pipeline.serve_deployments import QueryNotEncodable
+
+    encoder = serve.get_deployment_handle("QueryEncoder", served["deployment"].encoder_app)
+    valid = list(served["queries"].values())[:6]
+    expected = {q: e.tokens for q, e in zip(valid, in_process.encode(valid))}
+    filler = [" ".join(valid)] * 16  # keeps the encoder busy while the texts below queue up as one batch
+    for attempt in range(3):
+        splits = len(encoder.info.remote().result()["split_batches"])
+        texts = filler + valid[:3] + ["\ud800 bad"] + valid[3:]
+        responses = [encoder.encode.remote(t) for t in texts]
+        results = [r.result() for r in responses]
+        assert isinstance(results[len(filler) + 3], QueryNotEncodable) and "cannot take" in str(results[len(filler) + 3])
+        for text, got in zip(texts, results):
+            if text in expected:
+                np.testing.assert_allclose(got.tokens, expected[text], atol=1e-4)
+        split = encoder.info.remote().result()["split_batches"][splits:]
+        assert len(split) == 1 and split[0][1] == 1, split  # one batch fell back to one by one; one text refused
+        if split[0][0] > 1:  # the bad text shared its batch with valid ones
+            break
+    else:
+        pytest.fail("the bad text was batched alone three times")
+
+
+def test_chunked_body_over_the_limit_is_refused_while_streaming(served):
+    """Transfer-Encoding: chunked (no Content-Length): the body limit still holds, reading
+    stops at the limit; the service answers the next query."""
+    url, limit = served["url"], served["config"].max_body_bytes
+
+    def body(n_bytes: int):
+        yield b'{"query": "'
+        for _ in range(n_bytes // 65536):
+            yield b"x" * 65536
+        yield b'"}'
+
+    t0 = time.perf_counter()
+    r = requests.post(url + "/search", data=body(16 << 20), headers={"content-type": "application/json"}, timeout=30)
+    elapsed = time.perf_counter() - t0
+    assert r.status_code == 413 and str(limit) in r.json()["detail"], r.text
+    assert elapsed < 10, elapsed
+    r = requests.post(url + "/search", data=body(1 << 16), headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 422 and "4096" in r.text  # under the limit: read whole, then validated
+    r = requests.post(url + "/search", data=iter([b'{"query": ', b'"what is rba"}']), headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 200 and r.json()["results"]
+
+
+def test_errors_echo_an_excerpt_not_the_body(served):
+    url = served["url"]
+    r = requests.post(url + "/search", json={"query": "x" * 1_000_000}, timeout=30)
+    assert r.status_code == 422 and "4096" in r.text and "query" in r.text
+    assert len(r.content) < 2048, len(r.content)
+    assert all(len(str(e.get("input", ""))) <= 100 for e in r.json()["detail"])
+
+
+RAW_BAD = [  # (path, body, content-type, status, message): each once, then a valid query
+    ("/search", b"{not json", "application/json", 422, "JSON decode error"),
+    ("/search", b'{"query": "\xff\xfe caf\xe9"}', "application/json", 400, "utf-8"),
+    ("/search", b'{"query": "\\ud800abc"}', "application/json", 422, "lone surrogate"),
+    ("/search", b'{"query": "q", "\\udfff": 1}', "application/json", 422, "unicode"),
+    ("/search", b'{"query": "q", "mode": "\\ud800"}', "application/json", 422, "unknown mode"),
+    ("/search", b'{"query": "\\u0000\\u0001\\u200b"}', "application/json", 422, "no printable character"),
+    ("/search", b'{"query": "q", "mode": "hybrid", "lam": NaN}', "application/json", 422, "finite"),
+    ("/search", b'{"query": "q", "probe_fraction": Infinity}', "application/json", 422, "finite"),
+    ("/search", b'{"query": "q", "k": 1e400}', "application/json", 422, "integer"),
+    ("/search", b'{"query": "q", "k": NaN}', "application/json", 422, "integer"),
+    ("/search", b'{"query": "q", "k": 1000000000000000000000000000000}', "application/json", 422, "k must be"),
+    ("/search", b'{"query": "q", "k": ' + b"9" * 5000 + b"}", "application/json", 400, "digits"),
+    ("/search", b'{"query": "q", "k_prime": 1000000000}', "application/json", 422, "k_prime"),
+    ("/search", b'{"query": "q", "candidate_cap": 1000000000000}', "application/json", 422, "candidate_cap"),
+    ("/search", b'{"query": "q", "mode": "hybrid", "fusion": "rrf", "rrf_k": 1000000000000000000000}', "application/json", 422, "rrf_k"),
+    ("/search", b'{"query": "q", "mode": "hybrid", "n_best": 1000000000}', "application/json", 422, "n_best"),
+    ("/search", b'{"query": "q", "mode": "' + b"m" * 500_000 + b'"}', "application/json", 422, "unknown mode"),
+    ("/search", b'{"query": "q"}', "text/plain", 422, "application/json"),
+    ("/search", b'{"query": "q"}', None, 422, "application/json"),
+    ("/search", b"[1, 2]", "application/json", 422, "dictionary"),
+    ("/search", b"[" * 100_000 + b"]" * 100_000, "application/json", 400, "recursion"),
+    ("/search", b"", "application/json", 422, "Field required"),
+    ("/search/batch", b'{"queries": []}', "application/json", 422, "at least 1"),
+    ("/search/batch", b'{"queries": [' + b",".join([b"1"] * 50_000) + b"]}", "application/json", 422, "more errors"),
+    ("/search/batch", b'{"queries": ["q"], "k": 0}', "application/json", 422, "k must be"),
+]
+
+
+@pytest.mark.parametrize("path,body,content_type,status,message", RAW_BAD, ids=[str(i) for i in range(len(RAW_BAD))])
+def test_any_client_input_gets_4xx_with_a_message_never_5xx(served, path, body, content_type, status, message):
+    """Malformed JSON, non-UTF-8 bytes, lone surrogates, NaN / Infinity, integers beyond any
+    bound, knobs out of range, wrong content types, deep nesting: each a 4xx whose message
+    says what is wrong, small (< 2 KB: no echo of the body); the service answers on."""
+    r = _post_raw(served["url"], body, {} if content_type is None else {"content-type": content_type}, path)
+    assert r.status_code == status, r.text[:500]
+    assert message in r.text and r.json()["detail"], r.text[:500]
+    assert len(r.content) < 2048, len(r.content)
+    assert requests.post(served["url"] + "/search", json={"query": "what is rba", "k": 3}, timeout=30).status_code == 200
+
 def test_killed_partition_gives_degraded_exact_answers_then_recovers(served, in_process):
     from ray import serve
 
@@ -219,6 +367,9 @@ def test_rebuilt_index_switches_over_without_refusing_queries_then_requires_toke
         assert getattr(requests, method)(url + path, json=body, timeout=30).status_code == 401, path
     r = requests.post(url + "/search", json={"query": "q"}, headers={"Authorization": "Bearer wrong"}, timeout=30)
     assert r.status_code == 401 and "bearer token" in r.text
+    for header in (b"Bearer \xff\xfe\xc3", "Bearer s3cret\u00e9".encode(), b"\xc3\xa9 s3cret"):  # non-ASCII bytes
+        r = requests.post(url + "/search", json={"query": "q"}, headers={"Authorization": header}, timeout=30)
+        assert r.status_code == 401 and "bearer token" in r.text, header
     with pytest.raises(ServiceError) as e:
         SearchClient(url, token="").search("what is rba")
     assert e.value.status == 401

@@ -1,8 +1,10 @@
-"""Which partition deployment serves what (pipeline/serve_layout.py), without Ray; and the
-serve config file."""
+"""Which partition deployment serves what (pipeline/serve_layout.py), without Ray; the
+serve config file; and how the API's error answers echo client input (no service needed)."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,18 @@ def test_serve_yaml_is_the_defaults_and_a_partial_file_keeps_the_rest(tmp_path: 
     c = ServeConfig.from_yaml(f)
     assert (c.port, c.partition.replicas, c.search.maxsim.k_prime) == (9000, 2, 64)
     assert c.search.maxsim.candidate_cap == 1024 and c.encoder.max_batch_size == 16
+
+
+def test_error_answers_echo_short_json_safe_excerpts() -> None:
+    from pipeline.serve_api import ERRORS_SHOWN, excerpt, short_errors
+
+    assert excerpt(42) == 42 and excerpt(0.5) == 0.5 and excerpt(None) is None and excerpt("short") == "short"
+    for value in ("x" * 10_000, {"query": "y" * 10_000}, b"\xff" * 1000, 10**4000, [[[]]] * 5000):
+        e = excerpt(value)
+        assert isinstance(e, str) and len(e) <= 100 and e.endswith("…"), e
+    for value in (math.nan, math.inf, "\ud800abc", {"\udfff": math.nan}):
+        json.dumps(excerpt(value), allow_nan=False).encode("utf-8")  # writable as strict JSON, as UTF-8
+    errors = [{"type": "string_type", "loc": ("body", "queries", i, "\ud800" * 1000), "msg": "m" * 5000, "input": i} for i in range(1000)]
+    short = short_errors(errors)
+    assert len(short) == ERRORS_SHOWN + 1 and "990 more errors" in short[-1]["msg"]
+    assert len(json.dumps(short, allow_nan=False).encode("utf-8")) < 8000
