@@ -52,8 +52,10 @@ def test_pca_random_strings_and_share():
 def test_scale_study_msmarco_with_dbpedia_distractors(msmarco_index, dbpedia_index, datasets, tmp_path, monkeypatch, capsys):
     ms, db = str(datasets / "msmarco-sample"), str(datasets / "dbpedia-sample")
     prebuilt = {ms: msmarco_index, db: dbpedia_index}
-    real = job.scale_study
-    monkeypatch.setattr(job, "scale_study", lambda config, log: real(config, log=log, indexes=prebuilt))
+    import pipeline.scale_study as study  # the job imports it when it runs
+
+    real = study.scale_study
+    monkeypatch.setattr(study, "scale_study", lambda config, log: real(config, log=log, indexes=prebuilt))
     out = tmp_path / "study.json"
     argv = [
         "--dataset", ms, "--distractors", db, "--random-strings", str(RANDOM_STRINGS), "--workdir", str(tmp_path / "work"),
