@@ -1,0 +1,67 @@
+"""Token-vector codecs: compressed codes for stored vectors, trained on a sample, chosen by name.
+
+A codec maps (n, dim_in) float vectors to (n, bytes_per_vector) uint8 codes and back to
+(n, dim_out) float32 vectors, a whole batch at a time (no Python loop per vector). It is
+trained once on a sample (``train(name, sample, seed=…)``), serialised to bytes
+(``to_bytes`` / ``from_bytes``; ``save`` / ``load`` for a local file) and then encodes and
+decodes any number of batches. Names (the registry, ``FAMILIES``):
+
+| name | bytes / vector | what it stores |
+| --- | --- | --- |
+| ``float16`` | 2·d | IEEE half floats (the reference; schema v1 shards store this) |
+| ``int8`` | d + 4 | per vector a float32 scale s = max|x|/127 and round(x/s) as int8 |
+| ``residual-N`` (N = 1, 2, 4, 8) | id + d·N/8 | ColBERTv2: nearest centroid id (uint8/16/32) and the residual, N bits a value |
+| ``pq-M`` | M | FAISS product quantizer codes, M sub-quantizers of 8 bits (d divisible by M) |
+| ``pca-D+C`` | those of C at d = D | dimension reduction fitted on the sample (``faiss.PCAMatrix``), then codec C |
+
+The decoded vectors live in the codec's output space (dimension ``dim_out``): score a query
+against them after ``project(query_vectors)`` (the PCA when there is one; a float32 copy
+otherwise). When the training sample is unit vectors (as stored token vectors are), the
+codec records ``normalize`` and PCA outputs and residual / PQ decodes are rescaled to unit
+length, as ColBERT does; ``project`` does the same to queries, so MaxSim stays a sum of
+cosines.
+
+Determinism: training is seeded (k-means, PQ, the held-out split); the same sample and seed
+give byte-identical ``to_bytes``, and encoding the same batch twice gives identical codes.
+Encoding in blocks of any size gives the same codes. Nearest-centroid search uses FAISS
+(BLAS), so a vector equidistant (to rounding) from two centroids may get either id on
+another machine or BLAS build; FAISS's GPU k-means is not bit-identical to its CPU one.
+
+File format (``to_bytes``): ``MVRCODEC`` magic, uint32 format version, uint64 header length,
+a JSON header (sorted keys: name, dimensions, bytes per vector, per stage its family and
+parameters, and each array's dtype, shape, offset and size), the arrays' little-endian bytes
+back to back, and a sha256 of everything before it (32 bytes). A truncated or corrupted file
+is refused with a ``CodecFileError`` (a ValueError) naming the file.
+
+Modules: ``base`` (the ``Codec`` / ``Transform`` interface), ``scalar`` (float16, int8),
+``residual``, ``quantizers`` (PQ, PCA, composition), ``registry`` (names, ``train``),
+``serial`` (the file format). ``docs/codecs.md`` has the measured quality of each.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from operators.codecs.base import BLOCK, HELDOUT_FRACTION, UNIT_TOLERANCE, Codec, CodecFileError, Transform, default_centroids, id_dtype, is_unit
+from operators.codecs.quantizers import PCA, PQ, Composed
+from operators.codecs.registry import EXAMPLES, FAMILIES, TRANSFORMS, bytes_per_vector, parse_name, train
+from operators.codecs.residual import Residual
+from operators.codecs.scalar import Float16, Int8
+from operators.codecs.serial import FORMAT_VERSION, MAGIC
+
+
+def load(path: str | Path) -> Codec:
+    """The codec saved at ``path`` (``Codec.save``)."""
+    return Codec.load(path)
+
+
+def from_bytes(data: bytes, source: str = "<bytes>") -> Codec:
+    """The codec ``Codec.to_bytes`` wrote (``source`` names it in errors)."""
+    return Codec.from_bytes(data, source)
+
+
+__all__ = [
+    "BLOCK", "EXAMPLES", "FAMILIES", "FORMAT_VERSION", "HELDOUT_FRACTION", "MAGIC", "TRANSFORMS", "UNIT_TOLERANCE",
+    "Codec", "CodecFileError", "Composed", "Float16", "Int8", "PCA", "PQ", "Residual", "Transform",
+    "bytes_per_vector", "default_centroids", "from_bytes", "id_dtype", "is_unit", "load", "parse_name", "train",
+]

@@ -1,0 +1,159 @@
+"""FAISS product quantization (``pq-M``), the PCA transform (``pca-D``) and a transform
+composed with a codec (``pca-D+C``)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from operators.codecs.base import Codec, Transform, _f32, _normalize, is_unit
+
+
+class PQ(Codec):
+    """FAISS product quantizer: d split into M sub-vectors of d/M dims, each stored as the
+    id (8 bits) of its nearest of 256 sub-centroids (k-means per sub-space on the sample):
+    M bytes. Decoded by ``faiss.ProductQuantizer.decode``; with ``normalize`` rescaled to
+    unit length."""
+
+    family = "pq"
+
+    def __init__(self, m: int, centroids: np.ndarray, normalize: bool) -> None:
+        import faiss
+
+        self.m = m
+        self.centroids = np.ascontiguousarray(centroids, dtype=np.float32)  # (M, 256, d/M)
+        if self.centroids.shape[:2] != (m, 256):
+            raise ValueError(f"pq-{m}: centroids of shape {self.centroids.shape}")
+        dim = m * self.centroids.shape[2]
+        self.dim_in = self.dim_out = dim
+        self.bytes_per_vector = m
+        self.normalize = bool(normalize)
+        self.pq = faiss.ProductQuantizer(dim, m, 8)
+        faiss.copy_array_to_vector(self.centroids.ravel(), self.pq.centroids)
+
+    @property
+    def name(self) -> str:
+        return f"pq-{self.m}"
+
+    @staticmethod
+    def spec_bytes(arg: Optional[int], dim: int, **_: Any) -> int:
+        return int(arg)
+
+    @classmethod
+    def fit(cls, arg: Optional[int], sample: np.ndarray, seed: int = 0, normalize: Optional[bool] = None,
+            niter: Optional[int] = None, **_: Any) -> "PQ":
+        import faiss
+
+        m = int(arg)
+        x = np.ascontiguousarray(sample, dtype=np.float32)
+        dim = x.shape[1]
+        if m < 1 or dim % m:
+            raise ValueError(f"pq-{m}: the dimension {dim} is not divisible by {m}")
+        if len(x) < 256:
+            raise ValueError(f"pq-{m}: a sample of at least 256 vectors is needed (256 centroids per sub-space), got {len(x)}")
+        pq = faiss.ProductQuantizer(dim, m, 8)
+        pq.cp.seed = seed
+        if niter:
+            pq.cp.niter = niter
+        pq.train(x)
+        centroids = faiss.vector_to_array(pq.centroids).reshape(m, 256, dim // m)
+        return cls(m, centroids, is_unit(x) if normalize is None else normalize)
+
+    def _encode(self, x: np.ndarray) -> np.ndarray:
+        return self.pq.compute_codes(x)
+
+    def _decode(self, codes: np.ndarray) -> np.ndarray:
+        x = self.pq.decode(codes)
+        return _normalize(x) if self.normalize else x
+
+    def _state(self):
+        return {"m": self.m, "normalize": self.normalize}, {"centroids": self.centroids}
+
+    @classmethod
+    def _from_state(cls, params, arrays):
+        return cls(int(params["m"]), arrays["centroids"], bool(params["normalize"]))
+
+
+class PCA(Transform):
+    """Dimension reduction to D dims fitted on the sample with ``faiss.PCAMatrix``:
+    y = A·(x - mean), A the top D principal directions (D × dim_in). ``center=False`` fits
+    the directions of the uncentred second moment E[x xᵀ] instead (mean 0: dot products
+    x·x' ≈ y·y' best preserved) — trained as a PCA of the sample and its negation. With
+    ``normalize`` (unit inputs) outputs are rescaled to unit length."""
+
+    family = "pca"
+
+    def __init__(self, matrix: np.ndarray, mean: np.ndarray, normalize: bool, center: bool) -> None:
+        self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)  # (D, dim_in)
+        self.mean = np.ascontiguousarray(mean, dtype=np.float32)  # (dim_in,)
+        self.dim_out, self.dim_in = self.matrix.shape
+        self.normalize = bool(normalize)
+        self.center = bool(center)
+
+    @property
+    def name(self) -> str:
+        return f"pca-{self.dim_out}"
+
+    @classmethod
+    def fit(cls, arg: Optional[int], sample: np.ndarray, normalize: Optional[bool] = None, center: bool = False, **_: Any) -> "PCA":
+        import faiss
+
+        d_out = int(arg)
+        x = np.ascontiguousarray(sample, dtype=np.float32)
+        if not 1 <= d_out <= x.shape[1]:
+            raise ValueError(f"pca-{d_out}: output dimension must be 1..{x.shape[1]}")
+        pca = faiss.PCAMatrix(x.shape[1], d_out)
+        pca.train(x if center else np.concatenate([x, -x]))
+        matrix = faiss.vector_to_array(pca.A).reshape(d_out, x.shape[1])  # prepare_Ab keeps the top d_out rows
+        mean = faiss.vector_to_array(pca.mean) if center else np.zeros(x.shape[1], np.float32)
+        return cls(matrix, mean, is_unit(x) if normalize is None else normalize, center)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        x = _f32(x, self.dim_in, f"{self.name} apply")
+        y = (x - self.mean) @ self.matrix.T if self.center else x @ self.matrix.T
+        return _normalize(y) if self.normalize else y
+
+    def _state(self):
+        return {"center": self.center, "normalize": self.normalize}, {"matrix": self.matrix, "mean": self.mean}
+
+    @classmethod
+    def _from_state(cls, params, arrays):
+        return cls(arrays["matrix"], arrays["mean"], bool(params["normalize"]), bool(params["center"]))
+
+
+class Composed(Codec):
+    """A transform (PCA) followed by a codec: ``encode`` applies the transform first,
+    ``project`` applies it to queries; codes and decodes are the inner codec's."""
+
+    def __init__(self, transform: Transform, inner: Codec) -> None:
+        if transform.dim_out != inner.dim_in:
+            raise ValueError(f"{transform.name} outputs {transform.dim_out} dims, {inner.name} takes {inner.dim_in}")
+        self.transform, self.inner = transform, inner
+        self.family = inner.family  # type: ignore[misc]
+        self.dim_in, self.dim_out = transform.dim_in, inner.dim_out
+        self.bytes_per_vector = inner.bytes_per_vector
+        self.normalize = inner.normalize
+
+    @property
+    def name(self) -> str:
+        return f"{self.transform.name}+{self.inner.name}"
+
+    def project(self, x: np.ndarray) -> np.ndarray:
+        return self.transform.apply(x)
+
+    def _encode(self, x: np.ndarray) -> np.ndarray:
+        return self.inner._encode(self.transform.apply(x))
+
+    def _decode(self, codes: np.ndarray) -> np.ndarray:
+        return self.inner._decode(codes)
+
+    def stages(self):
+        return [self.transform, self.inner]
+
+    def _state(self):  # never called: _serialise writes stages() one by one
+        raise NotImplementedError("a composed codec is serialised stage by stage")
+
+    @classmethod
+    def _from_state(cls, params, arrays):
+        raise NotImplementedError

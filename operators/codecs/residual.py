@@ -1,0 +1,170 @@
+"""ColBERTv2's residual codec: nearest centroid id + residual at N bits a value."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from operators.codecs.base import HELDOUT_FRACTION, Codec, _normalize, _use_gpu, default_centroids, id_dtype, is_unit
+
+
+def _kmeans(x: np.ndarray, k: int, seed: int, niter: int, gpu: Optional[bool]) -> np.ndarray:
+    """(k, d) float32 centroids of ``x`` by FAISS k-means, seeded."""
+    import faiss
+
+    km = faiss.Kmeans(x.shape[1], k, niter=niter, seed=seed, gpu=_use_gpu(gpu), verbose=False)
+    km.train(np.ascontiguousarray(x, dtype=np.float32))
+    return np.ascontiguousarray(km.centroids, dtype=np.float32)
+
+
+class Residual(Codec):
+    """ColBERTv2's residual compression. Each vector x is stored as the id of its nearest
+    centroid c (L2; a codebook trained on the sample with FAISS k-means) and its residual
+    r = x - c quantised to N bits a value: bucket b of r_i is the number of ``cutoffs`` ≤ r_i
+    (the 1/2^N … (2^N-1)/2^N quantiles of the residual values of a held-out part of the
+    sample); decoded r̂_i = ``weights[b]``, the mean held-out residual value in bucket b.
+    Bits are packed most significant first, 8/N values a byte, after the id (little-endian,
+    the narrowest of uint8/16/32 that holds the codebook). Decode looks each byte up in a
+    256-row table of its 8/N values, adds the centroid and, with ``normalize``, rescales to
+    unit length.
+
+    Bound: the centroids are stored exactly (float32), so before the rescaling the whole
+    error is the residual's quantisation: |r_i - r̂_i| ≤ width of r_i's bucket, since a
+    bucket's weight (a mean of values in it) lies inside it — for r_i within the sample's
+    range [lo, hi] (the outer buckets end there), ≤ ``max_bucket_width``. The rescaling to
+    unit length at most doubles the L2 error of a unit vector:
+    ||x - y/|y||| ≤ ||x - y|| + | |y| - 1 | ≤ 2||x - y||."""
+
+    family = "residual"
+    NBITS = (1, 2, 4, 8)
+
+    def __init__(self, nbits: int, centroids: np.ndarray, cutoffs: np.ndarray, weights: np.ndarray,
+                 lo: float, hi: float, normalize: bool) -> None:
+        if nbits not in self.NBITS:
+            raise ValueError(f"residual codec: {nbits} bits a value; choose one of {self.NBITS}")
+        self.nbits = nbits
+        self.centroids = np.ascontiguousarray(centroids, dtype=np.float32)
+        self.cutoffs = np.ascontiguousarray(cutoffs, dtype=np.float32)
+        self.weights = np.ascontiguousarray(weights, dtype=np.float32)
+        if len(self.cutoffs) != 2**nbits - 1 or len(self.weights) != 2**nbits:
+            raise ValueError(f"residual-{nbits}: {len(self.cutoffs)} cutoffs and {len(self.weights)} weights")
+        self.lo, self.hi = float(lo), float(hi)
+        self.normalize = bool(normalize)
+        self.n_centroids, dim = self.centroids.shape
+        if (dim * nbits) % 8:
+            raise ValueError(f"residual-{nbits}: {dim} dims × {nbits} bits is not a whole number of bytes")
+        self.dim_in = self.dim_out = dim
+        self.ids = id_dtype(self.n_centroids)
+        self.id_bytes = self.ids.itemsize
+        self.per_byte = 8 // nbits
+        self.bytes_per_vector = self.id_bytes + dim * nbits // 8
+        self.shifts = np.array([8 - nbits * (k + 1) for k in range(self.per_byte)], dtype=np.uint8)
+        # byte value v → its per_byte decoded residual values
+        buckets = (np.arange(256, dtype=np.uint8)[:, None] >> self.shifts[None, :]) & np.uint8(2**nbits - 1)
+        self.table = self.weights[buckets]  # (256, per_byte) float32
+        self._index = None
+
+    @property
+    def name(self) -> str:
+        return f"residual-{self.nbits}"
+
+    @property
+    def max_bucket_width(self) -> float:
+        """The widest bucket, the outer ones taken to end at the sample's extreme residuals."""
+        edges = np.concatenate([[self.lo], self.cutoffs.astype(np.float64), [self.hi]])
+        return float(np.diff(edges).max())
+
+    @staticmethod
+    def spec_bytes(arg: Optional[int], dim: int, n_vectors: Optional[int] = None, n_centroids: Optional[int] = None, **_: Any) -> int:
+        k = n_centroids or default_centroids(n_vectors or 1)
+        return id_dtype(k).itemsize + dim * int(arg) // 8
+
+    @classmethod
+    def fit(cls, arg: Optional[int], sample: np.ndarray, seed: int = 0, n_vectors: Optional[int] = None,
+            n_centroids: Optional[int] = None, niter: Optional[int] = None, gpu: Optional[bool] = None,
+            normalize: Optional[bool] = None, centroids: Optional[np.ndarray] = None, **_: Any) -> "Residual":
+        """Train on ``sample``: k-means on all but a seeded held-out ``HELDOUT_FRACTION``
+        (k = ``n_centroids``, default ``default_centroids(n_vectors or len(sample))``, at
+        most the training rows), buckets on the held-out rows' residuals. ``centroids``: a
+        codebook to reuse instead of k-means (e.g. the same one for several N)."""
+        nbits = int(arg)
+        if nbits not in cls.NBITS:
+            raise ValueError(f"residual-{nbits}: bits a value must be one of {cls.NBITS}")
+        x = np.ascontiguousarray(sample, dtype=np.float32)
+        if normalize is None:
+            normalize = is_unit(x)
+        train_rows, held = cls.split(len(x), seed)
+        if centroids is None:
+            k = int(n_centroids or default_centroids(n_vectors or len(x)))
+            k = max(1, min(k, len(train_rows)))
+            centroids = _kmeans(x[train_rows], k, seed, niter or 20, gpu)
+        r = (x[held] - centroids[_nearest(centroids, x[held])]).ravel().astype(np.float64)
+        m = 2**nbits
+        cutoffs = np.quantile(r, np.arange(1, m) / m)
+        mid = np.quantile(r, (np.arange(m) + 0.5) / m)  # ColBERTv2's weights: used for empty buckets
+        b = np.searchsorted(cutoffs, r, side="right")
+        counts = np.bincount(b, minlength=m)
+        sums = np.bincount(b, weights=r, minlength=m)
+        weights = np.where(counts > 0, sums / np.maximum(counts, 1), mid)
+        return cls(nbits, centroids, cutoffs, weights, r.min(), r.max(), normalize)
+
+    @staticmethod
+    def split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Seeded (k-means rows, held-out rows) of a sample of ``n`` rows (held out: 5 %, at
+        least one row; with one row, that row is both)."""
+        perm = np.random.default_rng(seed).permutation(n)
+        h = max(1, int(round(n * HELDOUT_FRACTION)))
+        if n <= 1:
+            return perm, perm
+        return np.sort(perm[h:]), np.sort(perm[:h])
+
+    def nearest(self, x: np.ndarray) -> np.ndarray:
+        """(n,) int64 nearest centroid (L2) of each row of ``x`` (float32, dim_in)."""
+        if self._index is None:
+            import faiss
+
+            self._index = faiss.IndexFlatL2(self.dim_in)
+            self._index.add(self.centroids)
+        _, ids = self._index.search(np.ascontiguousarray(x, dtype=np.float32), 1)
+        return ids[:, 0]
+
+    def _encode(self, x: np.ndarray) -> np.ndarray:
+        ids = self.nearest(x)
+        r = x - self.centroids[ids]
+        b = np.searchsorted(self.cutoffs, r, side="right").astype(np.uint8)  # (n, d) buckets
+        packed = np.bitwise_or.reduce(b.reshape(len(x), -1, self.per_byte) << self.shifts, axis=2)
+        out = np.empty((len(x), self.bytes_per_vector), dtype=np.uint8)
+        out[:, : self.id_bytes] = ids.astype(self.ids)[:, None].view(np.uint8)
+        out[:, self.id_bytes :] = packed
+        return out
+
+    def ids_of(self, codes: np.ndarray) -> np.ndarray:
+        """(n,) int64 centroid ids of codes."""
+        return np.ascontiguousarray(codes[:, : self.id_bytes]).view(self.ids).reshape(-1).astype(np.int64)
+
+    def _decode(self, codes: np.ndarray, normalize: Optional[bool] = None) -> np.ndarray:
+        x = self.table[codes[:, self.id_bytes :]].reshape(len(codes), self.dim_out)
+        x += self.centroids[self.ids_of(codes)]
+        return _normalize(x) if (self.normalize if normalize is None else normalize) else x
+
+    def decode_raw(self, codes: np.ndarray) -> np.ndarray:
+        """Centroid + decoded residual, without the rescaling to unit length."""
+        return self._decode(np.ascontiguousarray(codes), normalize=False)
+
+    def _state(self):
+        params = {"nbits": self.nbits, "lo": self.lo, "hi": self.hi, "normalize": self.normalize}
+        return params, {"centroids": self.centroids, "cutoffs": self.cutoffs, "weights": self.weights}
+
+    @classmethod
+    def _from_state(cls, params, arrays):
+        return cls(int(params["nbits"]), arrays["centroids"], arrays["cutoffs"], arrays["weights"],
+                   float(params["lo"]), float(params["hi"]), bool(params["normalize"]))
+
+
+def _nearest(centroids: np.ndarray, x: np.ndarray) -> np.ndarray:
+    import faiss
+
+    index = faiss.IndexFlatL2(centroids.shape[1])
+    index.add(np.ascontiguousarray(centroids, dtype=np.float32))
+    return index.search(np.ascontiguousarray(x, dtype=np.float32), 1)[1][:, 0]
