@@ -151,9 +151,9 @@ class Composed(Codec):
     def stages(self):
         return [self.transform, self.inner]
 
-    def _state(self):  # never called: _serialise writes stages() one by one
-        raise NotImplementedError("a composed codec is serialised stage by stage")
+    def _state(self):  # to_bytes writes stages() one by one; a composed codec has no state of its own
+        raise TypeError(f"{self.name} is serialised stage by stage: use to_bytes(), not _state()")
 
     @classmethod
     def _from_state(cls, params, arrays):
-        raise NotImplementedError
+        raise TypeError("a composed codec is rebuilt from its stages by codecs.from_bytes(), not _from_state()")
