@@ -3,7 +3,8 @@ bytes per vector, and encode / decode+rescore time relative to float16.
 
     python benchmarks/codecs.py --index /tmp/idx/msmarco --dataset ../shared/datasets/msmarco-sample \\
         [--index /tmp/idx/dbpedia --dataset ../shared/datasets/dbpedia-sample] \\
-        [--codecs float16,int8,…] [--sample 65536] [--seed 0] [--json OUT] [--plot PNG]
+        [--codecs float16,int8,…] [--sample 65536] [--seed 0] [--repeats 3] [--json OUT] [--plot PNG]
+    python benchmarks/codecs.py --from-json OUT [--plot PNG]    # tables (and plot) of a saved run
 
 For each (index, dataset) pair: reads the index's stored float16 token vectors (every shard,
 checked against the manifest), encodes the dataset's judged queries with the index's query
@@ -235,31 +236,41 @@ def table(result: dict[str, Any]) -> str:
 
 
 def plot(results: list[dict[str, Any]], path: str) -> None:
+    """Two panels against bytes per vector: ΔnDCG@10 (± its standard error) and overlap@10."""
     from pipeline.plots import png_bytes, pyplot
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
     for res, marker in zip(results, "os^D"):
         rows = res["codecs"]
-        ax.scatter([r["bytes_per_vector"] for r in rows], [r["delta_ndcg10"] for r in rows], marker=marker, label=res["collection"])
+        x = np.array([r["bytes_per_vector"] for r in rows], dtype=float)
+        left.errorbar(x, [r["delta_ndcg10"] for r in rows], yerr=[r.get("delta_se", 0.0) for r in rows], fmt=marker,
+                      capsize=2, alpha=0.8, label=res["collection"])
+        right.plot(x, [r["overlap10"] for r in rows], marker, alpha=0.8, label=res["collection"])
         for r in rows:
-            ax.annotate(r["codec"], (r["bytes_per_vector"], r["delta_ndcg10"]), fontsize=6, xytext=(3, 2), textcoords="offset points")
-    ax.set_xscale("log", base=2)
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.axhline(-0.01, color="grey", lw=0.6, ls="--")
-    ax.axhline(-0.02, color="grey", lw=0.6, ls=":")
-    ax.set_xlabel("bytes per token vector (log scale)")
-    ax.set_ylabel("nDCG@10 − float16's")
-    ax.set_title("Token-vector codecs: quality against size (exact MaxSim)")
-    ax.legend(fontsize=8)
+            right.annotate(r["codec"], (r["bytes_per_vector"], r["overlap10"]), fontsize=6, xytext=(3, 2), textcoords="offset points")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bytes per token vector (log scale)")
+        ax.legend(fontsize=8)
+    left.axhline(0, color="grey", lw=0.8)
+    left.axhline(-0.01, color="grey", lw=0.6, ls="--")
+    left.axhline(-0.02, color="grey", lw=0.6, ls=":")
+    left.set_ylabel("nDCG@10 − float16's (± s.e.)")
+    left.set_title("quality (judged queries)")
+    right.set_ylabel("overlap@10 with float16's ranking")
+    right.set_title("agreement with float16")
+    fig.suptitle("Token-vector codecs, exact MaxSim")
+    fig.tight_layout()
     with open(path, "wb") as f:
         f.write(png_bytes(fig))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--index", action="append", required=True, help="an mvr index (repeat, paired with --dataset)")
-    p.add_argument("--dataset", action="append", required=True, help="its BEIR dataset directory (queries, qrels)")
+    p.add_argument("--index", action="append", default=[], help="an mvr index (repeat, paired with --dataset)")
+    p.add_argument("--dataset", action="append", default=[], help="its BEIR dataset directory (queries, qrels)")
+    p.add_argument("--from-json", help="print the tables (and --plot) of figures an earlier run wrote with --json; measure nothing")
     p.add_argument("--codecs", default=DEFAULT_CODECS, help="comma-separated codec names")
     p.add_argument("--sample", type=int, default=1 << 16, help="token vectors each codec is trained on")
     p.add_argument("--seed", type=int, default=0)
@@ -269,7 +280,16 @@ def main() -> None:
     p.add_argument("--json", help="write the figures here")
     p.add_argument("--plot", help="write a PNG of ΔnDCG@10 against bytes per vector here")
     args = p.parse_args()
-    if len(args.index) != len(args.dataset):
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        for r in saved:
+            print()
+            print(table(r))
+        if args.plot:
+            plot(saved, args.plot)
+        return
+    if not args.index or len(args.index) != len(args.dataset):
         p.error("give one --dataset for each --index")
     names = [n.strip() for n in args.codecs.split(",") if n.strip()]
     for n in names:
