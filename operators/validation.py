@@ -73,7 +73,7 @@ def _decode_value(value: Any, index: int, what: str) -> Any:
 
 
 def safe_text(s: Optional[str], limit: Optional[int] = None) -> Optional[str]:
-    """``s`` with lone surrogates written as ``\\udXXX`` escapes (so it can be encoded as
+    """``s`` with lone surrogates written as ``\\ud800``-style escapes (so it can be encoded as
     UTF-8, e.g. in a reject record), cut to ``limit`` characters when given."""
     if s is None:
         return None
