@@ -1,5 +1,6 @@
-"""One partition of an index: the exact vectors of its passages (one vector kind), their
-document ids, and optionally an ANN index over those vectors. A query takes two trips:
+"""One partition of an index: the stored vectors of its passages (one vector kind; codes of
+the index's codec, memory-mapped from the shards, decoded only for the candidates a query
+rescores), their document ids, and optionally an ANN index over those vectors. A query takes two trips:
 
 1. ``hits``: each query vector's k' nearest indexed vectors, mapped to the partition's
    passages (the best score of each query vector and passage);
@@ -20,6 +21,7 @@ from operators import scoring
 from operators.ann import AnnIndex
 from operators.packed import Packed
 from operators.ranking import Ranked, top_documents
+from operators.stored_vectors import StoredVectors
 
 
 @dataclass
@@ -51,14 +53,15 @@ class PartitionResult:
 
 
 class Partition:
-    """``vectors``: Packed (n passages; tokens, centroids or first-m) or an (n, dim) matrix
-    (pooled), float16 or float32; ``doc_ids`` (n,) str; ``passage_idx`` (n,) int32; ``ann``:
-    index over the vectors' rows in order (row r of a Packed belongs to passage owners[r])."""
+    """``vectors``: the passages' stored vectors (``StoredVectors``: codes or float vectors;
+    a Packed (tokens, centroids or first-m) or an (n, dim) matrix (pooled) is wrapped as
+    plain float vectors); ``doc_ids`` (n,) str; ``passage_idx`` (n,) int32; ``ann``: index
+    over the vectors' rows in order (row r belongs to passage ``vectors.owner(r)``)."""
 
     def __init__(
         self,
         kind: str,
-        vectors: Packed | np.ndarray,
+        vectors: StoredVectors | Packed | np.ndarray,
         doc_ids: Sequence[str],
         passage_idx: np.ndarray,
         ann: Optional[AnnIndex] = None,
@@ -66,24 +69,27 @@ class Partition:
         if kind not in scoring.VECTOR_KINDS:
             raise ValueError(f"unknown vector kind {kind!r}; choose one of {', '.join(scoring.VECTOR_KINDS)}")
         self.kind = kind
-        self.vectors = vectors
+        self.vectors = StoredVectors.from_arrays(vectors)
         self.doc_ids = list(doc_ids)
         self.passage_idx = np.asarray(passage_idx, dtype=np.int32)
-        n_rows = len(vectors.vectors) if isinstance(vectors, Packed) else len(vectors)
-        if len(self.doc_ids) != len(vectors) or len(self.passage_idx) != len(vectors):
-            raise ValueError(f"{len(vectors)} passages' vectors but {len(self.doc_ids)} doc ids, {len(self.passage_idx)} passage numbers")
-        if ann is not None and ann.ntotal != n_rows:
-            raise ValueError(f"the ANN index holds {ann.ntotal} vectors, the partition {n_rows}")
+        n = len(self.vectors)
+        if len(self.doc_ids) != n or len(self.passage_idx) != n:
+            raise ValueError(f"{n} passages' vectors but {len(self.doc_ids)} doc ids, {len(self.passage_idx)} passage numbers")
+        if ann is not None and ann.ntotal != self.vectors.n_vectors:
+            raise ValueError(f"the ANN index holds {ann.ntotal} vectors, the partition {self.vectors.n_vectors}")
         self.ann = ann
-        # vector → passage map: the passage (row of doc_ids) of each indexed vector
-        self.vector_owner = vectors.owners() if isinstance(vectors, Packed) else np.arange(len(vectors), dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.doc_ids)
 
     @property
     def n_vectors(self) -> int:
-        return len(self.vector_owner)
+        return self.vectors.n_vectors
+
+    @property
+    def dim(self) -> int:
+        """Dimension of the decoded vectors (the space queries are scored in)."""
+        return self.vectors.dim
 
     @property
     def exact(self) -> bool:
@@ -106,16 +112,18 @@ class Partition:
         qi = np.repeat(np.arange(len(ids), dtype=np.int64), ids.shape[1])
         ids, scores = ids.ravel(), scores.ravel()
         ok = ids >= 0
-        qi, rows, s = qi[ok], self.vector_owner[ids[ok]], scores[ok]
+        qi, rows, s = qi[ok], self.vectors.owner(ids[ok]), scores[ok]
         return Hits(qi, rows, s.astype(np.float32))
 
     def rescore(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray] = None) -> np.ndarray:
-        """Exact ``mode`` scores of the passages at ``rows`` (None: all), (n,) float32."""
-        if rows is None:
-            return scoring.score(mode, query, self.vectors)
-        if isinstance(self.vectors, Packed):
-            return scoring.score(mode, query, self.vectors.take(rows, np.float32))
-        return scoring.score(mode, query, np.asarray(self.vectors[rows], dtype=np.float32))
+        """Exact ``mode`` scores of the passages at ``rows`` (None: all, decoded a block at a
+        time), (n,) float32. Only those passages' vectors are decoded."""
+        if rows is not None:
+            return scoring.score(mode, query, self.vectors.take(rows))
+        out = np.empty(len(self), dtype=np.float32)
+        for start, block in self.vectors.blocks():
+            out[start : start + len(block)] = scoring.score(mode, query, block)
+        return out
 
     def rank(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray], k: int) -> PartitionResult:
         """The top-``k`` documents among the passages at ``rows`` (None: every passage) by

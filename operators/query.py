@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from operators.codecs import Codec
 from operators.compress import l2_normalize, pooled
 from operators.encoder import TokenEncoder
 from operators.tokenizer import PassageTokenizer
@@ -24,11 +25,17 @@ class EncodedQuery:
 
 
 class QueryEncoder:
-    def __init__(self, encoder: TokenEncoder, tokenizer: PassageTokenizer, projection: Optional[np.ndarray] = None, pooling: str = "mean") -> None:
+    """Texts → EncodedQuery in the space of the index's decoded vectors: the model, the
+    index's projection, then the codec's ``project`` (its PCA, unit length) when given."""
+
+    def __init__(
+        self, encoder: TokenEncoder, tokenizer: PassageTokenizer, projection: Optional[np.ndarray] = None, pooling: str = "mean", codec: Optional[Codec] = None
+    ) -> None:
         self.encoder = encoder
         self.tokenizer = tokenizer
         self.projection = projection
         self.pooling = pooling
+        self.codec = codec
 
     def __call__(self, texts: Sequence[str], batch_size: int = 32) -> list[EncodedQuery]:
         ids, attention = self.tokenizer.query_inputs(texts)
@@ -36,4 +43,8 @@ class QueryEncoder:
         if self.projection is not None:
             raw = [r @ self.projection for r in raw]
         pools = pooled(raw, self.pooling)
-        return [EncodedQuery(t, l2_normalize(r), p) for t, r, p in zip(texts, raw, pools)]
+        tokens = [l2_normalize(r) for r in raw]
+        if self.codec is not None:
+            tokens = [self.codec.project(t) for t in tokens]
+            pools = self.codec.project(pools)
+        return [EncodedQuery(t, v, p) for t, v, p in zip(texts, tokens, pools)]

@@ -3,7 +3,7 @@ and vector kind, then BM25 partitions lined up with every ANN build of the index
 (``pipeline/bm25_build.py``: P = the lcm of the builds' partition counts; skipped when
 the current BM25 build already is; ``bm25: null`` in the config skips them). The driver only plans (which shard rows go to
 which partition); each task reads its own rows, trains and fills its index, and writes it
-with its passages' exact vectors through storage/. The manifest is committed once every task has finished, so a failed or
+with its passages' id maps through storage/ (the vectors stay in the shards: one copy). The manifest is committed once every task has finished, so a failed or
 killed build leaves the previous ANN entries in force; its directories are removed later."""
 
 from __future__ import annotations
@@ -18,39 +18,40 @@ import ray
 from tqdm import tqdm
 
 from operators.ann import make_index, set_build_threads
-from operators.packed import Packed
 from pipeline.bm25_build import build_bm25, is_current, partitions_for
 from pipeline.config import AnnBuildConfig, BM25BuildConfig
 from pipeline.ray_runtime import init_ray, task_result
-from storage.manifest import Manifest, commit_manifest, load_manifest
-from storage.verify import ExpectedFile, require_intact, shard_files
+from storage.codec_file import load_codec
+from storage.manifest import Manifest, ShardEntry, commit_manifest, load_manifest
+from storage.verify import ExpectedFile, codes_file, require_intact
 from storage.partitions import PartitionPlan, ShardSlice, build_dir, plan_partitions, read_passages, remove_stale_builds, write_partition
 
 ADD_BATCH = 65_536  # vectors added to an index at a time
 
 
 def build_partition(
-    index_url: str, kind: str, plan: dict, rel_dir: str, backend: str, params: dict[str, Any], threads: int, shards: list[dict]
+    index_url: str, kind: str, plan: dict, rel_dir: str, backend: str, params: dict[str, Any], threads: int, shards: list[dict], codec: dict
 ) -> dict[str, Any]:
     """Build one partition (a Ray task body; plain function). ``plan`` is a PartitionPlan as a
-    dict; ``shards`` the manifest's size and sha256 of the shards it reads (``ExpectedFile``
-    as dicts): a corrupted or truncated one fails the build (``IntegrityError``, not retried)
-    before anything is built from it. Returns the partition's manifest entry plus
-    ``build_seconds``."""
+    dict; ``shards`` the manifest's entries of the shards it reads (``ShardEntry`` as dicts):
+    a corrupted or truncated one fails the build (``IntegrityError``, not retried) before
+    anything is built from it; ``codec`` the manifest's codec entry. The index is trained
+    and filled with the decoded vectors, a block at a time. Returns the partition's manifest
+    entry plus ``build_seconds``."""
     t0 = time.perf_counter()
-    require_intact(index_url, [ExpectedFile(**f) for f in shards])
+    entries = [ShardEntry(**s) for s in shards]
+    require_intact(index_url, [f for e in entries for f in (ExpectedFile(e.path, "shard", e.bytes, e.sha256), codes_file(e))])
     set_build_threads(threads)
     p = PartitionPlan(plan["number"], plan["first_passage"], plan["passages"], [ShardSlice(**s) for s in plan["slices"]])
-    passages = read_passages(index_url, p.slices, kind)
-    v = passages.vectors
-    matrix = v.vectors if isinstance(v, Packed) else v  # (n_vectors, dim) float16, row order = ids
-    index = make_index(backend, matrix.shape[1], len(matrix), **params)
-    sample_size = index.params.get("training_sample_size", len(matrix))
+    passages = read_passages(index_url, entries, p.slices, kind, load_codec(index_url, codec))
+    v = passages.vectors  # row order = ANN ids
+    index = make_index(backend, v.dim, v.n_vectors, **params)
+    sample_size = index.params.get("training_sample_size", v.n_vectors)
     rng = np.random.default_rng(index.params.get("seed", 0))
-    sample_rows = np.sort(rng.choice(len(matrix), min(sample_size, len(matrix)), replace=False))
-    index.train(matrix[sample_rows].astype(np.float32))
-    for start in range(0, len(matrix), ADD_BATCH):
-        index.add(matrix[start : start + ADD_BATCH].astype(np.float32))
+    sample_rows = np.sort(rng.choice(v.n_vectors, min(sample_size, v.n_vectors), replace=False))
+    index.train(v.decode(sample_rows))
+    for block in v.vector_blocks(ADD_BATCH):
+        index.add(block)
     index.finalize()
     entry = write_partition(index_url, rel_dir, p.first_passage, passages, index)
     entry["build_seconds"] = round(time.perf_counter() - t0, 2)
@@ -109,8 +110,9 @@ def _build_kinds(index_url: str, manifest: Manifest, config: AnnBuildConfig, kin
     refs = {}
     for kind, p in tasks:  # token partitions first: the largest builds
         rel = f"{build_dir(kind, build_id)}/part-{p.number:05d}"
-        shards = [asdict(f) for f in shard_files(manifest, [sl.path for sl in p.slices])]
-        refs[remote.remote(index_url, kind, asdict(p), rel, config.backend, config.params, threads, shards)] = (kind, p.number)
+        paths = {sl.path for sl in p.slices}
+        shards = [s.model_dump() for s in manifest.shards if s.path in paths]
+        refs[remote.remote(index_url, kind, asdict(p), rel, config.backend, config.params, threads, shards, manifest.codec)] = (kind, p.number)
     entries: dict[str, list[Optional[dict]]] = {kind: [None] * len(plans) for kind in kinds}
     pending = list(refs)
     with tqdm(total=len(pending), desc="build-ann", unit="partition") as bar:

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from operators import codecs
 from operators.candidates import FirstStage
 from operators.checkpoint import read_conventions
 from operators.fusion import HybridParams
@@ -105,7 +106,7 @@ class TokenizerConfig(_Section):
 
 
 class CompressConfig(_Section):
-    """Per-passage representations written to the shards."""
+    """Per-passage representations written to the shards, and the codec that stores them."""
 
     projection_dim: Optional[int] = Field(None, ge=8, description="fixed seeded orthogonal reduction")
     projection_seed: int = 0
@@ -113,6 +114,16 @@ class CompressConfig(_Section):
     first_m: int = Field(8, ge=1)
     centroids: int = Field(4, ge=1)
     kmeans_iterations: int = Field(10, ge=1)
+    codec: str = Field(codecs.AUTO, description="operators/codecs name (float16, int8, residual-N, pq-M, pca-D+C) or auto")
+    codec_sample_vectors: int = Field(65_536, ge=256, description="token vectors the codec is trained on, at most")
+    codec_seed: int = 0
+
+    @field_validator("codec")
+    @classmethod
+    def _codec_name(cls, name: str) -> str:
+        if name != codecs.AUTO:
+            codecs.parse_name(name)  # ValueError naming what is wrong
+        return name
 
 
 class RuntimeConfig(_Section):
@@ -276,9 +287,6 @@ class SearchConfig(_JobConfig):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     exact: bool = False
-    vectors_dtype: Literal["float32", "float16"] = Field(
-        "float32", description="in-memory precision of the exact vectors: float16 halves RAM, costs a cast a candidate"
-    )
     maxsim: FirstStageConfig = FirstStageConfig(k_prime=32, candidate_cap=1024, probe_fraction=1 / 64)
     softmax_centroid: FirstStageConfig = Field(FirstStageConfig(k_prime=200, candidate_cap=1024, probe_fraction=1 / 4), alias="softmax-centroid")
     first_m: FirstStageConfig = Field(FirstStageConfig(k_prime=100, candidate_cap=1024, probe_fraction=1 / 4), alias="first-m")

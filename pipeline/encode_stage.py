@@ -1,5 +1,7 @@
-"""The encode actor of the indexing graph: holds the model (on the GPU when its actor got
-one), encodes token ids and compresses the vectors into every stored representation."""
+"""The encode actors of the indexing graph: hold the model (on the GPU when the actor got
+one) and encode token ids. ``EncodeSample`` returns a sample's token vectors (to train the
+index's codec); ``EncodeCompress`` computes every stored representation and compresses it
+with the codec (the compress stage)."""
 
 from __future__ import annotations
 
@@ -8,10 +10,12 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
-from operators.compress import Compressor, projection_matrix
+from operators import codecs
+from operators.compress import Compressor, l2_normalize, projection_matrix
 from operators.encoder import TokenEncoder, set_threads
+from operators.packed import Packed
 from operators.tokenizer import PassageTokenizer
-from storage.schema import matrix_to_arrow, packed_to_arrow, shard_schema
+from storage.schema import codes_to_arrow, packed_to_arrow, shard_schema
 
 
 def list_column(column: pa.ChunkedArray) -> list[np.ndarray]:
@@ -22,39 +26,72 @@ def list_column(column: pa.ChunkedArray) -> list[np.ndarray]:
     return [values[offsets[i] - offsets[0] : offsets[i + 1] - offsets[0]] for i in range(len(arr))]
 
 
-class EncodeCompress:
-    """Encode actor: holds the model (GPU when the actor got one). Passages with token ids →
-    rows of the shard schema with every representation, vectors float16."""
+class _Encoder:
+    """The model, tokenizer conventions and projection of an index, in one actor."""
 
     def __init__(self, model: dict, tokenizer_settings: dict, compress: dict, batch_size: int, torch_threads: Optional[int]) -> None:
         set_threads(torch_threads)
         self.encoder = TokenEncoder(model["name"], model["device"], model["dtype"])
         self.tokenizer = PassageTokenizer(self.encoder.tokenizer, **tokenizer_settings)
-        projection = None
+        self.projection = None
         if compress["projection_dim"]:
-            projection = projection_matrix(self.encoder.dim, compress["projection_dim"], compress["projection_seed"])
+            self.projection = projection_matrix(self.encoder.dim, compress["projection_dim"], compress["projection_seed"])
         self.dim = compress["projection_dim"] or self.encoder.dim
-        self.compressor = Compressor(
-            projection, compress["pooling"], compress["first_m"], compress["centroids"], compress["kmeans_iterations"]
-        )
         self.batch_size = batch_size
-        self.schema = shard_schema(self.dim)
+
+    def encode(self, batch: pa.Table) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(raw (n_i, model dim) float32 vectors, token ids) of every passage of ``batch``."""
+        ids = list_column(batch["input_ids"])
+        return self.encoder.encode(ids, self.batch_size, self.tokenizer.pad_id), ids
+
+
+class EncodeSample(_Encoder):
+    """Sample actor: passages with token ids → ``block_id``, ``seq`` and their stored token
+    vectors (projected, L2-normalised, kept tokens only; float16), the codec's training data."""
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        schema = pa.schema([("block_id", pa.string()), ("seq", pa.int32()), ("tokens", packed_to_arrow([], self.dim).type)])
+        if batch.num_rows == 0:
+            return schema.empty_table()
+        raw, ids = self.encode(batch)
+        if self.projection is not None:
+            raw = [r @ self.projection for r in raw]
+        tokens = [l2_normalize(r)[self.tokenizer.keep_mask(i)] for r, i in zip(raw, ids)]
+        return pa.table({"block_id": batch["block_id"], "seq": batch["seq"], "tokens": packed_to_arrow(tokens, self.dim)}, schema=schema)
+
+
+class EncodeCompress(_Encoder):
+    """Encode actor: passages with token ids → rows of the shard schema with every
+    representation as codes of the index's ``codec`` (``codec_bytes``: its file)."""
+
+    def __init__(self, model: dict, tokenizer_settings: dict, compress: dict, batch_size: int, torch_threads: Optional[int], codec_bytes: bytes) -> None:
+        super().__init__(model, tokenizer_settings, compress, batch_size, torch_threads)
+        self.codec = codecs.from_bytes(codec_bytes, "the index's codec")
+        if self.codec.dim_in != self.dim:
+            raise ValueError(f"the codec takes {self.codec.dim_in}-dimensional vectors, the encoder makes {self.dim}")
+        self.compressor = Compressor(None, compress["pooling"], compress["first_m"], compress["centroids"], compress["kmeans_iterations"])
+        self.schema = shard_schema(self.codec.name, self.codec.bytes_per_vector, self.codec.dim_out)
+
+    def _codes(self, arrays: list[np.ndarray]) -> pa.Array:
+        packed = Packed.from_list(arrays, self.dim)
+        return codes_to_arrow(self.codec.encode(packed.vectors), packed.offsets)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         if batch.num_rows == 0:
             return self.schema.empty_table()
-        ids = list_column(batch["input_ids"])
-        raw = self.encoder.encode(ids, self.batch_size, self.tokenizer.pad_id)
+        raw, ids = self.encode(batch)
+        if self.projection is not None:
+            raw = [r @ self.projection for r in raw]
         reps = self.compressor(raw, [self.tokenizer.keep_mask(i) for i in ids])
         meta = batch.drop_columns(["input_ids"])
         return pa.table(
             {
                 **{name: meta[name] for name in meta.column_names},
                 "n_tokens": pa.array([len(t) for t in reps["tokens"]], pa.int32()),
-                "tokens": packed_to_arrow(reps["tokens"], self.dim),
-                "pooled": matrix_to_arrow(np.stack(reps["pooled"])),
-                "first_m": packed_to_arrow(reps["first_m"], self.dim),
-                "centroids": packed_to_arrow(reps["centroids"], self.dim),
+                "tokens": self._codes(reps["tokens"]),
+                "pooled": codes_to_arrow(self.codec.encode(np.stack(reps["pooled"]))),
+                "first_m": self._codes(reps["first_m"]),
+                "centroids": self._codes(reps["centroids"]),
             },
             schema=self.schema,
         )

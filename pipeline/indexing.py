@@ -1,9 +1,12 @@
 """The indexing graph on Ray Data: corpus → validate → tokenize → encode → compress → shards,
-then rejects, catalog and the manifest (committed last).
+then rejects, catalog, the codec file and the manifest (committed last).
 
-Two passes over the input: a cheap validation scan (ids and reasons, so duplicate ids can be
-resolved across blocks with DuckDB: first one wins), then the main pass. Both are resumable:
-a block's scan and each written shard are recorded in staging, and a rerun skips them."""
+Three passes over the input: a cheap validation scan (ids and reasons, so duplicate ids can be
+resolved across blocks with DuckDB: first one wins); a sample pass that encodes a seeded
+sample of passages from every block and trains the index's codec in one Ray task; then the
+main pass, whose encode actors compress every batch with that codec. All are resumable: a
+block's scan, the trained codec and each written shard are recorded in staging, and a rerun
+skips them (and reuses the codec its shards were written with)."""
 
 from __future__ import annotations
 
@@ -15,14 +18,15 @@ import ray
 from tqdm import tqdm
 
 from operators.checkpoint import detect_format, fingerprint, load_tokenizer, resolve_model_path
+from operators import codecs
 from pipeline.config import IndexConfig
-from pipeline.ray_runtime import init_ray, plan_encode
-from pipeline.encode_stage import EncodeCompress
-from pipeline.stages import read_tokenize, scan_block, write_shards
-from storage import catalog, fs, index_dir, staging
+from pipeline.ray_runtime import init_ray, plan_encode, task_result
+from pipeline.encode_stage import EncodeCompress, EncodeSample
+from pipeline.stages import read_tokenize, sample_vectors, scan_block, select_sample, train_codec, write_shards
+from storage import catalog, codec_file, fs, index_dir, staging
 from storage.corpus import CorpusError, InputBlock, plan_blocks
 from storage.manifest import Manifest, ShardEntry, commit_manifest, read_manifest
-from storage.shards import committed_records, shard_dim
+from storage.shards import committed_records
 
 
 class IndexExistsError(RuntimeError):
@@ -202,6 +206,7 @@ def index_corpus(
         removed = index_dir.clear(index_url, keep=(staging.STAGING_DIR,))
         log(f"--overwrite: removed the previous index at {index_url} ({', '.join(removed)})")
     log(f"validated {len(blocks)} blocks in {time.time() - t0:.1f} s; {duplicates} duplicate ids (first occurrence kept)")
+    codec_bytes = _codec(index_url, blocks, config, placement, log)
     t1 = time.time()
 
     # Pass 2: passages → token ids → vectors → shards.
@@ -224,6 +229,7 @@ def index_corpus(
             "compress": config.compress.model_dump(),
             "batch_size": config.runtime.encode_batch_size,
             "torch_threads": placement.threads,
+            "codec_bytes": codec_bytes,
         },
         compute=ray.data.ActorPoolStrategy(size=placement.actors),
         num_cpus=placement.cpus,
@@ -238,10 +244,68 @@ def index_corpus(
     )
     ds.materialize()
     log(f"encoded and wrote passages in {time.time() - t1:.1f} s")
-    return IndexResult(_commit(corpus_url, index_url, config, blocks, key, log), False, time.time() - t0)
+    return IndexResult(_commit(corpus_url, index_url, config, blocks, key, codec_bytes, log), False, time.time() - t0)
 
 
-def _commit(corpus_url: str, index_url: str, config: IndexConfig, blocks: list[InputBlock], key: dict, log) -> Manifest:
+# Tokens a passage is assumed to have when the sample fraction is chosen (before anything is
+# tokenized): the sample holds about codec_sample_vectors · (mean tokens / 64) vectors, and
+# the driver keeps codec_sample_vectors of them.
+SAMPLE_TOKENS_PER_DOCUMENT = 64
+
+
+def _codec(index_url: str, blocks: list[InputBlock], config: IndexConfig, placement, log: Callable[[str], None]) -> bytes:
+    """The index's codec file (bytes): the one an interrupted run of this job trained and
+    staged (its shards were written with it), else trained now: a seeded sample of passages
+    drawn from every block (Ray Data: read, tokenize, select, encode on the encode actors),
+    at most ``codec_sample_vectors`` of their token vectors kept on the driver, the codec
+    trained in one Ray task (on a GPU when the cluster has one), then staged."""
+    staged = codec_file.read_staged(index_url)
+    if staged is not None:
+        log(f"reusing the codec the interrupted run trained ({codecs.from_bytes(staged, codec_file.staged_url(index_url)).name})")
+        return staged
+    c = config.compress
+    t0 = time.time()
+    docs = catalog.scan_counts(index_url, blocks)["valid_rows"]
+    fraction = min(1.0, c.codec_sample_vectors / max(1, docs * SAMPLE_TOKENS_PER_DOCUMENT))
+    model = config.model.model_dump()
+    ds = ray.data.from_items([b.to_dict() for b in blocks], override_num_blocks=len(blocks))
+    ds = ds.map_batches(
+        read_tokenize,
+        batch_size=1,
+        batch_format="pyarrow",
+        fn_kwargs={"index_url": index_url, "model_name": model["name"], "tokenizer_settings": config.tokenizer.model_dump()},
+        num_cpus=placement.io_cpus,
+    )
+    ds = ds.map_batches(select_sample, batch_format="pyarrow", fn_kwargs={"fraction": fraction, "seed": c.codec_seed}, num_cpus=placement.io_cpus)
+    ds = ds.map_batches(
+        EncodeSample,
+        batch_size=config.runtime.encode_actor_batch,
+        batch_format="pyarrow",
+        fn_constructor_kwargs={
+            "model": model,
+            "tokenizer_settings": config.tokenizer.model_dump(),
+            "compress": c.model_dump(),
+            "batch_size": config.runtime.encode_batch_size,
+            "torch_threads": placement.threads,
+        },
+        compute=ray.data.ActorPoolStrategy(size=placement.actors),
+        num_cpus=placement.cpus,
+        num_gpus=placement.gpus,
+    )
+    sample, passages = sample_vectors(ds.iter_batches(batch_format="pyarrow", batch_size=None), c.codec_sample_vectors, c.codec_seed)
+    if not len(sample):
+        raise CorpusError("no token vector to train the codec on: every sampled passage is empty")
+    name = codecs.resolve_name(c.codec, sample.shape[1])
+    n_vectors = int(len(sample) / max(fraction, 1e-12)) if fraction < 1 else len(sample)
+    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    train = ray.remote(num_cpus=placement.cpus, num_gpus=gpus, max_retries=1)(train_codec)
+    data = task_result(train.remote(name, sample, c.codec_seed, n_vectors))
+    codec_file.stage(index_url, data)
+    log(f"trained codec {name} on {len(sample):,} token vectors of {passages:,} sampled passages in {time.time() - t0:.1f} s")
+    return data
+
+
+def _commit(corpus_url: str, index_url: str, config: IndexConfig, blocks: list[InputBlock], key: dict, codec_bytes: bytes, log) -> Manifest:
     """Rejects, catalog, reconciliation, then the manifest (the commit point)."""
     records = committed_records(index_url, [b.block_id for b in blocks])
     rejected = catalog.write_rejects(index_url, blocks)
@@ -258,7 +322,8 @@ def _commit(corpus_url: str, index_url: str, config: IndexConfig, blocks: list[I
     if problems:
         raise RuntimeError("index does not reconcile with its input, not committing: " + "; ".join(problems))
     path = resolve_model_path(config.model.name)
-    dim = shard_dim(index_url, records[0]["path"]) if records else 0
+    codec = codecs.from_bytes(codec_bytes)
+    codec_entry = codec_file.commit(index_url, codec_bytes, codec, config.compress.codec_sample_vectors, config.compress.codec_seed)
     manifest = Manifest(
         config=config.model_dump(mode="json"),
         model={"name": config.model.name, "path": path, "format": detect_format(path), "fingerprint": fingerprint(path)},
@@ -271,8 +336,9 @@ def _commit(corpus_url: str, index_url: str, config: IndexConfig, blocks: list[I
             "passages": counts["passages"],
             "tokens": counts["tokens"],
         },
-        dim=dim,
-        shards=[ShardEntry(**r) for r in records],
+        dim=codec.dim_out,
+        codec=codec_entry,
+        shards=[ShardEntry(**{k: v for k, v in r.items() if k != "seq_ranges"}) for r in records],
     )
     index_dir.remove_orphan_shards(index_url, {r["path"] for r in records})
     commit_manifest(index_url, manifest)

@@ -33,9 +33,11 @@ import numpy as np
 from tqdm import tqdm
 
 from operators.bm25 import Analyzer, BM25Partition, TermStats, top_rows
+from operators.codecs import Codec
 from operators.query import EncodedQuery
 from operators.ranking import Ranked, top_documents
 from operators.scoring import MODE_VECTORS, score
+from operators.stored_vectors import StoredVectors
 from pipeline.config import IndexConfig, ScaleStudyConfig
 from pipeline.evaluation import quality
 from pipeline.search import SearchResult, load_query_encoder
@@ -44,7 +46,8 @@ from storage import fs
 from storage.beir import TestCollection, read_collection
 from storage.bm25_partitions import read_passage_texts
 from storage.jsonl import write_jsonl
-from storage.manifest import load_manifest
+from storage.codec_file import load_codec
+from storage.manifest import Manifest, load_manifest
 from storage.partitions import ShardSlice, read_passages
 
 K = 100  # documents ranked a query (nDCG@10, RR@10 and R@100 are measured on them)
@@ -187,9 +190,19 @@ class Source:
     passage_idx: np.ndarray
     texts: list[str]
     slices: list[ShardSlice]
+    manifest: Manifest
+    codec: Codec  # each index has its own: queries are projected into each one's space
 
     def __len__(self) -> int:
         return len(self.doc_ids)
+
+    def vectors(self, kind: str, slices: Optional[Sequence[ShardSlice]] = None) -> StoredVectors:
+        """The stored vectors of ``kind`` of the passages in ``slices`` (default: all)."""
+        return read_passages(self.index_url, self.manifest.shards, self.slices if slices is None else slices, kind, self.codec, ids=False).vectors
+
+    def queries(self, queries: Sequence[EncodedQuery]) -> list[EncodedQuery]:
+        """``queries`` (encoded without a codec) in the space of this index's decoded vectors."""
+        return [EncodedQuery(q.text, self.codec.project(q.tokens), self.codec.project(q.pooled[None])[0]) for q in queries]
 
 
 def corpus_name(url: str) -> str:
@@ -227,7 +240,7 @@ def read_source(name: str, index_url: str, prefix: bool) -> Source:
     doc_ids, pidx, texts = read_passage_texts(index_url, slices)
     if prefix:
         doc_ids = [f"{name}::{d}" for d in doc_ids]
-    return Source(name, index_url, doc_ids, pidx, texts, slices)
+    return Source(name, index_url, doc_ids, pidx, texts, slices, manifest, load_codec(index_url, manifest.codec))
 
 
 def check_compatible(urls: Mapping[str, str]) -> dict[str, Any]:
@@ -255,8 +268,9 @@ def dense_scores(
     method per entry of ``projections`` (None: the full-dimension pooled vectors)."""
     out: dict[str, np.ndarray] = {}
     n = len(source)
+    queries = source.queries(queries)
     if projections:
-        pooled = np.asarray(read_passages(source.index_url, source.slices, "pooled").vectors, dtype=np.float32)
+        pooled = source.vectors("pooled").take(np.arange(n))
         for method, proj in projections.items():
             vectors = pooled if proj is None else project(pooled, proj)
             qs = queries if proj is None else _projected(queries, proj)
@@ -264,8 +278,8 @@ def dense_scores(
     for mode in modes:
         parts = []
         for sl in tqdm(source.slices, desc=f"{source.name}: {mode} scores", unit="shard", leave=False):
-            pv = read_passages(source.index_url, [sl], MODE_VECTORS[mode])
-            vectors = dataclasses.replace(pv.vectors, vectors=np.asarray(pv.vectors.vectors, dtype=np.float32))
+            stored = source.vectors(MODE_VECTORS[mode], [sl])
+            vectors = stored.take(np.arange(len(stored)))
             parts.append(np.stack([score(mode, q, vectors) for q in queries]))
         out[mode] = np.concatenate(parts, axis=1) if parts else np.zeros((len(queries), 0), np.float32)
     return out
@@ -472,7 +486,7 @@ def study_methods(config: ScaleStudyConfig, dataset: Source, full_dim: int) -> t
         bad = [d for d in dims if not 0 < d <= full_dim]
         if bad:
             raise ValueError(f"pooled dimensions must be within 1..{full_dim} (the index's), got {bad}")
-        pooled = np.asarray(read_passages(dataset.index_url, dataset.slices, "pooled").vectors, dtype=np.float32) if min(dims) < full_dim else None
+        pooled = dataset.vectors("pooled").take(np.arange(len(dataset))) if min(dims) < full_dim else None
         for d in dims:
             if d == full_dim:
                 projections[f"pooled-{d}"] = None

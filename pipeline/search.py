@@ -18,6 +18,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from pydantic import ValidationError
 
+from operators.codecs import Codec
 from operators.bm25 import Analyzer, BM25Partition
 from operators.compress import projection_matrix
 from operators.encoder import TokenEncoder
@@ -31,6 +32,7 @@ from operators.scoring import MODE_VECTORS, MODES, check_mode, check_search_mode
 from operators.tokenizer import PassageTokenizer
 from pipeline.config import BM25Config, FirstStageConfig, HybridConfig, IndexConfig, SearchConfig
 from storage.bm25_partitions import load_bm25_partition, tiling
+from storage.codec_file import load_codec
 from storage.manifest import Manifest, load_manifest
 from storage.partitions import exact_partition, load_partition
 
@@ -134,15 +136,22 @@ def load_bm25(index_url: str, manifest: Manifest) -> tuple[list[BM25Partition], 
     return [load_bm25_partition(index_url, e) for e in entry["partitions"]], Analyzer(cfg.stopwords, cfg.stemmer)
 
 
-def load_query_encoder(index_config: dict[str, Any], encoder: Optional[TokenEncoder] = None) -> QueryEncoder:
+def index_query_encoder(index_url: str, manifest: Manifest, encoder: Optional[TokenEncoder] = None) -> QueryEncoder:
+    """The query encoder of the index at ``index_url``: its model, conventions, projection and
+    codec (the codec file checked against the manifest)."""
+    return load_query_encoder(manifest.config, encoder, load_codec(index_url, manifest.codec))
+
+
+def load_query_encoder(index_config: dict[str, Any], encoder: Optional[TokenEncoder] = None, codec: Optional[Codec] = None) -> QueryEncoder:
     """The query encoder an index was built for (same model, conventions and projection), from
-    the index configuration its manifest stores (``Manifest.config``)."""
+    the index configuration its manifest stores (``Manifest.config``), projecting into the
+    space of ``codec``'s decoded vectors when given (``index_query_encoder``)."""
     config = IndexConfig.model_validate(index_config)
     encoder = encoder or TokenEncoder(config.model.name, config.model.device, config.model.dtype)
     tokenizer = PassageTokenizer(encoder.tokenizer, **config.tokenizer.model_dump())
     c = config.compress
     projection = projection_matrix(encoder.dim, c.projection_dim, c.projection_seed) if c.projection_dim else None
-    return QueryEncoder(encoder, tokenizer, projection, c.pooling)
+    return QueryEncoder(encoder, tokenizer, projection, c.pooling, codec)
 
 
 def dense_ranges(manifest: Manifest, mode: str, exact: bool) -> list[tuple[int, int]]:
@@ -153,14 +162,15 @@ def dense_ranges(manifest: Manifest, mode: str, exact: bool) -> list[tuple[int, 
     return [(int(e["first_passage"]), int(e["passages"])) for e in entry["partitions"]]
 
 
-def load_partitions(index_url: str, manifest: Manifest, mode: str, config: SearchConfig) -> tuple[list[Partition], str]:
+def load_partitions(index_url: str, manifest: Manifest, mode: str, config: SearchConfig, codec: Codec) -> tuple[list[Partition], str]:
     """The partitions that answer dense ``mode`` and the path they take ("ann" or "exact"):
-    the manifest's ANN partitions, or one brute-force partition over every passage."""
+    the manifest's ANN partitions, or one brute-force partition over every passage (their
+    codes mapped from the shards, decoded with ``codec`` when scored)."""
     kind = MODE_VECTORS[check_mode(mode)]
     entry = manifest.ann.get(kind)
     if config.exact or not entry:
-        return [exact_partition(index_url, manifest, kind)], "exact"
-    return [load_partition(index_url, kind, e, np.dtype(config.vectors_dtype)) for e in entry["partitions"]], "ann"
+        return [exact_partition(index_url, manifest, kind, codec)], "exact"
+    return [load_partition(index_url, kind, e, manifest, codec) for e in entry["partitions"]], "ann"
 
 
 def dense_rows(partitions: Sequence[Partition], mode: str, query: EncodedQuery, need: int, fs: FirstStage) -> list[Optional[np.ndarray]]:
@@ -222,15 +232,16 @@ class Searcher:
         dense = [m for m in dict.fromkeys(modes) if m in MODES]
         if "hybrid" in modes and self.config.hybrid.dense not in dense:
             dense.append(self.config.hybrid.dense)
+        codec = load_codec(index_url, self.manifest.codec)
         for m in dense:
-            self.partitions[m], self.paths[m] = load_partitions(index_url, self.manifest, m, self.config)
+            self.partitions[m], self.paths[m] = load_partitions(index_url, self.manifest, m, self.config, codec)
         if self.sparse_modes:
             if "bm25" in modes:
                 self.paths["bm25"] = "bm25"
             if "hybrid" in modes:
                 self._hybrid_tiles(self.config.hybrid.dense)  # fail now when the partitions do not line up
                 self.paths["hybrid"] = self.paths[self.config.hybrid.dense]
-        self.query_encoder = load_query_encoder(self.manifest.config, encoder)
+        self.query_encoder = load_query_encoder(self.manifest.config, encoder, codec)
 
     @property
     def modes(self) -> tuple[str, ...]:

@@ -127,21 +127,20 @@ def _digest(data: Any) -> str:
 def app_names(config: ServeConfig, manifest: Manifest, layout: ServingLayout, plan: ResourcePlan) -> tuple[str, str]:
     """(encoder app, index app) names: a change in what they load or reserve changes the name."""
     model = {k: manifest.config.get(k) for k in ("model", "tokenizer", "compress")}
-    enc = _digest([model, manifest.model.get("fingerprint"), plan.encoder, config.encoder.max_batch_size, config.encoder.batch_wait_ms])
-    idx = _digest([layout.tag, plan.partition, config.search.vectors_dtype])
+    enc = _digest([model, manifest.model.get("fingerprint"), manifest.codec.get("sha256"), plan.encoder, config.encoder.max_batch_size, config.encoder.batch_wait_ms])
+    idx = _digest([layout.tag, plan.partition, manifest.codec.get("sha256")])
     return f"{config.app_name}-encoder-{enc}", f"{config.app_name}-index-v{layout.version}-{idx}"
 
 
-def encoder_app(manifest: Manifest, config: ServeConfig, plan: ReplicaPlan) -> serve.Application:
+def encoder_app(index_url: str, manifest: Manifest, config: ServeConfig, plan: ReplicaPlan) -> serve.Application:
     e = config.encoder
-    return QueryEncoderServer.options(**plan.options()).bind(manifest.config, plan.threads, e.max_batch_size, e.batch_wait_ms / 1e3)
+    return QueryEncoderServer.options(**plan.options()).bind(index_url, manifest, plan.threads, e.max_batch_size, e.batch_wait_ms / 1e3)
 
 
 def index_app(layout: ServingLayout, manifest: Manifest, config: ServeConfig, plan: ReplicaPlan) -> serve.Application:
     parts = []
     for shard in layout.shards:
-        exact = manifest if any(v is None for v in shard.kinds.values()) else None
-        parts.append(PartitionServer.options(**plan.options(f"Partition{shard.index}")).bind(layout.index_url, shard, exact, config.search.vectors_dtype, plan.threads))
+        parts.append(PartitionServer.options(**plan.options(f"Partition{shard.index}")).bind(layout.index_url, shard, manifest, plan.threads))
     return IndexVersion.bind(layout.version, *parts)
 
 
@@ -202,7 +201,7 @@ def deploy(index_url: str, config: ServeConfig, token: Optional[str] = None, log
     plan = plan_resources(config, len(layout.shards))
     enc_name, idx_name = app_names(config, manifest, layout, plan)
     targets = []
-    for name, build in ((enc_name, lambda: encoder_app(manifest, config, plan.encoder)), (idx_name, lambda: index_app(layout, manifest, config, plan.partition))):
+    for name, build in ((enc_name, lambda: encoder_app(index_url, manifest, config, plan.encoder)), (idx_name, lambda: index_app(layout, manifest, config, plan.partition))):
         if _running(name):
             log(f"{name}: already running, reused")
         else:

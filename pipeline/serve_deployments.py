@@ -15,14 +15,14 @@ from ray import serve
 from operators.ann import set_build_threads
 from operators.compress import l2_normalize
 from operators.fusion import ScoredPassages, side_by_side
-from operators.packed import Packed
 from operators.partition import Hits, Partition, PartitionResult
 from operators.query import EncodedQuery
 from operators.scoring import MODE_VECTORS, QueryVectors, first_stage_vectors
-from pipeline.search import load_query_encoder
+from pipeline.search import index_query_encoder
 from pipeline.serve_layout import ShardSpec
 from storage.bm25_partitions import load_bm25_partition
 from storage.manifest import Manifest
+from storage.codec_file import load_codec
 from storage.partitions import exact_partition, load_partition
 
 
@@ -38,12 +38,12 @@ class QueryEncoderServer:
     ``encode`` calls are grouped into one forward pass by ``@serve.batch``; a text that makes
     the pass fail fails alone (``encode``)."""
 
-    def __init__(self, index_config: dict[str, Any], threads: Optional[int], max_batch_size: int, batch_wait_s: float) -> None:
+    def __init__(self, index_url: str, manifest: Manifest, threads: Optional[int], max_batch_size: int, batch_wait_s: float) -> None:
         import torch
 
         if threads:
             torch.set_num_threads(threads)
-        self.encoder = load_query_encoder(index_config)
+        self.encoder = index_query_encoder(index_url, manifest)
         self.encode.set_max_batch_size(max_batch_size)
         self.encode.set_batch_wait_timeout_s(batch_wait_s)
         self.batches: list[int] = []  # sizes of the last batches, for /stats
@@ -97,20 +97,18 @@ class PartitionServer:
     over its passages. Answers the two trips of a query (``operators/partition.py``): ``hits``
     and ``rank``, or ``hybrid`` in place of ``rank``; and ``bm25_rank``, BM25's one trip."""
 
-    def __init__(self, index_url: str, shard: ShardSpec, manifest: Optional[Manifest], vectors_dtype: str, threads: Optional[int]) -> None:
+    def __init__(self, index_url: str, shard: ShardSpec, manifest: Manifest, threads: Optional[int]) -> None:
         t0 = time.perf_counter()
         if threads:
             set_build_threads(threads)  # FAISS OpenMP threads (BLAS follows OMP_NUM_THREADS)
-        dtype = np.dtype(vectors_dtype)
+        codec = load_codec(index_url, manifest.codec)
         self.shard = shard.index
         self.parts: dict[str, Partition] = {}
         for kind, entry in shard.kinds.items():
             if entry is None:
-                if manifest is None:
-                    raise ValueError("an exact slice needs the manifest's shard list")
-                self.parts[kind] = exact_partition(index_url, manifest, kind, dtype)
+                self.parts[kind] = exact_partition(index_url, manifest, kind, codec)
             else:
-                self.parts[kind] = load_partition(index_url, kind, entry, dtype)
+                self.parts[kind] = load_partition(index_url, kind, entry, manifest, codec)
         self.bm25 = {i: load_bm25_partition(index_url, e) for i, e in shard.bm25.items()}
         self.bm25_own, self.sparse, self.first = shard.bm25_own, shard.sparse, shard.first
         self.load_s = time.perf_counter() - t0
@@ -124,7 +122,7 @@ class PartitionServer:
             part = self.parts.get(kind)
             if part is None or not len(part):
                 continue
-            dim = (part.vectors.vectors if isinstance(part.vectors, Packed) else part.vectors).shape[1]
+            dim = part.dim
             tokens = l2_normalize(rng.standard_normal((4, dim)).astype(np.float32))
             query = EncodedQuery("warm up", tokens, tokens[0])
             rows = None if part.exact else np.unique(part.hits(first_stage_vectors(mode, query), 8).rows)

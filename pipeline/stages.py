@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import functools
 import json
+import zlib
+
+from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 
+from operators import codecs
 from operators.checkpoint import load_tokenizer
+from operators.packed import Packed
 from operators.tokenizer import PassageTokenizer
 from operators.validation import Document, Reject, parse_rows
 from storage import staging
 from storage.corpus import InputBlock, parquet_fields, read_block
-from storage.schema import PASSAGE_FIELDS
+from storage.schema import PASSAGE_FIELDS, arrow_to_packed
 from storage.shards import committed_in_block, covered_seqs, write_shard
 
 PASSAGE_SCHEMA = pa.schema(PASSAGE_FIELDS + [pa.field("input_ids", pa.list_(pa.int32()))])
@@ -82,6 +88,54 @@ def _block_passages(block: InputBlock, index_url: str, tokenizer: PassageTokeniz
         },
         schema=PASSAGE_SCHEMA,
     )
+
+
+def sample_keys(block_ids: np.ndarray, seqs: np.ndarray, seed: int) -> np.ndarray:
+    """(n,) float64 in [0, 1): a fixed pseudo-random number for each passage (block, seq),
+    the same in every run and on every worker (a multiplicative hash, vectorised; one crc32
+    per distinct block)."""
+    out = np.empty(len(seqs), dtype=np.float64)
+    for block in np.unique(block_ids):
+        rows = block_ids == block
+        h = (seqs[rows].astype(np.uint64) + np.uint64(zlib.crc32(f"{seed}:{block}".encode()))) * np.uint64(0x9E3779B97F4A7C15)
+        out[rows] = (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return out
+
+
+def select_sample(batch: pa.Table, fraction: float, seed: int) -> pa.Table:
+    """The passages of ``batch`` whose ``sample_keys`` fall below ``fraction``: a seeded
+    sample drawn from every block alike, the same whichever worker sees the rows."""
+    if batch.num_rows == 0 or fraction >= 1:
+        return batch
+    keys = sample_keys(batch["block_id"].to_numpy(zero_copy_only=False), batch["seq"].to_numpy(), seed)
+    return batch.filter(pa.array(keys < fraction))
+
+
+def sample_vectors(batches: Iterable[pa.Table], cap: int, seed: int) -> tuple[np.ndarray, int]:
+    """(≤ ``cap`` token vectors (float32, (n, dim)), passages they came from) out of the
+    ``EncodeSample`` output ``batches``: passages put in (block, seq) order (the order Ray
+    delivers them in varies), then a seeded choice of ``cap`` vectors when there are more,
+    so the same corpus and seed give the same sample."""
+    keys, parts = [], []
+    for b in batches:
+        if b.num_rows:
+            keys.append(b.select(["block_id", "seq"]))
+            parts.append(arrow_to_packed(b["tokens"]))
+    if not parts:
+        return np.zeros((0, 0), np.float32), 0
+    table = pa.concat_tables(keys)
+    packed = Packed.concat(parts)
+    order = pa.compute.sort_indices(table, sort_keys=[("block_id", "ascending"), ("seq", "ascending")]).to_numpy()
+    vectors = packed.take(order).vectors
+    if len(vectors) > cap:
+        rows = np.sort(np.random.default_rng(seed).choice(len(vectors), cap, replace=False))
+        vectors = vectors[rows]
+    return np.ascontiguousarray(vectors, dtype=np.float32), len(order)
+
+
+def train_codec(name: str, sample: np.ndarray, seed: int, n_vectors: int) -> bytes:
+    """Train codec ``name`` on ``sample`` (a Ray task body): its file's bytes."""
+    return codecs.train(name, sample, seed=seed, n_vectors=n_vectors).to_bytes()
 
 
 def write_shards(batch: pa.Table, index_url: str) -> pa.Table:

@@ -16,7 +16,7 @@ import uuid
 from fsspec.implementations.local import LocalFileSystem
 
 from storage import fs
-from storage.shards import SHARDS_DIR, STAGING_DIR
+from storage.shards import SHARDS_DIR, STAGING_DIR, codes_path
 
 # What indexing, build-ann and build-bm25 write directly under INDEX (the constants live in
 # storage/manifest.py, catalog.py, partitions.py and bm25_partitions.py; a test checks they
@@ -24,9 +24,10 @@ from storage.shards import SHARDS_DIR, STAGING_DIR
 MANIFEST_FILE = "manifest.json"
 REJECTS_FILE = "rejects.parquet"
 CATALOG_FILE = "catalog.duckdb"
+CODEC_FILE = "codec.mvrc"
 ANN_DIR = "ann"
 BM25_DIR = "bm25"
-INDEX_FILES = (MANIFEST_FILE, REJECTS_FILE, CATALOG_FILE)
+INDEX_FILES = (MANIFEST_FILE, REJECTS_FILE, CATALOG_FILE, CODEC_FILE)
 INDEX_DIRS = (SHARDS_DIR, STAGING_DIR, ANN_DIR, BM25_DIR)
 INDEX_ENTRIES = INDEX_FILES + INDEX_DIRS
 PROBE_PREFIX = ".mvr-write-probe-"
@@ -137,9 +138,11 @@ def remove_if_empty(index_url: str) -> bool:
 
 
 def remove_orphan_shards(index_url: str, keep: set[str]) -> int:
-    """Delete shard files no commit record lists (left by a killed run). Returns the count."""
+    """Delete shard files (Parquet and codes) no commit record lists (left by a killed run);
+    ``keep``: the recorded shards' paths. Returns the count."""
+    keep = keep | {codes_path(p) for p in keep}
     removed = 0
-    for url in fs.list_files(fs.join(index_url, SHARDS_DIR), ".parquet"):
+    for url in fs.list_files(fs.join(index_url, SHARDS_DIR)):
         rel = f"{SHARDS_DIR}/{url.rstrip('/').rsplit('/', 1)[-1]}"
         if rel not in keep:
             fs.remove(url)

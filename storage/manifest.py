@@ -11,19 +11,25 @@ from typing import Any, Optional
 from pydantic import BaseModel, Field
 
 from storage import fs
-from storage.schema import SCHEMA_VERSION
+from storage.schema import OLDEST_READABLE_SCHEMA, SCHEMA_VERSION
 
 MANIFEST_FILE = "manifest.json"
 
 
 class ShardEntry(BaseModel):
+    """One shard: its Parquet file (``path``, ``bytes``, ``sha256``) and codes file
+    (``codes``, ``codes_bytes``, ``codes_sha256``), passages (``rows``) and token vectors.
+    Nothing per passage: the resume bookkeeping (sequence ranges) stays in the commit records."""
+
     path: str
+    codes: str
     rows: int
     tokens: int
     bytes: int
     sha256: str
+    codes_bytes: int
+    codes_sha256: str
     block_id: str
-    seq_ranges: list[list[int]]  # passage sequence numbers in the block, inclusive ranges
 
 
 class Manifest(BaseModel):
@@ -35,7 +41,8 @@ class Manifest(BaseModel):
     model: dict[str, Any]  # name, path, format, fingerprint, dim
     input: dict[str, Any]  # url, fingerprint, blocks
     counts: dict[str, int]  # input_rows, indexed_documents, rejected, passages, tokens
-    dim: int
+    dim: int  # of the decoded vectors (the codec's output)
+    codec: dict[str, Any]  # name, path, bytes, sha256, dim_in, dim_out, bytes_per_vector, sample_vectors_max, seed
     shards: list[ShardEntry]
     rejects: str = "rejects.parquet"
     catalog: str = "catalog.duckdb"
@@ -44,22 +51,43 @@ class Manifest(BaseModel):
 
     def shards_digest(self) -> str:
         """sha256 over the shards' checksums: which passages an ANN or BM25 build was made from."""
-        return hashlib.sha256("".join(sh.sha256 for sh in self.shards).encode()).hexdigest()
+        return hashlib.sha256("".join(sh.sha256 + sh.codes_sha256 for sh in self.shards).encode()).hexdigest()
 
 
 def manifest_url(index_url: str) -> str:
     return fs.join(index_url, MANIFEST_FILE)
 
 
+class OldSchemaError(ValueError):
+    """The index was written by a schema version this mvr no longer reads."""
+
+
 def read_manifest(index_url: str) -> Optional[Manifest]:
+    """The committed manifest (None when there is none). ``OldSchemaError`` for an index of
+    a schema version this mvr no longer reads, saying how to rebuild it."""
     url = manifest_url(index_url)
     if not fs.exists(url):
         return None
+    data = fs.read_bytes(url)
     try:
-        return Manifest.model_validate_json(fs.read_bytes(url))
+        return Manifest.model_validate_json(data)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        _refuse_old_schema(index_url, data)
         what = "; ".join(line.strip() for line in str(exc).strip().splitlines()[:3]) or type(exc).__name__
         raise ValueError(f"{url} is damaged ({what[:300]}); it cannot be read as an mvr manifest") from exc
+
+
+def _refuse_old_schema(index_url: str, data: bytes) -> None:
+    try:
+        version = json.loads(data).get("schema_version")
+    except (ValueError, AttributeError):
+        return
+    if isinstance(version, int) and version < OLDEST_READABLE_SCHEMA:
+        raise OldSchemaError(
+            f"{index_url} was written with index schema version {version} (float16 vectors inside the Parquet shards, "
+            f"copied into every ANN partition); this mvr reads schema {OLDEST_READABLE_SCHEMA}-{SCHEMA_VERSION} "
+            "(codec codes beside the shards, one copy). Rebuild it: mvr index CORPUS INDEX --overwrite, then mvr build-ann INDEX"
+        )
 
 
 def load_manifest(index_url: str) -> Manifest:

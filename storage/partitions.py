@@ -6,11 +6,13 @@ P holds the contiguous range [p·N/P, (p+1)·N/P), so every vector kind is split
 A built partition is a directory ``ann/{kind}/{build}/part-{p:05d}/`` holding
 
 - ``passages.parquet``: one row a passage, in order: ``passage`` (int64 global number),
-  ``doc_id``, ``passage_idx`` and ``vectors`` (the kind's exact vectors, the shard encoding:
-  float16 ``fixed_size_binary`` cells, a list of them per passage except for ``pooled``);
-- ``index/``: the ANN index (``ann.json`` + the backend's own files) over those vectors in
-  row order; the vector→passage map is the list offsets of ``vectors`` (vector r belongs to
-  the passage whose list holds row r).
+  ``doc_id`` and ``passage_idx`` (the id maps; no vectors);
+- ``index/``: the ANN index (``ann.json`` + the backend's own files) over the passages'
+  vectors in row order (vector r belongs to the passage whose rows hold r).
+
+One copy: a partition stores no vectors. Its vectors are the codes in the shards' codes
+files for its passage range (``partition_slices``), memory-mapped when it is loaded and
+decoded only for the candidates a query rescores (``operators/stored_vectors.py``).
 
 The manifest's ``ann[kind]`` entry lists the partitions with each file's size and sha256;
 a build directory the manifest does not list is garbage from an older or failed build."""
@@ -30,13 +32,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from operators.ann import AnnIndex, load_index
-from operators.packed import Packed
+from operators.codecs import Codec
 from operators.partition import Partition
+from operators.stored_vectors import StoredVectors
 from storage import fs
-from storage.manifest import Manifest
-from storage.schema import arrow_to_matrix, arrow_to_packed, matrix_to_arrow, packed_column
-from storage.shards import read_shard, read_shard_checked
-from storage.verify import ExpectedFile, FileCheck, IntegrityError, check_data, missing, shard_files, size_check, unreadable
+from storage.manifest import Manifest, ShardEntry
+from storage.schema import arrow_to_codes
+from storage.shards import open_codes, read_shard_checked
+from storage.verify import ExpectedFile, FileCheck, IntegrityError, check_data, codes_file, missing, size_check, unreadable
 
 ANN_DIR = "ann"
 PASSAGES_FILE = "passages.parquet"
@@ -85,45 +88,70 @@ def plan_partitions(manifest: Manifest, partitions: int) -> list[PartitionPlan]:
     return plans
 
 
+def partition_slices(manifest: Manifest, first_passage: int, passages: int) -> list[ShardSlice]:
+    """The shard rows holding global passages [first_passage, first_passage + passages)."""
+    lo, hi = int(first_passage), int(first_passage) + int(passages)
+    slices, start = [], 0
+    for s in manifest.shards:
+        a, b = max(lo, start), min(hi, start + s.rows)
+        if a < b:
+            slices.append(ShardSlice(s.path, a - start, b - start))
+        start += s.rows
+        if start >= hi:
+            break
+    return slices
+
+
 @dataclass
 class PassageVectors:
     """Passages in global order: ``doc_ids`` (n,), ``passage_idx`` (n,) int32 and one kind's
-    ``vectors`` (Packed, or an (n, dim) matrix for pooled; float16 as stored)."""
+    stored ``vectors`` (codes mapped from the shards; decoded on demand)."""
 
     doc_ids: list[str]
     passage_idx: np.ndarray
-    vectors: Packed | np.ndarray
+    vectors: StoredVectors
 
 
 def read_passages(
-    index_url: str, slices: Sequence[ShardSlice], kind: str, shards: Optional[Mapping[str, ExpectedFile]] = None, sha256: bool = False
+    index_url: str, shards: Sequence[ShardEntry], slices: Sequence[ShardSlice], kind: str, codec: Codec, ids: bool = True, sha256: bool = False
 ) -> PassageVectors:
-    """One kind's vectors of the passages in ``slices``, read shard by shard. With ``shards``
-    (the manifest's size and sha256 of each shard, by path) each shard's size is compared
-    first, and with ``sha256`` it is read whole and its checksum compared too
-    (``storage.shards.read_shard_checked``; ``IntegrityError`` when it does not match)."""
+    """One kind's stored vectors of the passages in ``slices`` (each shard's codes file
+    memory-mapped, its size compared with ``shards``, the manifest's entries of at least
+    the slices' shards) and, with ``ids``, their doc ids and
+    passage numbers (each shard's Parquet file size-checked, and with ``sha256`` its checksum
+    too). ``IntegrityError`` for a shard that does not match the manifest."""
     column = KIND_COLUMN[kind]
+    entries: dict[str, ShardEntry] = {s.path: s for s in shards}
     doc_ids: list[str] = []
-    passage_idx, parts = [], []
+    passage_idx, segments, offsets = [], [], [np.zeros(1, np.int64)]
     for sl in slices:
-        columns = ["doc_id", "passage_idx", column]
-        try:
-            t = read_shard(index_url, sl.path, columns) if shards is None else read_shard_checked(index_url, shards[sl.path], columns, sha256)
-        except KeyError as e:
-            raise ValueError(f"{sl.path} holds no {column} vectors (the index was built without them): {e}") from None
-        if t.num_rows < sl.stop:
-            detail = f"holds {t.num_rows} passages, the manifest places {sl.stop} in it"
-            raise IntegrityError([FileCheck(sl.path, "shard", "corrupted", None, None, detail)], index_url)
-        t = t.slice(sl.start, sl.stop - sl.start)
-        doc_ids.extend(t["doc_id"].to_pylist())
-        passage_idx.append(t["passage_idx"].to_numpy())
-        parts.append(arrow_to_matrix(t[column]) if kind == "pooled" else arrow_to_packed(t[column]))
+        shard = entries[sl.path]
+        if ids:
+            t = read_shard_checked(index_url, ExpectedFile(shard.path, "shard", shard.bytes, shard.sha256), ["doc_id", "passage_idx"], sha256)
+            _check_rows(index_url, sl, t.num_rows)
+            t = t.slice(sl.start, sl.stop - sl.start)
+            doc_ids.extend(t["doc_id"].to_pylist())
+            passage_idx.append(t["passage_idx"].to_numpy())
+        codes_table = open_codes(index_url, codes_file(shard))
+        _check_rows(index_url, sl, codes_table.num_rows, shard.codes)
+        codes, offs = arrow_to_codes(codes_table[column])
+        if offs is None:  # one vector a passage
+            segments.append(codes[sl.start : sl.stop])
+            offs_slice = np.arange(sl.stop - sl.start + 1, dtype=np.int64)
+        else:
+            segments.append(codes[offs[sl.start] : offs[sl.stop]])
+            offs_slice = offs[sl.start : sl.stop + 1] - offs[sl.start]
+        offsets.append(offs_slice[1:] + offsets[-1][-1])
     pidx = np.concatenate(passage_idx).astype(np.int32) if passage_idx else np.zeros(0, np.int32)
-    if kind == "pooled":
-        vectors = np.concatenate(parts) if parts else np.zeros((0, 1), np.float16)
-    else:
-        vectors = Packed.concat(parts) if parts else Packed(np.zeros((0, 1), np.float16), np.zeros(1, np.int64))
+    empty = [np.zeros((0, codec.bytes_per_vector), np.uint8)]
+    vectors = StoredVectors(segments or empty, np.concatenate(offsets), codec, single=kind == "pooled")
     return PassageVectors(doc_ids, pidx, vectors)
+
+
+def _check_rows(index_url: str, sl: ShardSlice, rows: int, path: Optional[str] = None) -> None:
+    if rows < sl.stop:
+        detail = f"holds {rows} passages, the manifest places {sl.stop} in it"
+        raise IntegrityError([FileCheck(path or sl.path, "shard", "corrupted", None, None, detail)], index_url)
 
 
 def build_dir(kind: str, build: str) -> str:
@@ -136,21 +164,19 @@ def _file_entry(data: bytes) -> dict[str, Any]:
 
 
 def write_partition(index_url: str, rel_dir: str, first_passage: int, passages: PassageVectors, ann: AnnIndex) -> dict[str, Any]:
-    """Write a partition's passages and ANN index under ``rel_dir``; returns its manifest entry
-    (path, passages, vectors, first_passage, files with bytes and sha256, ANN params)."""
-    v = passages.vectors
+    """Write a partition's id maps and ANN index under ``rel_dir`` (no vectors: they stay in
+    the shards); its manifest entry (path, passages, vectors, first_passage, files with bytes
+    and sha256, ANN params)."""
     n = len(passages.doc_ids)
-    column = matrix_to_arrow(v) if isinstance(v, np.ndarray) else packed_column(v)
     table = pa.table(
         {
             "passage": pa.array(np.arange(first_passage, first_passage + n, dtype=np.int64)),
             "doc_id": pa.array(passages.doc_ids, pa.string()),
             "passage_idx": pa.array(passages.passage_idx, pa.int32()),
-            "vectors": column,
         }
     )
     buf = io.BytesIO()
-    pq.write_table(table, buf, compression={"passage": "zstd", "doc_id": "zstd", "passage_idx": "zstd", "vectors": "none"})
+    pq.write_table(table, buf, compression="zstd")
     files = {PASSAGES_FILE: buf.getvalue(), **saved_files(ann.save, INDEX_SUBDIR)}
     return {
         "path": rel_dir,
@@ -218,12 +244,13 @@ def _expected(rel: str, name: str, entry: dict[str, Any]) -> ExpectedFile:
     return ExpectedFile(f"{rel}/{name}", "partition", int(f["bytes"]), str(f["sha256"]))
 
 
-def load_partition(index_url: str, kind: str, entry: dict[str, Any], dtype=np.float32, verify: bool = False) -> Partition:
-    """Open a built partition: its passages (exact vectors held as ``dtype``) and its ANN
-    index. With ``verify`` every file's sha256 is checked against the manifest entry first."""
+def load_partition(index_url: str, kind: str, entry: dict[str, Any], manifest: Manifest, codec: Codec, verify: bool = False) -> Partition:
+    """Open a built partition: its id maps, its ANN index, and its passages' codes mapped from
+    the shards (nothing decoded). With ``verify`` every partition file's sha256 is checked
+    against the manifest entry first."""
     table = read_partition_passages(index_url, entry, verify)
-    col = table["vectors"]
-    vectors = _as_dtype(arrow_to_matrix(col) if kind == "pooled" else arrow_to_packed(col), dtype)
+    slices = partition_slices(manifest, entry["first_passage"], entry["passages"])
+    vectors = read_passages(index_url, manifest.shards, slices, kind, codec, ids=False).vectors
     ann = local_copy(index_url, entry, INDEX_SUBDIR, load_index, verify)
     return Partition(kind, vectors, table["doc_id"].to_pylist(), table["passage_idx"].to_numpy(), ann)
 
@@ -255,21 +282,12 @@ def read_checked(index_url: str, rel: str, name: str, entry: dict[str, Any], ver
     return data
 
 
-def exact_partition(index_url: str, manifest: Manifest, kind: str, dtype=np.float32) -> Partition:
-    """All passages of the index as one exact (brute-force) partition, vectors as ``dtype``.
-    Every shard's size is checked against the manifest; for ``tokens``, whose vectors are
-    most of a shard's bytes, the whole shard is read and its sha256 checked as well (the
-    other kinds read a small part of each shard: hashing all of it would cost far more than
-    the read, see docs/indexing.md)."""
+def exact_partition(index_url: str, manifest: Manifest, kind: str, codec: Codec) -> Partition:
+    """All passages of the index as one exact (brute-force) partition: every shard's codes
+    mapped (size compared with the manifest), decoded a block at a time when scored."""
     (plan,) = plan_partitions(manifest, 1) if manifest.shards else [PartitionPlan(0, 0, 0, [])]
-    pv = read_passages(index_url, plan.slices, kind, {f.path: f for f in shard_files(manifest)}, sha256=kind == "tokens")
-    return Partition(kind, _as_dtype(pv.vectors, dtype), pv.doc_ids, pv.passage_idx)
-
-
-def _as_dtype(v: Packed | np.ndarray, dtype) -> Packed | np.ndarray:
-    if isinstance(v, np.ndarray):
-        return v.astype(dtype, copy=False)
-    return Packed(v.vectors.astype(dtype, copy=False), v.offsets)
+    pv = read_passages(index_url, manifest.shards, plan.slices, kind, codec)
+    return Partition(kind, pv.vectors, pv.doc_ids, pv.passage_idx)
 
 
 def remove_stale_builds(index_url: str, kind: str, keep: Optional[str], root: str = ANN_DIR) -> int:

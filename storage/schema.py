@@ -1,6 +1,8 @@
 """The shard schema (versioned) and conversions between numpy vectors and Arrow columns.
 
-Schema version 1, one row per passage:
+Schema version 2. A shard is two files, one row a passage in the same order in both:
+
+``{name}.parquet`` (zstd), what a passage is and says:
 
 | column | type | meaning |
 | --- | --- | --- |
@@ -13,29 +15,41 @@ Schema version 1, one row per passage:
 | text | string | the passage's text (a span of title + separator + text) |
 | char_start, char_end | int32 | that span in the document string |
 | n_tokens | int32 | number of stored token vectors |
-| tokens | list<vector> | L2-normalised token vectors |
-| pooled | vector | L2-normalised pooled vector |
-| first_m | list<vector> | first m normalised token vectors |
-| centroids | list<vector> | k-means centroids of the raw vectors |
 
-``vector`` is ``fixed_size_binary(2 * dim)``: dim IEEE float16 values, little-endian, i.e. a
-fixed-size float16 vector that numpy views without a copy. (Parquet's FLOAT16 logical type,
-``fixed_size_list<float16>``, decodes about 20x slower in pyarrow: ``benchmarks/shard_read.py``.)
-The dimension is in the schema metadata ``mvr.dim``.
-Vector columns are stored uncompressed (zstd saves < 10% on float16), the rest zstd.
+``{name}.codes.arrow`` (Arrow IPC file format, uncompressed, so that it is memory-mapped
+without a copy), the passage's vectors as codes of the index's codec (``codec.mvrc``,
+``operators/codecs``; ``float16`` codes are the IEEE half floats themselves):
+
+| column | type | meaning |
+| --- | --- | --- |
+| tokens | list<code> | L2-normalised token vectors |
+| pooled | code | L2-normalised pooled vector |
+| first_m | list<code> | first m normalised token vectors |
+| centroids | list<code> | k-means centroids of the raw vectors |
+
+``code`` is ``fixed_size_binary(bytes_per_vector)``; numpy views a column's codes as a
+(vectors, bytes_per_vector) uint8 matrix without a copy. The codes file's schema metadata
+holds ``mvr.codec`` (the codec's name), ``mvr.bytes_per_vector`` and ``mvr.dim`` (the
+decoded dimension). These are the only copy of the vectors in an index: ANN and BM25
+partitions refer to shard rows (docs/indexing.md).
+
+Version 1 (before 2026-11-23) kept float16 vectors inside the Parquet shard and a second
+copy in every ANN partition; it is refused with a message saying how to rebuild.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from operators.packed import Packed
 
-SCHEMA_VERSION = 1
-VECTOR_COLUMNS = ["tokens", "pooled", "first_m", "centroids"]
+SCHEMA_VERSION = 2
+OLDEST_READABLE_SCHEMA = 2
+CODE_COLUMNS = ["tokens", "pooled", "first_m", "centroids"]  # columns of a shard's codes file
+VECTOR_COLUMNS = CODE_COLUMNS
 # Where a passage comes from and what it says: shared by the shards and the tokenized
 # passages flowing through the indexing graph.
 PASSAGE_FIELDS = [
@@ -56,19 +70,55 @@ def vector_type(dim: int) -> pa.DataType:
     return pa.binary(2 * dim)
 
 
-def shard_schema(dim: int) -> pa.Schema:
-    vec = vector_type(dim)
+def code_type(bytes_per_vector: int) -> pa.DataType:
+    """One vector's codes."""
+    return pa.binary(bytes_per_vector)
+
+
+def codes_schema(codec_name: str, bytes_per_vector: int, dim: int) -> pa.Schema:
+    """Schema of a shard's codes file (``{name}.codes.arrow``)."""
+    code = code_type(bytes_per_vector)
     return pa.schema(
-        PASSAGE_FIELDS
-        + [
-            pa.field("n_tokens", pa.int32()),
-            pa.field("tokens", pa.list_(vec)),
-            pa.field("pooled", vec),
-            pa.field("first_m", pa.list_(vec)),
-            pa.field("centroids", pa.list_(vec)),
+        [
+            pa.field("tokens", pa.list_(code)),
+            pa.field("pooled", code),
+            pa.field("first_m", pa.list_(code)),
+            pa.field("centroids", pa.list_(code)),
         ],
-        metadata={"mvr.schema_version": str(SCHEMA_VERSION), "mvr.dim": str(dim)},
+        metadata={"mvr.schema_version": str(SCHEMA_VERSION), "mvr.codec": codec_name, "mvr.bytes_per_vector": str(bytes_per_vector), "mvr.dim": str(dim)},
     )
+
+
+def shard_schema(codec_name: str, bytes_per_vector: int, dim: int) -> pa.Schema:
+    """Schema of the rows the encode stage hands to the shard writer: the passage fields,
+    ``n_tokens`` and the codes columns (split into the two files by ``write_shard``)."""
+    codes = codes_schema(codec_name, bytes_per_vector, dim)
+    return pa.schema(PASSAGE_FIELDS + [pa.field("n_tokens", pa.int32())] + list(codes), metadata=codes.metadata)
+
+
+def codes_to_arrow(codes: np.ndarray, offsets: Optional[np.ndarray] = None) -> pa.Array:
+    """(vectors, bytes_per_vector) uint8 codes → a code column (``offsets`` None) or a
+    list<code> column with ``offsets`` (n + 1,) passage → rows."""
+    c = np.ascontiguousarray(codes, dtype=np.uint8)
+    values = pa.FixedSizeBinaryArray.from_buffers(code_type(c.shape[1]), len(c), [None, pa.py_buffer(c)])
+    if offsets is None:
+        return values
+    return pa.ListArray.from_arrays(pa.array(np.asarray(offsets, dtype=np.int32)), values)
+
+
+def arrow_to_codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """A code or list<code> column → ((vectors, bytes_per_vector) uint8 view of its values, no
+    copy; (n + 1,) int64 offsets, or None for a code column)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    offsets = None
+    if pa.types.is_list(column.type):
+        offsets = np.asarray(column.offsets, dtype=np.int64)
+        column = column.values.slice(offsets[0], offsets[-1] - offsets[0])
+        offsets = offsets - offsets[0]
+    width = column.type.byte_width
+    data = np.frombuffer(column.buffers()[1], dtype=np.uint8, count=(column.offset + len(column)) * width)
+    return data[column.offset * width :].reshape(len(column), width), offsets
 
 
 def _vectors(matrix: np.ndarray) -> pa.FixedSizeBinaryArray:

@@ -1,10 +1,13 @@
 """Shard files and their commit records.
 
-A shard holds passages of one input block, identified by their sequence numbers in that
+A shard is two files (``storage/schema.py``): ``{name}.parquet`` (what each passage is and
+says) and ``{name}.codes.arrow`` (its vectors as codes, memory-mapped by readers). It holds passages of one input block, identified by their sequence numbers in that
 block, and is named by the block and its smallest sequence number
 (``{block_id}-{first:07d}.parquet``). A shard counts as written once its commit record
 ``_staging/committed/{block_id}/{name}.json`` exists (written after the shard, atomically);
 the record lists the shard's sequence numbers as ranges, and a rerun skips those passages.
+The ranges stay in the commit records (removed with the staging directory at commit): the
+manifest lists shards, not passages.
 Since the passages of shards are disjoint, no two shards of a block share a smallest
 sequence number: a name is never reused except by an orphan (a shard without a record,
 left by a killed run), which is overwritten or removed at commit."""
@@ -14,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import posixpath
 from typing import Iterator, Optional, Sequence
 
@@ -22,15 +26,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage import fs
-from storage.schema import VECTOR_COLUMNS
+from storage.schema import CODE_COLUMNS
 from storage.verify import ExpectedFile, IntegrityError, check_data, missing, size_check, unreadable
 
 SHARDS_DIR = "shards"
 STAGING_DIR = "_staging"
 
 
+CODES_SUFFIX = ".codes.arrow"
+
+
 def shard_name(block_id: str, first_seq: int) -> str:
     return f"{block_id}-{first_seq:07d}.parquet"
+
+
+def codes_path(rel_path: str) -> str:
+    """The codes file of the shard at ``rel_path`` (``x.parquet`` → ``x.codes.arrow``)."""
+    return rel_path[: -len(".parquet")] + CODES_SUFFIX
 
 
 def seq_ranges(seqs: np.ndarray) -> list[list[int]]:
@@ -55,28 +67,62 @@ def _record_url(index_url: str, block_id: str, name: str) -> str:
 
 
 def write_shard(index_url: str, table: pa.Table, block_id: str) -> dict:
-    """Write the passages of ``table`` (all from ``block_id``, ordered by ``seq``) as one
-    shard, then its commit record. Returns the record: path (relative to the index), rows,
-    tokens, bytes, sha256, block_id, seq_ranges."""
+    """Write the passages of ``table`` (all from ``block_id``, ordered by ``seq``; the encode
+    stage's schema, ``storage.schema.shard_schema``) as one shard: its codes file, its
+    Parquet file, then its commit record. Returns the record: path, codes (path of the codes
+    file), rows, tokens, bytes, sha256, codes_bytes, codes_sha256, block_id, seq_ranges."""
     seqs = table["seq"].to_numpy()
     name = shard_name(block_id, int(seqs.min()))
-    buf = io.BytesIO()
-    compression = {c: ("none" if c in VECTOR_COLUMNS else "zstd") for c in table.column_names}
-    pq.write_table(table, buf, compression=compression, row_group_size=1024)
-    data = buf.getvalue()
     rel = posixpath.join(SHARDS_DIR, name)
+    codes = pa.table({c: table[c] for c in CODE_COLUMNS}).replace_schema_metadata(table.schema.metadata)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, codes.schema) as writer:  # uncompressed: readers map it
+        writer.write_table(codes)
+    codes_data = sink.getvalue().to_pybytes()
+    buf = io.BytesIO()
+    pq.write_table(table.drop_columns(CODE_COLUMNS), buf, compression="zstd", row_group_size=1024)
+    data = buf.getvalue()
+    fs.write_bytes_atomic(fs.join(index_url, codes_path(rel)), codes_data)
     fs.write_bytes_atomic(fs.join(index_url, rel), data)
     record = {
         "path": rel,
+        "codes": codes_path(rel),
         "rows": table.num_rows,
         "tokens": int(pa.compute.sum(table["n_tokens"]).as_py() or 0),
         "bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
+        "codes_bytes": len(codes_data),
+        "codes_sha256": hashlib.sha256(codes_data).hexdigest(),
         "block_id": block_id,
         "seq_ranges": seq_ranges(seqs),
     }
     fs.write_bytes_atomic(_record_url(index_url, block_id, name), json.dumps(record).encode())
     return record
+
+
+def open_codes(index_url: str, expected: ExpectedFile) -> pa.Table:
+    """A shard's codes file (``expected``: its path, size and sha256 from the manifest) as an
+    Arrow table whose buffers are a memory map of the file when the index is local (the OS
+    pages in what is touched; nothing is read here), else read whole. ``IntegrityError`` when
+    it is missing, not the listed size, or not an Arrow IPC file."""
+    url = fs.join(index_url, expected.path)
+    local = fs.local_path(url)
+    try:
+        if local is not None:
+            problem = size_check(expected, os.path.getsize(local))
+            if problem is not None:
+                raise IntegrityError([problem], index_url)
+            source = pa.memory_map(local, "r")
+        else:
+            data = fs.read_bytes(url)
+            check_data(index_url, expected, data, sha256=False)
+            source = pa.BufferReader(data)
+    except FileNotFoundError:
+        raise missing(index_url, expected) from None
+    try:
+        return pa.ipc.open_file(source).read_all()
+    except (pa.ArrowException, OSError) as exc:
+        raise unreadable(index_url, expected, exc) from exc
 
 
 def committed_in_block(index_url: str, block_id: str) -> list[dict]:
@@ -164,6 +210,6 @@ def sha256_of(index_url: str, rel_path: str) -> str:
 
 
 def shard_dim(index_url: str, rel_path: str) -> int:
-    """Vector dimension of a shard, from its schema."""
-    with fs.open_file(fs.join(index_url, rel_path)) as f:
-        return int(pq.read_schema(f).metadata[b"mvr.dim"])
+    """Decoded vector dimension of a shard's codes, from its codes file's schema."""
+    with fs.open_file(fs.join(index_url, codes_path(rel_path))) as f:
+        return int(pa.ipc.open_file(f).schema.metadata[b"mvr.dim"])

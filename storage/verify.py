@@ -3,7 +3,9 @@ and sha256.
 
 What the manifest records (``storage/manifest.py``):
 
-- ``shards[i]``: ``path``, ``bytes``, ``sha256`` (written by ``storage.shards.write_shard``);
+- ``shards[i]``: ``path``, ``bytes``, ``sha256`` and ``codes``, ``codes_bytes``,
+  ``codes_sha256`` (its two files, written by ``storage.shards.write_shard``);
+- ``codec``: ``path``, ``bytes``, ``sha256`` of the codec file (``storage.codec_file``);
 - ``ann[kind]["partitions"][j]["files"][name]`` = ``{bytes, sha256}``, ``name`` relative to
   the partition's ``path`` (``storage.partitions.write_files``);
 - ``bm25["partitions"][j]["files"][name]`` likewise (``storage.bm25_partitions``);
@@ -19,14 +21,16 @@ files at a time (hashlib releases the GIL, and object stores answer in parallel)
 reads its shards): it raises ``IntegrityError`` (a ValueError) naming every bad file. Readers
 raise it too (status ``unreadable`` for a file that cannot be decoded): search compares a
 shard's or partition file's size with the manifest when it opens it, and the sha256 where it
-reads the whole file anyway (``storage.shards.read_shard_checked``)."""
+reads the whole file anyway (``storage.shards.read_shard_checked``, the codec file).
+Codes files are memory-mapped, not read whole: their size is compared when they are opened,
+their sha256 by ``mvr verify``."""
 
 from __future__ import annotations
 
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from storage import fs
 from storage.manifest import Manifest, load_manifest
@@ -123,6 +127,9 @@ def _summary_key(group: str) -> str:
 def expected_files(manifest: Manifest) -> list[ExpectedFile]:
     """Every file ``manifest`` lists, with its recorded size and sha256 when it has them."""
     out = shard_files(manifest)
+    codec = codec_file(manifest)
+    if codec is not None:
+        out.append(codec)
     for kind, entry in manifest.ann.items():
         for j, part in enumerate(entry.get("partitions", [])):
             out.extend(_partition_files(part, f"ann {kind} part {j}"))
@@ -134,15 +141,32 @@ def expected_files(manifest: Manifest) -> list[ExpectedFile]:
     return out
 
 
-def shard_files(manifest: Manifest, paths: Optional[Iterable[str]] = None) -> list[ExpectedFile]:
+def shard_files(manifest: Manifest, paths: Optional[Iterable[str]] = None, codes: bool = True) -> list[ExpectedFile]:
     """The manifest's shards (only those at ``paths``, relative to the index, when given) as
-    expected files; ValueError for a path the manifest does not list."""
+    expected files: each one's Parquet file and (with ``codes``) its codes file. ValueError
+    for a path the manifest does not list."""
     shards = {s.path: s for s in manifest.shards}
     wanted = list(shards) if paths is None else list(dict.fromkeys(paths))
     unknown = [p for p in wanted if p not in shards]
     if unknown:
         raise ValueError(f"not shards of this index's manifest: {', '.join(unknown)}")
-    return [ExpectedFile(p, "shard", shards[p].bytes, shards[p].sha256) for p in wanted]
+    out = []
+    for p in wanted:
+        out.append(ExpectedFile(p, "shard", shards[p].bytes, shards[p].sha256))
+        if codes:
+            out.append(codes_file(shards[p]))
+    return out
+
+
+def codes_file(shard: Any) -> ExpectedFile:
+    """The codes file of a manifest shard entry as an expected file."""
+    return ExpectedFile(shard.codes, "shard codes", shard.codes_bytes, shard.codes_sha256)
+
+
+def codec_file(manifest: Manifest) -> Optional[ExpectedFile]:
+    """The index's codec file as an expected file (None for an index without one)."""
+    c = manifest.codec
+    return ExpectedFile(c["path"], "codec", int(c["bytes"]), str(c["sha256"])) if c else None
 
 
 def _partition_files(part: dict, group: str) -> list[ExpectedFile]:

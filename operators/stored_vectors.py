@@ -1,0 +1,126 @@
+"""One vector kind of a run of passages as it is stored: codes (or plain float vectors) in
+one or more segments that may be memory maps, and the passages' offsets into them. Nothing
+is decoded until asked for, and then only the rows asked for.
+
+A segment is a 2-D array: (vectors, bytes_per_vector) uint8 codes of the index's codec, or
+(vectors, dim) float16/float32 vectors when there is no codec (``codec=None``). Segment s
+holds the global vector rows [starts[s], starts[s + 1]). Passage i owns the vector rows
+``offsets[i]:offsets[i + 1]``; for a kind with one vector a passage (``single``: pooled)
+offsets are 0..n and ``take`` returns a matrix instead of a Packed."""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+
+from operators.codecs import Codec
+from operators.packed import Packed
+
+DECODE_BLOCK = 4096  # passages decoded at a time by ``blocks``
+
+
+class StoredVectors:
+    """``segments``: 2-D arrays of codes (uint8, ``codec`` given) or float vectors, rows in
+    order; ``offsets``: (n + 1,) int64 passage → vector rows, offsets[0] == 0, offsets[-1] ==
+    total rows; ``single``: one vector a passage (offsets must be 0..n)."""
+
+    def __init__(self, segments: Sequence[np.ndarray], offsets: np.ndarray, codec: Optional[Codec] = None, single: bool = False) -> None:
+        self.segments = [s for s in segments if len(s)] or [s for s in segments[:1]]
+        self.codec = codec
+        self.single = single
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        sizes = np.array([len(s) for s in self.segments], dtype=np.int64)
+        self.starts = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=self.starts[1:])
+        if len(self.offsets) == 0 or self.offsets[0] != 0 or self.offsets[-1] != self.starts[-1]:
+            raise ValueError(f"offsets cover {self.offsets[-1] if len(self.offsets) else 0} vector rows, the segments hold {self.starts[-1]}")
+        if single and len(self.offsets) - 1 != self.starts[-1]:
+            raise ValueError("one vector a passage: offsets must be 0..n")
+        width = {s.shape[1] for s in self.segments if s.ndim == 2}
+        if codec is not None:
+            if any(s.dtype != np.uint8 for s in self.segments) or width - {codec.bytes_per_vector}:
+                raise ValueError(f"codes of {codec.name} are ({codec.bytes_per_vector},) uint8 rows, got {sorted(width)}")
+            self.dim = codec.dim_out
+        else:
+            if len(width) > 1:
+                raise ValueError(f"segments of different dimensions {sorted(width)}")
+            self.dim = width.pop() if width else 0
+
+    @classmethod
+    def from_arrays(cls, vectors: "Packed | np.ndarray | StoredVectors") -> "StoredVectors":
+        """Plain float vectors already in memory (a Packed, or an (n, dim) matrix: single)."""
+        if isinstance(vectors, StoredVectors):
+            return vectors
+        if isinstance(vectors, Packed):
+            return cls([vectors.vectors], vectors.offsets)
+        m = np.asarray(vectors)
+        return cls([m], np.arange(len(m) + 1, dtype=np.int64), single=True)
+
+    # ---- sizes
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def n_vectors(self) -> int:
+        return int(self.starts[-1])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes a stored vector takes."""
+        return int(self.segments[0].shape[1] * self.segments[0].itemsize) if self.segments else 0
+
+    def owner(self, vector_rows: np.ndarray) -> np.ndarray:
+        """(k,) int64: the passage each vector row belongs to (a binary search, no per-vector
+        table held in memory)."""
+        return np.searchsorted(self.offsets, np.asarray(vector_rows, dtype=np.int64), side="right") - 1
+
+    # ---- reading
+    def raw(self, vector_rows: np.ndarray) -> np.ndarray:
+        """The stored rows (codes or float vectors) at ``vector_rows``, in that order: only the
+        pages holding them are read from a memory-mapped segment."""
+        rows = np.asarray(vector_rows, dtype=np.int64)
+        if len(self.segments) == 1:
+            return self.segments[0][rows]
+        seg = np.searchsorted(self.starts, rows, side="right") - 1
+        out = np.empty((len(rows),) + self.segments[0].shape[1:], dtype=self.segments[0].dtype)
+        for s in np.unique(seg):  # one step per segment touched, not per vector
+            mask = seg == s
+            out[mask] = self.segments[s][rows[mask] - self.starts[s]]
+        return out
+
+    def decode(self, vector_rows: np.ndarray) -> np.ndarray:
+        """(k, dim) float32: the vectors at ``vector_rows`` decoded."""
+        raw = self.raw(vector_rows)
+        return self.codec.decode(raw) if self.codec is not None else raw.astype(np.float32)
+
+    def take(self, passages: np.ndarray) -> Packed | np.ndarray:
+        """The passages at ``passages`` (in that order), decoded to float32: a Packed, or an
+        (k, dim) matrix when ``single``. Decodes only their vectors."""
+        idx = np.asarray(passages, dtype=np.int64)
+        if self.single:
+            return self.decode(idx)
+        starts, lengths = self.offsets[idx], self.offsets[idx + 1] - self.offsets[idx]
+        offsets = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        rows = np.arange(offsets[-1], dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
+        return Packed(self.decode(rows), offsets)
+
+    def blocks(self, passages: int = DECODE_BLOCK) -> Iterator[tuple[int, Packed | np.ndarray]]:
+        """(first passage, decoded passages) of every passage, ``passages`` at a time: the
+        whole run scored without holding it decoded."""
+        for start in range(0, len(self), passages):
+            yield start, self.take(np.arange(start, min(start + passages, len(self)), dtype=np.int64))
+
+    def vector_blocks(self, rows: int = 65_536) -> Iterator[np.ndarray]:
+        """Every vector decoded, (≤ rows, dim) float32 at a time, in row order."""
+        for start in range(0, self.n_vectors, rows):
+            yield self.decode(np.arange(start, min(start + rows, self.n_vectors), dtype=np.int64))
+
+    def stored_bytes(self) -> int:
+        """Bytes of the stored rows (codes or vectors) this run covers."""
+        return sum(int(s.nbytes) for s in self.segments)
