@@ -1,6 +1,7 @@
 """``mvr plan`` / ``python -m jobs.plan``: a capacity plan for an index of N passages —
-storage bytes (shards, catalog, manifest, ANN partitions, BM25), RAM of one served
-partition, the partitions a RAM budget needs, and encode CPU / GPU hours. Arithmetic from
+storage bytes (shards' Parquet and codes files, codec, catalog, manifest, ANN partitions,
+BM25), RAM of one served partition, the partitions a RAM budget needs, and encode CPU / GPU
+hours. Arithmetic from
 the shard and ANN formats of this codebase and from figures measured on it
 (``operators/capacity.py``, docs/capacity.md); nothing is read or built."""
 
@@ -14,7 +15,8 @@ from jobs.common import ArgumentParser, error, output_console, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from operators.capacity import ANN_BACKENDS, CODECS, MEASURED, SERVE_DTYPES, VECTOR_KINDS
+    from operators import codecs
+    from operators.capacity import ANN_BACKENDS, MEASURED, VECTOR_KINDS
 
     p = p or ArgumentParser(prog="python -m jobs.plan", description=__doc__)
     m = MEASURED
@@ -23,7 +25,9 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
                    help=f"mean stored token vectors a passage (default {m['tokens_per_passage'].value}: msmarco-sample, reference config; "
                         f"{m['tokens_per_passage_colbert'].value} with configs/colbert.yaml)")
     p.add_argument("--dim", type=int, default=384, help="stored vector dimension (384: packaged MiniLM; 128: a ColBERT checkpoint's projection)")
-    p.add_argument("--codec", choices=sorted(CODECS), default="float16", help="stored vector codec (schema v1 stores float16 only)")
+    p.add_argument("--codec", default=codecs.AUTO,
+                   help="the index codec (CompressConfig.codec): an operators/codecs name, e.g. " + ", ".join(codecs.EXAMPLES)
+                        + "; default auto: pca-64+residual-2 above 128 dims, residual-2 at 128 or fewer")
     p.add_argument("--first-m", type=int, default=8, help="first-m vectors a passage (CompressConfig.first_m, default 8)")
     p.add_argument("--centroids", type=int, default=4, help="k-means centroids a passage (CompressConfig.centroids, default 4; colbert.yaml 8)")
     p.add_argument("--text-bytes-per-passage", type=float, default=m["text_bytes_per_passage"].value, help="raw UTF-8 text a passage (default: msmarco-sample)")
@@ -33,7 +37,10 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--pq-m", type=int, help="FAISS sub-quantizers (default: the build default, the divisor of dim ≤ 96 nearest dim/8)")
     p.add_argument("--nbits", type=int, help="FAISS bits a code (default 8 at these sizes)")
     p.add_argument("--dims-per-block", type=int, default=2, help="ScaNN AH dimensions a block (default 2)")
-    p.add_argument("--serve-dtype", choices=sorted(SERVE_DTYPES), default="float32", help="exact vectors in RAM (SearchConfig.vectors_dtype, default float32)")
+    p.add_argument("--codes-hot-fraction", type=float, default=0.0,
+                   help="share of a replica's memory-mapped codes to provision as resident page cache (default 0: RAM for the ANN index, "
+                        "id maps and offsets only; 1: every code of the replica cached)")
+    p.add_argument("--serve-dtype", help=argparse.SUPPRESS)  # removed with SearchConfig.vectors_dtype: refused with a message
     p.add_argument("--no-bm25", action="store_true", help="no BM25 partitions (mvr build-ann --no-bm25)")
     p.add_argument("--partitions", type=int, help="a fixed number of partitions P (default: from --ram-per-partition-gb, else 1)")
     p.add_argument("--ram-per-partition-gb", type=float, help="RAM budget of one partition replica, decimal GB: P is the smallest that fits")
@@ -47,15 +54,17 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from operators.capacity import AnnSettings, ServeSettings, Throughput, Workload, make_plan
+    from operators.capacity import SERVE_DTYPE_GONE, AnnSettings, ServeSettings, Throughput, Workload, make_plan
 
+    if args.serve_dtype is not None:
+        return error(SERVE_DTYPE_GONE)
     try:
         w = Workload(
             passages=args.passages, tokens_per_passage=args.tokens_per_passage, dim=args.dim, codec=args.codec,
             first_m=args.first_m, centroids=args.centroids, text_bytes_per_passage=args.text_bytes_per_passage, doc_id_chars=args.doc_id_chars,
         )
         ann = AnnSettings(args.ann, tuple(k.strip() for k in args.kinds.split(",") if k.strip()), args.pq_m, args.nbits, args.dims_per_block)
-        serve = ServeSettings(args.serve_dtype, not args.no_bm25, args.partitions, args.ram_per_partition_gb, args.size_by)
+        serve = ServeSettings(not args.no_bm25, args.partitions, args.ram_per_partition_gb, args.size_by, args.codes_hot_fraction)
         plan = make_plan(w, ann, serve, Throughput(args.cpu_passages_per_s, args.gpu_passages_per_s))
     except ValueError as exc:
         return error(exc)
@@ -81,10 +90,10 @@ def print_plan(plan) -> None:
     for key, value in (
         ("passages", f"{w.passages:,}"),
         ("token vectors a passage", f"{w.tokens_per_passage:g}"),
-        ("dim, stored codec", f"{w.dim}, {w.codec} ({w.bytes_per_vector} B a vector)"),
+        ("dim, codec", f"{w.dim}, {w.codec_name}{' (auto)' if w.codec == 'auto' else ''}: {w.bytes_per_vector} B a vector, decoded dim {w.codec_dim}"),
         ("first-m, centroids", f"{w.first_m}, {w.centroids}"),
         ("ANN", f"{ann.backend} over {', '.join(ann.kinds)}" if ann.backend != "none" else "none (exact)"),
-        ("served exact vectors", serve.dtype),
+        ("served codes", f"memory-mapped; {serve.codes_hot_fraction:g} of them provisioned as page cache"),
         ("BM25", "yes" if serve.bm25 else "no"),
     ):
         inputs.add_row(key, value)

@@ -1,4 +1,6 @@
-"""``mvr stats INDEX``: passages, documents, tokens, bytes per token vector, rejects by reason."""
+"""``mvr stats INDEX``: passages, documents, tokens, the codec, rejects by reason, and the
+bytes a vector of each kind costs on disk, measured from the files (codes files' column
+buffers and the ANN partitions' index files, over the kind's vector count)."""
 
 from __future__ import annotations
 
@@ -24,11 +26,25 @@ def run(args: argparse.Namespace) -> int:
     s = index_stats(args.index)
     table = Table(title=f"mvr index {args.index}", show_header=False)
     for key, value in s.items():
-        if key != "rejects_by_reason":
+        if key not in ("rejects_by_reason", "vector_bytes"):
             table.add_row(key.replace("_", " "), f"{value:,}" if isinstance(value, int) else str(value))
     for reason, n in s["rejects_by_reason"]:
         table.add_row(f"rejected: {reason}", f"{n:,}")
-    Console().print(table)
+    out = Console()
+    out.print(table)
+    vb = s["vector_bytes"]
+    per = Table(title=f"bytes a vector on disk, measured: codec {vb['codec']} ({vb['bytes_per_vector']} B of codes a vector)")
+    for col in ("kind", "vectors", "codes bytes", "ANN index bytes", "codes B/vector", "ANN B/vector", "total B/vector"):
+        per.add_column(col, justify="left" if col == "kind" else "right")
+    for kind, k in vb["kinds"].items():
+        per.add_row(kind, f"{k['vectors']:,}", f"{k['codes_bytes']:,}", f"{k['ann_bytes']:,}",
+                    f"{k['codes_per_vector']:.2f}", f"{k['ann_per_vector']:.2f}", f"{k['total_per_vector']:.2f}")
+    t = vb["total"]
+    per.add_row("[bold]total[/bold]", f"{t['vectors']:,}", f"{t['codes_files_bytes']:,}", f"{t['ann_bytes']:,}",
+                f"{t['codes_files_bytes'] / max(t['vectors'], 1):.2f}", f"{t['ann_bytes'] / max(t['vectors'], 1):.2f}", f"[bold]{t['per_vector']:.2f}[/bold]")
+    out.print(per)
+    out.print("codes: each kind's column buffers (codes + int32 list offsets) in the shards' codes files; total: the codes files' whole bytes. "
+              "ANN: the index/ files of the kind's partitions. Not counted: passages.parquet files (ids), codec.mvrc.")
     return 0
 
 

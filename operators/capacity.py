@@ -2,21 +2,31 @@
 partitions for a RAM budget, and encode hours. Pure arithmetic on the formats of this
 codebase and on figures measured on it (``MEASURED``, each with its source); no I/O.
 
-Formats the arithmetic follows:
+Formats the arithmetic follows (schema v2, ``storage/schema.py``):
 
-- shards (``storage/schema.py``, schema v1): every vector is ``fixed_size_binary(2·dim)``,
-  dim float16 values (``CODECS``: float16 is the only stored codec), vector columns
-  uncompressed, other columns zstd; one shard per ≤ 1,024 passages of an input block;
-- an ANN partition (``storage/partitions.py``) holds ``passages.parquet`` (the kind's exact
-  float16 vectors again, so a built kind is stored twice) and its index: FAISS IVFPQ
-  (``operators/ivfpq.py``: per vector an m·nbits/8-byte code and an 8-byte id; coarse
-  centroids nlist·dim·4; PQ centroids 2^nbits·dim·4) or ScaNN (``operators/scann_index.py``:
-  per vector the float32 vector kept for the exact reorder, one byte per dims_per_block
-  dimensions of AH codes on disk — half that in RAM, lut16 packs two a byte — and a 4-byte
-  leaf token; leaf centres), both flat float32 below 4,096 vectors;
-- a served partition (``operators/partition.py``) holds per kind the exact vectors as
-  float32 or float16 (``SearchConfig.vectors_dtype``), an int64 vector→passage map, the doc
-  ids as Python strings, and the ANN index; plus the BM25 partition over the same passages.
+- a shard is two files: ``shards/X.parquet`` (passage metadata and text, zstd, no vectors)
+  and ``shards/X.codes.arrow`` (Arrow IPC, uncompressed): per passage its token, first-m and
+  centroid vectors as ``list<fixed_size_binary(bpv)>`` (bpv codes + a 4-byte int32 list offset
+  a passage and list column) and its pooled vector as ``fixed_size_binary(bpv)``, where bpv is
+  the index codec's bytes a vector (``operators/codecs``; default ``auto``: ``pca-64+residual-2``
+  above 128 dims, 18 B at dim 384; ``residual-2`` at ≤ 128); one shard per ≤ 1,024 passages
+  of an input block; the codec file ``codec.mvrc`` (PCA matrix, centroids) once an index;
+  ``manifest.json`` lists shards, nothing per passage;
+- an ANN partition (``storage/partitions.py``) holds ``passages.parquet`` (ids only: passage,
+  doc_id, passage_idx) and its index over the *decoded* vectors, of the codec's output
+  dimension (``dim_out``: 64 for the default): FAISS IVFPQ (``operators/ivfpq.py``: per vector
+  an m·nbits/8-byte code and an 8-byte id; coarse centroids nlist·dim·4; PQ centroids
+  2^nbits·dim·4) or ScaNN (``operators/scann_index.py``: per vector the float32 vector kept
+  for the exact reorder, one byte per dims_per_block dimensions of AH codes on disk — half
+  that in RAM, lut16 packs two a byte — and a 4-byte leaf token; leaf centres), both flat
+  float32 below 4,096 vectors. One copy of the vectors: the shards' codes;
+- a served partition (``operators/partition.py``, ``operators/stored_vectors.py``) holds per
+  kind its ANN index, the passages' vector offsets (int64, n + 1), doc ids (Python strings)
+  and passage_idx (int32) in RAM, and memory-maps its shards' codes files, decoding only the
+  candidates it rescores; plus the BM25 partition over the same passages. The plan
+  provisions RAM for the ANN indexes, id maps, offsets, BM25 and the process, and counts the
+  codes as disk read through the page cache: ``ServeSettings.codes_hot_fraction`` (default 0)
+  adds that fraction of the replica's codes as resident page cache.
 
 Sizes are bytes (floats: averages × counts); GB/TB in the output are decimal (1e9, 1e12)."""
 
@@ -26,16 +36,22 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
+from operators import codecs
 from operators.ann import BRUTE_FORCE_BELOW, nearest_power_of_two, training_sample_size
 
-CODECS = {"float16": 2}  # stored bytes a vector value; schema v1 writes float16 only
-SERVE_DTYPES = {"float32": 4, "float16": 2}  # in-memory precision of a partition's exact vectors
 VECTOR_KINDS = ("tokens", "centroids", "first-m", "pooled")
+LIST_KINDS = ("tokens", "centroids", "first-m")  # list<code> columns: an int32 offset a passage each
 ANN_BACKENDS = ("faiss-ivfpq", "scann", "none")
 ROWS_PER_SHARD = 1024  # RuntimeConfig.write_rows_per_shard default
+CODEC_SAMPLE_VECTORS = 65_536  # CompressConfig.codec_sample_vectors default
 FAISS_MAX_M, FAISS_SUBVECTOR_DIMS, FAISS_MIN_POINTS = 96, 8, 39  # operators/ivfpq.py
 SCANN_MIN_PARTITION, SCANN_AH_CENTERS = 50, 16  # operators/scann_index.py
 PY_STR_BYTES, PY_POINTER = 49, 8  # CPython: an ASCII str object is 49 + len bytes; a list slot 8
+SERVE_DTYPE_GONE = (
+    "--serve-dtype is gone: schema 2 serves the codes memory-mapped from the shards and decodes only the candidates "
+    "(SearchConfig.vectors_dtype was removed), so no exact float16/float32 copy of the vectors is held in RAM; "
+    "use --codec to size the stored codes and --codes-hot-fraction for the page cache"
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,7 @@ class Measured:
 
 
 _IDX = "an msmarco-sample index built with the reference config (IndexConfig(), 5,000 passages, dim 384; 2026-11-23)"
+_IDX2 = "the whole msmarco-sample indexed with IndexConfig() (schema 2, codec auto = pca-64+residual-2; 2026-11-23)"
 MEASURED: dict[str, Measured] = {
     "tokens_per_passage": Measured(80.63, "token vectors / passage", f"403,138 token vectors / 5,000 passages, manifest counts of {_IDX}"),
     "tokens_per_passage_colbert": Measured(
@@ -57,15 +74,13 @@ MEASURED: dict[str, Measured] = {
     "text_bytes_per_passage": Measured(358.1, "UTF-8 bytes / passage", "mean passage text of msmarco-sample (reference config)"),
     "text_stored_ratio": Measured(0.397, "stored / raw text bytes", f"zstd text column 710,775 B for 1,790,466 B of text, {_IDX}"),
     "doc_id_chars": Measured(6.86, "characters / doc id", "mean msmarco-sample _id length"),
-    "vector_overhead_bytes": Measured(
-        0.87, "bytes / stored vector", f"Parquet levels and page headers: tokens column 309,960,341 B for 403,138 vectors of 768 B, {_IDX}"
-    ),
     "passage_meta_bytes": Measured(15.6, "bytes / passage", f"doc_id, passage_idx, block_id, row_index, seq, title, char spans, n_tokens columns (zstd): 77,851 B / 5,000 passages, {_IDX}"),
-    "shard_footer_bytes": Measured(10_153, "bytes / shard", f"file bytes not in any column chunk: 60,916 B over 6 shards, {_IDX}"),
+    "shard_footer_bytes": Measured(0, "bytes / shard", "PLACEHOLDER"),
+    "codes_file_overhead_bytes": Measured(0, "bytes / codes file", "PLACEHOLDER"),
     "catalog_bytes_per_passage": Measured(421.9, "bytes / passage", f"catalog.duckdb 2,109,440 B / 5,000 passages, {_IDX}"),
-    "manifest_bytes_per_passage": Measured(
-        28.4, "bytes / passage", f"manifest.json 142,171 B / 5,000 passages (shards' seq_ranges: ~0.8 ranges a passage, indent=1), {_IDX}"
-    ),
+    "manifest_fixed_bytes": Measured(0, "bytes", "PLACEHOLDER"),
+    "manifest_bytes_per_shard": Measured(0, "bytes / shard", "PLACEHOLDER"),
+    "codec_header_bytes": Measured(0, "bytes / codec file", "PLACEHOLDER"),
     "partition_passage_bytes": Measured(
         8.3, "bytes / passage", "passage, doc_id, passage_idx columns of ann/pooled/*/passages.parquet: (45,599 - 5,965) B / (5,000 - 200) passages (msmarco-sample, FAISS P=1 builds)"
     ),
@@ -80,15 +95,9 @@ MEASURED: dict[str, Measured] = {
     "process_bytes": Measured(
         234e6, "bytes / partition replica",
         "RSS of a Ray actor after importing faiss, scann, bm25s and storage.partitions and loading one 5,000-passage pooled partition "
-        "(242 MB) minus that partition's 8.6 MB of structures; Serve's replica wrapper not included",
+        "(242 MB) minus that partition's 8.6 MB of structures; Serve's replica wrapper not included (schema 1 measurement)",
     ),
-    "load_transient_float32": Measured(
-        2.3, "× float16 bytes of the largest kind",
-        "peak RSS (ru_maxrss) of a Ray actor loading msmarco-sample's four FAISS P=1 partitions and BM25 as float32, minus its steady size: "
-        "1,696 - 995 MB = 2.26 × the 310 MB of float16 token vectors (ScaNN build: 2.0 ×); the file bytes, the decoded Arrow table and "
-        "its combined chunks coexist while a kind loads",
-    ),
-    "load_transient_float16": Measured(3.1, "× float16 bytes of the largest kind", "as above with float16: 1,582 - 635 MB = 3.05 × (ScaNN build: 1.2 ×)"),
+    "load_transient": Measured(0, "× the largest kind's in-RAM structures", "PLACEHOLDER"),
     "cpu_passages_per_s": Measured(
         46.9, "passages / s on 2 vCPUs",
         "'mvr index' row of `python benchmarks/encode_throughput.py -n 5000 --rounds 1` (docs/benchmarks.md, 2026-11-22): all 5,000 msmarco-sample "
@@ -96,6 +105,11 @@ MEASURED: dict[str, Measured] = {
     ),
 }
 GPU_NOT_MEASURED = "GPU encode throughput: not measured for mvr (the reference machine has no GPU); pass --gpu-passages-per-s for GPU-hours"
+PAGE_CACHE_NOTE = (
+    "provisioned RAM covers each replica's ANN indexes, id maps (offsets, doc ids, passage_idx), BM25 and process; the codes "
+    "it memory-maps from the shards are disk read through the OS page cache, counted as resident only for --codes-hot-fraction "
+    "(default 0: every rescored candidate may be a disk read)"
+)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -104,22 +118,23 @@ GPU_NOT_MEASURED = "GPU encode throughput: not measured for mvr (the reference m
 @dataclass(frozen=True)
 class Workload:
     """The collection and its vectors: ``passages`` (after splitting), mean stored token
-    vectors a passage, vector ``dim`` (after any projection), stored ``codec``, first-m and
-    centroid counts (CompressConfig), raw text bytes and doc-id characters a passage."""
+    vectors a passage, encoder output ``dim`` (after any projection), the index ``codec``
+    (an ``operators.codecs`` name or ``auto``, resolved at ``dim``), first-m and centroid
+    counts (CompressConfig), raw text bytes and doc-id characters a passage, and the codec's
+    training sample cap (CompressConfig.codec_sample_vectors: bounds a residual codebook)."""
 
     passages: int
     tokens_per_passage: float = MEASURED["tokens_per_passage"].value
     dim: int = 384
-    codec: str = "float16"
+    codec: str = codecs.AUTO
     first_m: int = 8
     centroids: int = 4
     text_bytes_per_passage: float = MEASURED["text_bytes_per_passage"].value
     doc_id_chars: float = MEASURED["doc_id_chars"].value
+    codec_sample_vectors: int = CODEC_SAMPLE_VECTORS
 
     def __post_init__(self) -> None:
-        if self.codec not in CODECS:
-            raise ValueError(f"codec {self.codec!r} is not one the index stores; schema v1 supports: {', '.join(CODECS)}")
-        for name in ("passages", "dim", "first_m", "centroids"):
+        for name in ("passages", "dim", "first_m", "centroids", "codec_sample_vectors"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -128,11 +143,43 @@ class Workload:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if self.tokens_per_passage < 1:
             raise ValueError(f"tokens_per_passage must be at least 1, got {self.tokens_per_passage}")
+        stages = codecs.parse_name(self.codec_name)  # ValueError naming what is wrong
+        if len(stages) == 2 and int(stages[0][1]) > self.dim:  # type: ignore[arg-type]
+            raise ValueError(f"codec {self.codec_name}: cannot reduce {self.dim} dims to {stages[0][1]}")
+        if stages[-1][0] == "pq" and self.codec_dim % int(stages[-1][1]):  # type: ignore[arg-type]
+            raise ValueError(f"codec {self.codec_name}: pq-{stages[-1][1]} must divide its input dimension {self.codec_dim}")
+
+    @property
+    def codec_name(self) -> str:
+        """The codec the index stores (``auto`` resolved at ``dim``, as ``mvr index`` does)."""
+        return codecs.resolve_name(self.codec, self.dim)
+
+    @property
+    def codec_dim(self) -> int:
+        """Dimension of the decoded vectors (``dim_out``: a PCA's D, else ``dim``): what the
+        ANN indexes are built over."""
+        stages = codecs.parse_name(self.codec_name)
+        return int(stages[0][1]) if len(stages) == 2 else self.dim  # type: ignore[arg-type]
+
+    @property
+    def token_vectors(self) -> float:
+        return self.passages * self.tokens_per_passage
+
+    @property
+    def residual_centroids(self) -> Optional[int]:
+        """Codebook size of a residual codec (None for another family): ColBERTv2's default
+        for the collection's token vectors, at most the k-means rows of the training sample
+        (the sample less its 5 % held out), as ``operators/codecs/residual.py`` trains it."""
+        if codecs.parse_name(self.codec_name)[-1][0] != "residual":
+            return None
+        sample = int(min(self.codec_sample_vectors, self.token_vectors))
+        train_rows = sample - max(1, int(round(sample * codecs.HELDOUT_FRACTION))) if sample > 1 else 1
+        return max(1, min(codecs.default_centroids(int(self.token_vectors)), train_rows))
 
     @property
     def bytes_per_vector(self) -> int:
-        """Stored bytes of one vector's values (2·dim for float16)."""
-        return CODECS[self.codec] * self.dim
+        """Stored bytes of one vector's codes (``operators.codecs.bytes_per_vector``)."""
+        return codecs.bytes_per_vector(self.codec_name, self.dim, n_centroids=self.residual_centroids)
 
     def vectors_per_passage(self, kind: str) -> float:
         """Mean vectors a passage of ``kind`` (first-m and centroids: min(m, tokens); the mean
@@ -142,6 +189,11 @@ class Workload:
         if kind not in per:
             raise ValueError(f"unknown vector kind {kind!r}; choose from {', '.join(VECTOR_KINDS)}")
         return per[kind]
+
+    def codes_bytes_per_passage(self, kind: str) -> float:
+        """Codes-file bytes a passage of ``kind``: its vectors' codes, + a 4-byte list offset
+        for a list column (tokens, first-m, centroids)."""
+        return self.vectors_per_passage(kind) * self.bytes_per_vector + (4 if kind in LIST_KINDS else 0)
 
 
 @dataclass(frozen=True)
@@ -164,26 +216,28 @@ class AnnSettings:
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """How partitions are served: exact-vector precision, BM25 beside the dense kinds, and
-    either a fixed number of ``partitions`` or a RAM budget a partition replica (decimal GB)
-    the number is derived from. ``size_by``: "peak" (the replica's high-water mark while it
-    loads: steady + the transient copies of its largest kind) or "steady" (after loading)."""
+    """How partitions are served: BM25 beside the dense kinds, either a fixed number of
+    ``partitions`` or a RAM budget a partition replica (decimal GB) the number is derived
+    from, ``size_by`` "peak" (the replica's high-water mark while it loads) or "steady"
+    (after loading), and ``codes_hot_fraction``: the share of the replica's memory-mapped
+    codes counted as resident page cache (0: none, the codes are read from disk as
+    candidates are rescored; 1: all of them cached)."""
 
-    dtype: str = "float32"
     bm25: bool = True
     partitions: Optional[int] = None
     ram_per_partition_gb: Optional[float] = None
     size_by: str = "peak"
+    codes_hot_fraction: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.dtype not in SERVE_DTYPES:
-            raise ValueError(f"serve dtype must be one of {', '.join(SERVE_DTYPES)}, got {self.dtype!r}")
         if self.size_by not in ("peak", "steady"):
             raise ValueError(f"size_by must be 'peak' or 'steady', got {self.size_by!r}")
         if self.partitions is not None and (isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or self.partitions < 1):
             raise ValueError(f"partitions must be a positive integer, got {self.partitions!r}")
         if self.ram_per_partition_gb is not None and not self.ram_per_partition_gb > 0:
             raise ValueError(f"RAM per partition must be > 0 GB, got {self.ram_per_partition_gb!r}")
+        if not 0 <= self.codes_hot_fraction <= 1:
+            raise ValueError(f"codes hot fraction must be in [0, 1], got {self.codes_hot_fraction!r}")
 
 
 @dataclass(frozen=True)
@@ -332,26 +386,55 @@ class CapacityPlan:
         }
 
 
+def codec_file_bytes(w: Workload) -> float:
+    """Bytes of ``codec.mvrc`` (``operators/codecs/serial.py``): its float32 arrays — a PCA's
+    D × dim matrix and dim-vector mean, a residual codebook (centroids × its input dims) and
+    2^N bucket cutoffs and weights (float64), PQ's 256 × its input dims — plus the magic,
+    JSON header and sha256 (measured, ``codec_header_bytes``)."""
+    stages = codecs.parse_name(w.codec_name)
+    arrays = 0.0
+    d = w.dim
+    if len(stages) == 2:  # pca-D
+        big_d = int(stages[0][1])  # type: ignore[arg-type]
+        arrays += 4.0 * (big_d * d + d)
+        d = big_d
+    family, arg = stages[-1]
+    if family == "residual":
+        arrays += 4.0 * (w.residual_centroids or 1) * d + 8.0 * (2 * 2 ** int(arg) - 1)  # type: ignore[arg-type]
+    elif family == "pq":
+        arrays += 4.0 * 256 * d
+    return arrays + MEASURED["codec_header_bytes"].value
+
+
+def shard_count(w: Workload) -> int:
+    """Shards of ``w``: one a ``ROWS_PER_SHARD`` passages (more when blocks end mid-shard)."""
+    return math.ceil(w.passages / ROWS_PER_SHARD)
+
+
 def shard_storage(w: Workload) -> list[Line]:
-    """Bytes of the shards (``shards/*.parquet``), the catalog and the manifest of an index
-    of ``w`` (schema v1: every vector kind is always written)."""
-    ov = MEASURED["vector_overhead_bytes"].value
-    b = w.bytes_per_vector + ov
+    """Bytes of the shards (``shards/*.parquet`` and ``shards/*.codes.arrow``), the codec
+    file, the catalog and the manifest of an index of ``w`` (every vector kind is always
+    written to the codes files)."""
     n = w.passages
+    bpv = w.bytes_per_vector
+    shards = shard_count(w)
     lines = []
-    for kind, column in (("tokens", "token vectors"), ("first-m", f"first-{w.first_m} vectors"), ("centroids", f"{w.centroids} centroids"), ("pooled", "pooled vector")):
+    for kind, column in (("tokens", "token"), ("first-m", f"first-{w.first_m}"), ("centroids", f"{w.centroids}-centroid"), ("pooled", "pooled")):
         vpp = w.vectors_per_passage(kind)
-        lines.append(Line(f"shards: {column}", n * vpp * b, f"{vpp:g} a passage × ({CODECS[w.codec]}·{w.dim} + {ov}) B a vector"))
+        off = " + 4 B list offset" if kind in LIST_KINDS else ""
+        lines.append(Line(f"shards: {column} codes", n * w.codes_bytes_per_passage(kind), f"{vpp:g} a passage × {bpv} B ({w.codec_name}){off}"))
+    ov = MEASURED["codes_file_overhead_bytes"].value
+    lines.append(Line("shards: codes files' framing", shards * ov, f"{ov:,.0f} B × {shards:,} codes files (Arrow IPC schema, batch headers, footer, padding)"))
     ratio = MEASURED["text_stored_ratio"].value
     lines.append(Line("shards: text (zstd)", n * w.text_bytes_per_passage * ratio, f"{w.text_bytes_per_passage:g} B/passage × {ratio}"))
     meta = MEASURED["passage_meta_bytes"].value
     footer = MEASURED["shard_footer_bytes"].value
-    shards = math.ceil(n / ROWS_PER_SHARD)
-    lines.append(Line("shards: ids, offsets, footers", n * meta + shards * footer, f"{meta:g} B/passage + {footer:,.0f} B × {shards:,} shards (≥ 1 a {ROWS_PER_SHARD} passages)"))
+    lines.append(Line("shards: ids, spans, footers", n * meta + shards * footer, f"{meta:g} B/passage + {footer:,.0f} B × {shards:,} Parquet files (≥ 1 a {ROWS_PER_SHARD} passages)"))
+    lines.append(Line("codec.mvrc", codec_file_bytes(w), f"{w.codec_name}: PCA matrix, codebook ({w.residual_centroids or 0:,} centroids), header"))
     cat = MEASURED["catalog_bytes_per_passage"].value
     lines.append(Line("catalog.duckdb", n * cat, f"{cat:g} B/passage (measured)"))
-    man = MEASURED["manifest_bytes_per_passage"].value
-    lines.append(Line("manifest.json", n * man, f"{man:g} B/passage (measured: shard seq_ranges grow with passages)"))
+    fixed, per = MEASURED["manifest_fixed_bytes"].value, MEASURED["manifest_bytes_per_shard"].value
+    lines.append(Line("manifest.json", fixed + shards * per, f"{fixed:,.0f} B + {per:g} B × {shards:,} shards (no per-passage data)"))
     return lines
 
 
@@ -393,31 +476,37 @@ def _doc_id_bytes(w: Workload) -> float:
 def partition_ram(w: Workload, ann: AnnSettings, serve: ServeSettings, passages: int) -> tuple[list[Line], float, float, dict[str, AnnIndexSize]]:
     """RAM of one partition replica holding ``passages`` passages of every served kind (the
     ANN kinds; every kind, exactly, when there is no ANN) and their BM25 partition.
-    Returns (lines, steady bytes, peak bytes while loading, the kinds' index sizes)."""
+    Returns (lines, steady bytes, peak bytes while loading, the kinds' index sizes). The
+    codes are memory-mapped: only ``serve.codes_hot_fraction`` of them is counted."""
     kinds = ann.kinds if ann.backend != "none" else VECTOR_KINDS
-    value = SERVE_DTYPES[serve.dtype]
     lines: list[Line] = []
     indexes: dict[str, AnnIndexSize] = {}
-    largest_f16 = 0.0
+    largest = 0.0
+    codes = 0.0
+    per_passage = _doc_id_bytes(w) + 4 + 8  # doc id, passage_idx, vector offset
     for kind in kinds:
         n = passages * w.vectors_per_passage(kind)
-        lines.append(Line(f"{kind}: exact vectors ({serve.dtype})", n * w.dim * value, f"{n:,.0f} vectors × {value}·{w.dim} B"))
-        largest_f16 = max(largest_f16, n * w.bytes_per_vector)
+        codes += passages * w.codes_bytes_per_passage(kind)
+        built = 0.0
         if ann.backend != "none":
-            idx = ann_index_size(ann.backend, w.dim, n, ann.pq_m, ann.nbits, ann.dims_per_block)
+            idx = ann_index_size(ann.backend, w.codec_dim, n, ann.pq_m, ann.nbits, ann.dims_per_block)
             indexes[kind] = idx
-            lines.append(Line(f"{kind}: {ann.backend} index", idx.ram_bytes, _index_how(idx)))
-        per_passage = _doc_id_bytes(w) + 4 + (8 if kind != "pooled" else 0)  # doc id, passage_idx, offsets
-        lines.append(Line(f"{kind}: vector→passage map, doc ids", n * 8 + passages * per_passage, f"8 B/vector + {per_passage:.0f} B/passage"))
+            lines.append(Line(f"{kind}: {ann.backend} index (dim {w.codec_dim})", idx.ram_bytes, _index_how(idx)))
+            built += idx.ram_bytes
+        ids = passages * per_passage + 8
+        lines.append(Line(f"{kind}: offsets, doc ids, passage_idx", ids, f"{per_passage:.0f} B/passage (int64 offset, str doc id, int32)"))
+        largest = max(largest, built + ids)
+    f = serve.codes_hot_fraction
+    lines.append(Line(f"codes page cache (hot fraction {f:g})", f * codes, f"{f:g} × {human_bytes(codes)} of memory-mapped codes ({w.codec_name}, {', '.join(kinds)})"))
     if serve.bm25:
         _, ram, terms = bm25_partition(passages)
         lines.append(Line("bm25 partition", ram + passages * (_doc_id_bytes(w) + 4), f"{MEASURED['bm25_postings_per_passage'].value:g} postings/passage × 8 B, ~{terms:,.0f} terms"))
     process = MEASURED["process_bytes"].value
     lines.append(Line("replica process (Ray actor, libraries)", process, "measured"))
     steady = sum(x.bytes for x in lines)
-    factor = MEASURED[f"load_transient_{serve.dtype}"].value
-    transient = factor * largest_f16
-    lines.append(Line("load peak: transient copies", transient, f"{factor} × float16 bytes of the largest kind (measured: file bytes, Arrow table, combined chunks)"))
+    factor = MEASURED["load_transient"].value
+    transient = factor * largest
+    lines.append(Line("load peak: transient copies", transient, f"{factor:g} × the largest kind's index and id maps (measured; no vector copies: codes are mapped)"))
     return lines, steady, steady + transient, indexes
 
 
@@ -452,7 +541,7 @@ def partitions_for_budget(ram_at: Callable[[int], float], budget_bytes: float, p
 
 def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSettings = ServeSettings(), tp: Throughput = Throughput()) -> CapacityPlan:
     """The capacity plan of ``w`` (module docstring for what is counted)."""
-    notes: list[str] = []
+    notes: list[str] = [PAGE_CACHE_NOTE]
     exact_only = ann.backend == "none"
 
     def per_partition(p: int) -> tuple[list[Line], float, float, dict[str, AnnIndexSize]]:
@@ -460,7 +549,8 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
 
     if exact_only:
         partitions = 1
-        notes.append("no ANN: every mode is served exactly by one slice over all passages (deployment 0), so partitions do not divide the RAM")
+        notes.append("no ANN: every mode is served exactly by one slice over all passages (deployment 0), so partitions do not divide the RAM; "
+                     "every query decodes all codes, so they are read whole per query unless cached (--codes-hot-fraction 1)")
         if serve.partitions not in (None, 1):
             notes.append(f"--partitions {serve.partitions} ignored without an ANN backend")
     elif serve.partitions is not None:
@@ -480,15 +570,14 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
 
     storage = shard_storage(w)
     if not exact_only:
-        ov = MEASURED["vector_overhead_bytes"].value
         pp = MEASURED["partition_passage_bytes"].value
         footer = MEASURED["partition_file_footer_bytes"].value
         for kind in ann.kinds:
             n = w.passages * w.vectors_per_passage(kind)
-            storage.append(Line(f"ann/{kind}: passages.parquet", n * (w.bytes_per_vector + ov) + w.passages * pp + partitions * footer, "the kind's exact float16 vectors again, + ids"))
+            storage.append(Line(f"ann/{kind}: passages.parquet", w.passages * pp + partitions * footer, f"ids only (passage, doc_id, passage_idx): {pp:g} B/passage + {footer:,.0f} B a file"))
             # partitions of near-equal size: P × one partition's index (fixed parts counted P times)
-            idx = ann_index_size(ann.backend, w.dim, n / partitions, ann.pq_m, ann.nbits, ann.dims_per_block)
-            storage.append(Line(f"ann/{kind}: {ann.backend} index", idx.file_bytes * partitions, f"{partitions:,} × ({_index_how(idx)})"))
+            idx = ann_index_size(ann.backend, w.codec_dim, n / partitions, ann.pq_m, ann.nbits, ann.dims_per_block)
+            storage.append(Line(f"ann/{kind}: {ann.backend} index", idx.file_bytes * partitions, f"{partitions:,} × ({_index_how(idx)}), dim {w.codec_dim}"))
     if serve.bm25:
         files, _, terms = bm25_partition(w.passages / partitions)
         storage.append(Line("bm25 partitions", files * partitions, f"{partitions:,} × bm25s CSC, ~{terms:,.0f} terms each (Heaps' law, assumed)"))

@@ -133,6 +133,8 @@ def read_passages(
             doc_ids.extend(t["doc_id"].to_pylist())
             passage_idx.append(t["passage_idx"].to_numpy())
         codes_table = open_codes(index_url, codes_file(shard))
+        if column not in codes_table.column_names:
+            raise ValueError(f"{shard.codes} holds no {column} vectors (the index was built without them)")
         _check_rows(index_url, sl, codes_table.num_rows, shard.codes)
         codes, offs = arrow_to_codes(codes_table[column])
         if offs is None:  # one vector a passage

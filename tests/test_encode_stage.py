@@ -1,24 +1,25 @@
-"""The encode stage on its own (no Ray): token ids in, shard rows out."""
+"""The encode stages on their own (no Ray): token ids in, a codec's training sample or shard
+rows of codes out."""
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
+from operators import codecs
 from operators.checkpoint import load_tokenizer
 from operators.tokenizer import PassageTokenizer
 from pipeline.config import IndexConfig
-from pipeline.encode_stage import EncodeCompress
-from pipeline.stages import PASSAGE_SCHEMA
-from storage.schema import arrow_to_matrix, arrow_to_packed
+from pipeline.encode_stage import EncodeCompress, EncodeSample
+from pipeline.stages import PASSAGE_SCHEMA, sample_vectors
+from storage.schema import arrow_to_codes, arrow_to_packed
 
 
-def _stage(**compress) -> EncodeCompress:
+def _args(**compress) -> tuple:
     c = IndexConfig.from_yaml(None, **{f"compress.{k}": v for k, v in compress.items()})
-    return EncodeCompress(c.model.model_dump(), c.tokenizer.model_dump(), c.compress.model_dump(), batch_size=2, torch_threads=None)
+    return c.model.model_dump(), c.tokenizer.model_dump(), c.compress.model_dump(), 2, None
 
 
-def test_rows_carry_every_representation_and_empty_batches_pass():
-    stage = _stage(projection_dim=64, centroids=3, first_m=2)
-    assert stage(PASSAGE_SCHEMA.empty_table()).num_rows == 0
+def _batch() -> tuple[pa.Table, list]:
     tok = PassageTokenizer(load_tokenizer("minilm"))
     texts = ["a short one", "a somewhat longer passage about the Fahrenheit temperature scale"]
     passages = tok.split(["a", "b"], ["", ""], texts)
@@ -30,12 +31,49 @@ def test_rows_carry_every_representation_and_empty_batches_pass():
         },
         schema=PASSAGE_SCHEMA,
     )
+    return batch, passages
+
+
+@pytest.mark.parametrize("codec", ["float16", "pca-16+residual-4"])
+def test_rows_carry_every_representation_as_codes_and_empty_batches_pass(codec):
+    args = _args(projection_dim=64, centroids=3, first_m=2)
+    batch, passages = _batch()
+    sampled = EncodeSample(*args)(batch)
+    assert EncodeSample(*args)(PASSAGE_SCHEMA.empty_table()).num_rows == 0
+    sample, n = sample_vectors([sampled], cap=10_000, seed=0)
+    assert n == 2 and sample.shape == (sum(len(p.input_ids) for p in passages), 64)
+    np.testing.assert_allclose(np.linalg.norm(sample, axis=1), 1.0, atol=2e-3)
+    trained = codecs.train(codec, sample, seed=0)
+    stage = EncodeCompress(*args, codec_bytes=trained.to_bytes())
+    assert stage(PASSAGE_SCHEMA.empty_table()).num_rows == 0
     out = stage(batch)
     assert out.column("doc_id").to_pylist() == ["a", "b"]
-    tokens = arrow_to_packed(out["tokens"])
-    assert tokens.lengths.tolist() == [len(p.input_ids) for p in passages] == out["n_tokens"].to_pylist()
-    assert tokens.vectors.shape[1] == 64
-    np.testing.assert_allclose(np.linalg.norm(tokens.vectors.astype(np.float32), axis=1), 1.0, atol=2e-3)
-    assert arrow_to_packed(out["first_m"]).lengths.tolist() == [2, 2]
-    assert arrow_to_packed(out["centroids"]).lengths.tolist() == [3, 3]
-    assert arrow_to_matrix(out["pooled"]).shape == (2, 64)
+    codes, offsets = arrow_to_codes(out["tokens"])
+    assert np.diff(offsets).tolist() == [len(p.input_ids) for p in passages] == out["n_tokens"].to_pylist()
+    assert codes.shape == (len(sample), trained.bytes_per_vector)
+    # the stage's codes are the codec's codes of the very vectors the sample stage returns
+    np.testing.assert_array_equal(codes, trained.encode(sample))
+    assert np.diff(arrow_to_codes(out["first_m"])[1]).tolist() == [2, 2]
+    assert np.diff(arrow_to_codes(out["centroids"])[1]).tolist() == [3, 3]
+    pooled, none = arrow_to_codes(out["pooled"])
+    assert none is None and pooled.shape == (2, trained.bytes_per_vector)
+
+
+def test_sample_is_capped_seeded_and_in_block_order():
+    rng = np.random.default_rng(0)
+    rows = [(f"b{b}", s, rng.standard_normal((3, 4)).astype(np.float32)) for b in range(3) for s in range(5)]
+    def batch(part):
+        return pa.table({"block_id": [r[0] for r in part], "seq": pa.array([r[1] for r in part], pa.int32()),
+                         "tokens": arrow_to_packed_column([r[2] for r in part])})
+    one, n1 = sample_vectors([batch(rows[:7]), batch(rows[7:])], cap=20, seed=1)
+    two, n2 = sample_vectors([batch(rows[7:][::-1]), batch(rows[:7][::-1])], cap=20, seed=1)  # another arrival order
+    assert n1 == n2 == 15 and one.shape == (20, 4)
+    np.testing.assert_array_equal(one, two)
+    everything, _ = sample_vectors([batch(rows)], cap=1000, seed=1)
+    np.testing.assert_allclose(everything, np.concatenate([r[2] for r in rows]), atol=2e-3)  # float16 on the way
+
+
+def arrow_to_packed_column(arrays):
+    from storage.schema import packed_to_arrow
+
+    return packed_to_arrow(arrays, arrays[0].shape[1])

@@ -7,16 +7,42 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from operators import codecs
 from operators.ann import make_index
-from operators.packed import Packed
 from storage.manifest import Manifest, ShardEntry
+from storage.schema import codes_to_arrow, shard_schema
+from storage.shards import write_shard
 from storage.verify import IntegrityError
-from storage.partitions import PassageVectors, ShardSlice, load_partition, plan_partitions, read_passages, write_partition
+from storage.partitions import ShardSlice, load_partition, plan_partitions, read_passages, write_partition
 
 
 def manifest(rows: list[int]) -> Manifest:
-    shards = [ShardEntry(path=f"shards/s{i}.parquet", rows=r, tokens=0, bytes=0, sha256="", block_id="b", seq_ranges=[]) for i, r in enumerate(rows)]
-    return Manifest(config={}, model={}, input={}, counts={}, dim=4, shards=shards)
+    shards = [
+        ShardEntry(path=f"shards/s{i}.parquet", codes=f"shards/s{i}.codes.arrow", rows=r, tokens=0, bytes=0, sha256="", codes_bytes=0, codes_sha256="", block_id="b")
+        for i, r in enumerate(rows)
+    ]
+    return Manifest(config={}, model={}, input={}, counts={}, dim=4, codec={}, shards=shards)
+
+
+def write_index(url: str, arrays: list[list[np.ndarray]], codec: codecs.Codec) -> Manifest:
+    """Shards of the given passages' token vectors (one list a shard), every kind = tokens."""
+    shards = []
+    for b, part in enumerate(arrays):
+        n = len(part)
+        offsets = np.r_[0, np.cumsum([len(a) for a in part])]
+        codes = codes_to_arrow(codec.encode(np.concatenate(part)), offsets)
+        table = pa.table(
+            {
+                "doc_id": [f"d{b}-{i}" for i in range(n)], "passage_idx": [0] * n, "block_id": [f"b{b}"] * n, "row_index": list(range(n)),
+                "seq": list(range(n)), "title": [""] * n, "text": ["t"] * n, "char_start": [0] * n, "char_end": [1] * n,
+                "n_tokens": [len(a) for a in part], "tokens": codes, "pooled": codes_to_arrow(codec.encode(np.stack([a[0] for a in part]))),
+                "first_m": codes, "centroids": codes,
+            },
+            schema=shard_schema(codec.name, codec.bytes_per_vector, codec.dim_out),
+        )
+        rec = write_shard(url, table, f"b{b}")
+        shards.append(ShardEntry(**{k: v for k, v in rec.items() if k != "seq_ranges"}))
+    return Manifest(config={}, model={}, input={}, counts={}, dim=codec.dim_out, codec={}, shards=shards)
 
 
 def test_plan_splits_passages_into_contiguous_near_equal_ranges():
@@ -31,39 +57,61 @@ def test_plan_splits_passages_into_contiguous_near_equal_ranges():
         plan_partitions(manifest([2]), 0)
 
 
-def test_partition_round_trip_and_checksums(tmp_path):
+@pytest.mark.parametrize("codec_name", ["float16", "residual-2"])
+def test_partition_round_trip_maps_the_shards_codes_and_decodes_only_candidates(tmp_path, codec_name):
     rng = np.random.default_rng(0)
-    arrays = [rng.standard_normal((n, 4)).astype(np.float16) for n in (2, 1, 3)]
-    packed = Packed.from_list(arrays, 4, dtype=np.float16)
-    ann = make_index("scann", 4, len(packed.vectors))
-    ann.train(packed.vectors.astype(np.float32))
-    ann.add(packed.vectors.astype(np.float32))
-    entry = write_partition(str(tmp_path), "ann/tokens/b1/part-00000", 10, PassageVectors(["a", "b", "c"], np.array([0, 0, 1]), packed), ann)
-    assert entry["passages"] == 3 and entry["vectors"] == 6 and entry["first_passage"] == 10
-    part = load_partition(str(tmp_path), "tokens", entry, verify=True)
-    assert part.doc_ids == ["a", "b", "c"] and part.vector_owner.tolist() == [0, 0, 1, 2, 2, 2]
-    assert np.array_equal(part.vectors[2], arrays[2].astype(np.float32))
+    unit = lambda n: (lambda x: x / np.linalg.norm(x, axis=1, keepdims=True))(rng.standard_normal((n, 8)).astype(np.float32))  # noqa: E731
+    arrays = [[unit(n) for n in (2, 1, 3)], [unit(n) for n in (4, 2)]]
+    codec = codecs.train(codec_name, np.concatenate([a for part in arrays for a in part] + [unit(500)]), seed=0)
+    m = write_index(str(tmp_path), arrays, codec)
+    # a partition spanning both shards: passages 1..4 (rows 1-2 of shard 0, 0-1 of shard 1)
+    pv = read_passages(str(tmp_path), m.shards, [ShardSlice(m.shards[0].path, 1, 3), ShardSlice(m.shards[1].path, 0, 2)], "tokens", codec)
+    assert pv.doc_ids == ["d0-1", "d0-2", "d1-0", "d1-1"] and pv.vectors.lengths.tolist() == [1, 3, 4, 2]
+    assert len(pv.vectors.segments) == 2 and all(not s.flags.owndata for s in pv.vectors.segments)  # maps of the shards, no copy
+    expected = [arrays[0][1], arrays[0][2], arrays[1][0], arrays[1][1]]
+    got = pv.vectors.take(np.array([3, 0, 2]))  # only those passages decoded, in that order
+    for i, p in enumerate([3, 0, 2]):
+        np.testing.assert_array_equal(got[i], codec.decode(codec.encode(expected[p])))
+    assert pv.vectors.owner(np.array([0, 1, 3, 4, 7, 8, 9])).tolist() == [0, 1, 1, 2, 2, 3, 3]
+    ann = make_index("scann", codec.dim_out, pv.vectors.n_vectors)
+    ann.train(pv.vectors.decode(np.arange(pv.vectors.n_vectors)))
+    ann.add(pv.vectors.decode(np.arange(pv.vectors.n_vectors)))
+    m4 = m.model_copy(update={"shards": m.shards})
+    entry = write_partition(str(tmp_path), "ann/tokens/b1/part-00000", 1, pv, ann)
+    assert entry["passages"] == 4 and entry["vectors"] == 10 and entry["first_passage"] == 1
+    assert set(entry["files"]) >= {"passages.parquet"} and "vectors" not in pq.read_schema(tmp_path / entry["path"] / "passages.parquet").names
+    part = load_partition(str(tmp_path), "tokens", entry, m4, codec, verify=True)
+    assert part.doc_ids == pv.doc_ids and part.n_vectors == 10 and part.dim == codec.dim_out
+    np.testing.assert_array_equal(part.vectors.take(np.array([1])).vectors, codec.decode(codec.encode(expected[1])))
     passages = tmp_path / "ann/tokens/b1/part-00000/passages.parquet"
+    load = lambda verify=False: load_partition(str(tmp_path), "tokens", entry, m4, codec, verify=verify)  # noqa: E731
     good = passages.read_bytes()
     flipped = bytearray(good)
     flipped[len(good) // 2] ^= 0xFF
     passages.write_bytes(bytes(flipped))  # same size: only the sha256 (verify) sees it
     with pytest.raises(IntegrityError, match=r"passages.parquet: corrupted \(sha256") as err:
-        load_partition(str(tmp_path), "tokens", entry, verify=True)
+        load(True)
     assert "mvr verify" in str(err.value)
     passages.write_bytes(b"corrupt")  # another size: refused on every load
     for verify in (False, True):
         with pytest.raises(IntegrityError, match="passages.parquet: truncated .7 bytes, the manifest lists"):
-            load_partition(str(tmp_path), "tokens", entry, verify=verify)
+            load(verify)
     passages.write_bytes(good)
     index_file = next(n for n in entry["files"] if n.startswith("index/"))
     (tmp_path / "ann/tokens/b1/part-00000" / index_file).unlink()  # the library's own file, read in place
     with pytest.raises(IntegrityError, match=f"{index_file}: missing"):
-        load_partition(str(tmp_path), "tokens", entry)
+        load()
 
 
 def test_missing_vector_column_is_named(tmp_path):
-    (tmp_path / "shards").mkdir()
-    pq.write_table(pa.table({"doc_id": ["a"], "passage_idx": pa.array([0], pa.int32())}), tmp_path / "shards" / "s.parquet")
-    with pytest.raises(ValueError, match="holds no centroids vectors"):
-        read_passages(str(tmp_path), [ShardSlice("shards/s.parquet", 0, 1)], "centroids")
+    codec = codecs.train("float16", np.ones((4, 8), np.float32))
+    m = write_index(str(tmp_path), [[np.ones((2, 8), np.float32)]], codec)
+    import pyarrow.ipc as ipc
+
+    path = tmp_path / m.shards[0].codes
+    table = ipc.open_file(pa.memory_map(str(path))).read_all().drop_columns(["centroids"])
+    with ipc.new_file(str(path), table.schema) as w:
+        w.write_table(table)
+    shard = m.shards[0].model_copy(update={"codes_bytes": path.stat().st_size})
+    with pytest.raises(ValueError, match="codes.arrow holds no centroids vectors"):
+        read_passages(str(tmp_path), [shard], [ShardSlice(shard.path, 0, 1)], "centroids", codec)

@@ -8,8 +8,10 @@ import pytest
 from storage import fs
 from storage.index_dir import remove_orphan_shards
 from storage.manifest import Manifest, ShardEntry, commit_manifest, load_manifest
-from storage.schema import arrow_to_matrix, arrow_to_packed, matrix_to_arrow, packed_to_arrow, shard_schema
-from storage.shards import committed_in_block, covered_seqs, read_shard, seq_ranges, sha256_of, shard_dim, write_shard
+from operators import codecs
+from storage.schema import arrow_to_codes, codes_to_arrow, shard_schema
+from storage.shards import committed_in_block, covered_seqs, open_codes, read_shard, seq_ranges, sha256_of, shard_dim, write_shard
+from storage.verify import IntegrityError, codes_file
 
 
 @pytest.fixture
@@ -19,40 +21,68 @@ def index_url():
     fsspec.filesystem("memory").store.clear()
 
 
-def _table(n: int, dim: int = 8, seed: int = 0) -> tuple[pa.Table, list[np.ndarray]]:
+def _table(n: int, dim: int = 8, seed: int = 0) -> tuple[pa.Table, list[np.ndarray], codecs.Codec]:
+    """A shard's rows as the encode stage makes them, float16 codes (the vectors' half floats)."""
     rng = np.random.default_rng(seed)
     toks = [rng.standard_normal((int(rng.integers(1, 9)), dim)).astype(np.float32) for _ in range(n)]
+    codec = codecs.train("float16", np.concatenate(toks))
+    offsets = np.r_[0, np.cumsum([len(t) for t in toks])]
+    packed = codes_to_arrow(codec.encode(np.concatenate(toks)), offsets)
     cols = {
         "doc_id": [f"d{i}" for i in range(n)], "passage_idx": [0] * n, "block_id": ["00000-000000"] * n,
         "row_index": list(range(n)), "seq": list(range(n)), "title": [""] * n, "text": ["t"] * n,
         "char_start": [0] * n, "char_end": [1] * n, "n_tokens": [len(t) for t in toks],
-        "tokens": packed_to_arrow(toks, dim), "pooled": matrix_to_arrow(np.stack([t[0] for t in toks])),
-        "first_m": packed_to_arrow(toks, dim), "centroids": packed_to_arrow(toks, dim),
+        "tokens": packed, "pooled": codes_to_arrow(codec.encode(np.stack([t[0] for t in toks]))),
+        "first_m": packed, "centroids": packed,
     }
-    return pa.table(cols, schema=shard_schema(dim)), toks
+    return pa.table(cols, schema=shard_schema(codec.name, codec.bytes_per_vector, codec.dim_out)), toks, codec
 
 
 def test_shard_roundtrip_and_commit_record(index_url):
-    table, toks = _table(5)
+    table, toks, codec = _table(5)
     rec = write_shard(index_url, table, "00000-000000")
-    assert rec["path"] == "shards/00000-000000-0000000.parquet" and rec["rows"] == 5
-    assert rec["seq_ranges"] == [[0, 4]]
-    assert rec["sha256"] == sha256_of(index_url, rec["path"]) and shard_dim(index_url, rec["path"]) == 8
+    assert rec["path"] == "shards/00000-000000-0000000.parquet" and rec["codes"] == "shards/00000-000000-0000000.codes.arrow"
+    assert rec["rows"] == 5 and rec["seq_ranges"] == [[0, 4]]
+    assert rec["sha256"] == sha256_of(index_url, rec["path"]) and rec["codes_sha256"] == sha256_of(index_url, rec["codes"])
+    assert shard_dim(index_url, rec["path"]) == 8
     assert committed_in_block(index_url, "00000-000000") == [rec]
     back = read_shard(index_url, rec["path"])
-    packed = arrow_to_packed(back["tokens"])
+    assert "tokens" not in back.column_names and back["doc_id"].to_pylist() == [f"d{i}" for i in range(5)]
+    entry = ShardEntry(**{k: v for k, v in rec.items() if k != "seq_ranges"})
+    codes_table = open_codes(index_url, codes_file(entry))
+    assert codes_table.schema.metadata[b"mvr.codec"] == b"float16"
+    codes, offsets = arrow_to_codes(codes_table["tokens"])
     for i, t in enumerate(toks):
-        np.testing.assert_allclose(packed[i], t, atol=2e-3)  # float16
-    np.testing.assert_allclose(arrow_to_matrix(back["pooled"]), np.stack([t[0] for t in toks]), atol=2e-3)
+        np.testing.assert_allclose(codec.decode(codes[offsets[i] : offsets[i + 1]]), t, atol=2e-3)  # float16
+    pooled, _ = arrow_to_codes(codes_table["pooled"])
+    np.testing.assert_allclose(codec.decode(pooled), np.stack([t[0] for t in toks]), atol=2e-3)
+
+
+def test_codes_file_is_memory_mapped_and_size_checked(tmp_path):
+    table, _, _ = _table(4)
+    url = str(tmp_path)
+    rec = write_shard(url, table, "00000-000000")
+    entry = ShardEntry(**{k: v for k, v in rec.items() if k != "seq_ranges"})
+    codes, _ = arrow_to_codes(open_codes(url, codes_file(entry))["tokens"])
+    assert not codes.flags.owndata and not codes.flags.writeable  # a view of the read-only map, not a copy
+    with open(tmp_path / rec["codes"], "ab") as f:
+        f.write(b"x")
+    with pytest.raises(IntegrityError, match="oversized"):
+        open_codes(url, codes_file(entry))
+    (tmp_path / rec["codes"]).unlink()
+    with pytest.raises(IntegrityError, match="missing"):
+        open_codes(url, codes_file(entry))
 
 
 def test_orphans_and_manifest_commit(index_url):
-    table, _ = _table(3)
+    table, _, _ = _table(3)
     rec = write_shard(index_url, table, "00000-000000")
     fs.write_bytes_atomic(f"{index_url}/shards/00000-000000-0000003.parquet", b"partial")  # no record
-    assert remove_orphan_shards(index_url, {rec["path"]}) == 1
-    assert [u.rsplit("/", 1)[-1] for u in fs.list_files(f"{index_url}/shards")] == [rec["path"].split("/")[1]]
-    m = Manifest(config={}, model={}, input={}, counts={"passages": 3}, dim=8, shards=[ShardEntry(**rec)])
+    fs.write_bytes_atomic(f"{index_url}/shards/00000-000000-0000003.codes.arrow", b"partial")
+    assert remove_orphan_shards(index_url, {rec["path"]}) == 2
+    assert [u.rsplit("/", 1)[-1] for u in fs.list_files(f"{index_url}/shards")] == sorted(p.split("/")[1] for p in (rec["path"], rec["codes"]))
+    m = Manifest(config={}, model={}, input={}, counts={"passages": 3}, dim=8, codec={}, shards=[ShardEntry(**rec)])
+    assert "seq_ranges" not in m.model_dump()["shards"][0]  # nothing per passage in the manifest
     commit_manifest(index_url, m)
     commit_manifest(index_url, m.model_copy())
     assert load_manifest(index_url).version == 2
@@ -65,3 +95,13 @@ def test_seq_ranges_roundtrip():
     assert seq_ranges(seqs) == [[0, 2], [5, 5], [7, 9]]
     assert covered_seqs([{"seq_ranges": seq_ranges(seqs)}, {"seq_ranges": [[3, 4]]}]).tolist() == [0, 1, 2, 3, 4, 5, 7, 8, 9]
     assert seq_ranges(np.array([], dtype=int)) == []
+
+
+def test_an_index_of_schema_version_1_is_refused_with_how_to_rebuild(index_url):
+    from storage.manifest import OldSchemaError, read_manifest
+
+    v1 = {"format": "mvr-index", "version": 3, "schema_version": 1, "config": {}, "model": {}, "input": {}, "counts": {}, "dim": 384,
+          "shards": [{"path": "shards/a.parquet", "rows": 2, "tokens": 9, "bytes": 10, "sha256": "0" * 64, "block_id": "b", "seq_ranges": [[0, 1]]}]}
+    fs.write_bytes_atomic(f"{index_url}/manifest.json", __import__("json").dumps(v1).encode())
+    with pytest.raises(OldSchemaError, match=r"schema version 1 .*Rebuild it: mvr index CORPUS INDEX --overwrite"):
+        read_manifest(index_url)
