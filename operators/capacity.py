@@ -72,19 +72,25 @@ MEASURED: dict[str, Measured] = {
         "PassageTokenizer with configs/colbert.yaml (180-token windows, [D] marker, punctuation vectors dropped) on msmarco-sample: 5,035 passages",
     ),
     "text_bytes_per_passage": Measured(358.1, "UTF-8 bytes / passage", "mean passage text of msmarco-sample (reference config)"),
-    "text_stored_ratio": Measured(0.397, "stored / raw text bytes", f"zstd text column 710,775 B for 1,790,466 B of text, {_IDX}"),
+    "text_stored_ratio": Measured(0.3957, "stored / raw text bytes", f"zstd text column chunks 708,416 B for 1,790,466 B of text, {_IDX2}"),
     "doc_id_chars": Measured(6.86, "characters / doc id", "mean msmarco-sample _id length"),
-    "passage_meta_bytes": Measured(15.6, "bytes / passage", f"doc_id, passage_idx, block_id, row_index, seq, title, char spans, n_tokens columns (zstd): 77,851 B / 5,000 passages, {_IDX}"),
-    "shard_footer_bytes": Measured(0, "bytes / shard", "PLACEHOLDER"),
-    "codes_file_overhead_bytes": Measured(0, "bytes / codes file", "PLACEHOLDER"),
-    "catalog_bytes_per_passage": Measured(421.9, "bytes / passage", f"catalog.duckdb 2,109,440 B / 5,000 passages, {_IDX}"),
-    "manifest_fixed_bytes": Measured(0, "bytes", "PLACEHOLDER"),
-    "manifest_bytes_per_shard": Measured(0, "bytes / shard", "PLACEHOLDER"),
-    "codec_header_bytes": Measured(0, "bytes / codec file", "PLACEHOLDER"),
-    "partition_passage_bytes": Measured(
-        8.3, "bytes / passage", "passage, doc_id, passage_idx columns of ann/pooled/*/passages.parquet: (45,599 - 5,965) B / (5,000 - 200) passages (msmarco-sample, FAISS P=1 builds)"
+    "passage_meta_bytes": Measured(15.43, "bytes / passage", f"doc_id, passage_idx, block_id, row_index, seq, title, char spans, n_tokens column chunks (zstd): 77,147 B / 5,000 passages, {_IDX2}"),
+    "shard_footer_bytes": Measured(3_209, "bytes / shard", f"Parquet file bytes not in any column chunk: 16,044 B over 5 shards, {_IDX2}"),
+    "codes_file_overhead_bytes": Measured(
+        1_764, "bytes / codes file",
+        f"codes file bytes not in the columns' 4 B/passage offsets and codes: 8,495,306 - 8,486,544 B over 5 files (schema, batch header, footer, padding) "
+        f"+ 3 × 4 B (a list column's n + 1st offset), {_IDX2}",
     ),
-    "partition_file_footer_bytes": Measured(4_313, "bytes / passages.parquet", "the same two builds: 5,965 B - 200 × 8.3 B"),
+    "catalog_bytes_per_passage": Measured(421.9, "bytes / passage", f"catalog.duckdb 2,109,440 B / 5,000 passages, {_IDX2} (as in schema 1)"),
+    "manifest_fixed_bytes": Measured(2_963, "bytes", f"manifest.json less its shard list, before build-ann (config, model, input, counts, codec), {_IDX2}"),
+    "manifest_bytes_per_shard": Measured(396.2, "bytes / shard", f"ShardEntry in manifest.json (indent=1; 12-character block ids): (4,944 - 2,963) B / 5 shards, {_IDX2}"),
+    "codec_header_bytes": Measured(732, "bytes / codec file", f"codec.mvrc 2,197,752 B less its arrays (2,197,020 B): magic, version, 680 B JSON header, sha256, {_IDX2}"),
+    "partition_passage_bytes": Measured(
+        8.41, "bytes / passage",
+        "passage, doc_id, passage_idx columns (zstd), as bm25/*/passages.parquet: ann/*/passages.parquet of the whole msmarco-sample is 42,942 B, "
+        "byte for byte the size of its BM25 passages.parquet (the BM25 figures below)",
+    ),
+    "partition_file_footer_bytes": Measured(1_013, "bytes / passages.parquet", "as the BM25 passages.parquet footer below"),
     "bm25_postings_per_passage": Measured(29.67, "postings / passage", "bm25s CSC: 148,350 nonzeros / 5,000 passages (English stopwords, Snowball), msmarco-sample"),
     "bm25_terms_at_5000": Measured(12_338, "terms", "bm25s vocabulary of msmarco-sample's 5,000 passages"),
     "bm25_vocab_file_bytes_per_term": Measured(14.2, "bytes / term", "vocab.index.json 174,882 B / 12,338 terms"),
@@ -97,7 +103,11 @@ MEASURED: dict[str, Measured] = {
         "RSS of a Ray actor after importing faiss, scann, bm25s and storage.partitions and loading one 5,000-passage pooled partition "
         "(242 MB) minus that partition's 8.6 MB of structures; Serve's replica wrapper not included (schema 1 measurement)",
     ),
-    "load_transient": Measured(0, "× the largest kind's in-RAM structures", "PLACEHOLDER"),
+    "load_peak_over_steady": Measured(
+        0.0, "bytes",
+        f"ru_maxrss minus VmRSS of a process after loading the four FAISS P=1 partitions and BM25 of {_IDX2}: -0.1 MB (no load peak above "
+        "the steady size; steady +99 MB of which 53 MB anonymous); the plan keeps the loader's own transient as a bound (partition_ram)",
+    ),
     "cpu_passages_per_s": Measured(
         46.9, "passages / s on 2 vCPUs",
         "'mvr index' row of `python benchmarks/encode_throughput.py -n 5000 --rounds 1` (docs/benchmarks.md, 2026-11-22): all 5,000 msmarco-sample "
@@ -389,7 +399,7 @@ class CapacityPlan:
 def codec_file_bytes(w: Workload) -> float:
     """Bytes of ``codec.mvrc`` (``operators/codecs/serial.py``): its float32 arrays — a PCA's
     D × dim matrix and dim-vector mean, a residual codebook (centroids × its input dims) and
-    2^N bucket cutoffs and weights (float64), PQ's 256 × its input dims — plus the magic,
+    2^N - 1 bucket cutoffs and 2^N weights (float32), PQ's 256 × its input dims — plus the magic,
     JSON header and sha256 (measured, ``codec_header_bytes``)."""
     stages = codecs.parse_name(w.codec_name)
     arrays = 0.0
@@ -400,7 +410,7 @@ def codec_file_bytes(w: Workload) -> float:
         d = big_d
     family, arg = stages[-1]
     if family == "residual":
-        arrays += 4.0 * (w.residual_centroids or 1) * d + 8.0 * (2 * 2 ** int(arg) - 1)  # type: ignore[arg-type]
+        arrays += 4.0 * (w.residual_centroids or 1) * d + 4.0 * (2 * 2 ** int(arg) - 1)  # type: ignore[arg-type]
     elif family == "pq":
         arrays += 4.0 * 256 * d
     return arrays + MEASURED["codec_header_bytes"].value
@@ -430,7 +440,8 @@ def shard_storage(w: Workload) -> list[Line]:
     meta = MEASURED["passage_meta_bytes"].value
     footer = MEASURED["shard_footer_bytes"].value
     lines.append(Line("shards: ids, spans, footers", n * meta + shards * footer, f"{meta:g} B/passage + {footer:,.0f} B × {shards:,} Parquet files (≥ 1 a {ROWS_PER_SHARD} passages)"))
-    lines.append(Line("codec.mvrc", codec_file_bytes(w), f"{w.codec_name}: PCA matrix, codebook ({w.residual_centroids or 0:,} centroids), header"))
+    parts = (["PCA matrix"] if "+" in w.codec_name else []) + ([f"codebook of {w.residual_centroids:,} centroids"] if w.residual_centroids else []) + ["header"]
+    lines.append(Line("codec.mvrc", codec_file_bytes(w), f"{w.codec_name}: {', '.join(parts)}"))
     cat = MEASURED["catalog_bytes_per_passage"].value
     lines.append(Line("catalog.duckdb", n * cat, f"{cat:g} B/passage (measured)"))
     fixed, per = MEASURED["manifest_fixed_bytes"].value, MEASURED["manifest_bytes_per_shard"].value
@@ -481,21 +492,20 @@ def partition_ram(w: Workload, ann: AnnSettings, serve: ServeSettings, passages:
     kinds = ann.kinds if ann.backend != "none" else VECTOR_KINDS
     lines: list[Line] = []
     indexes: dict[str, AnnIndexSize] = {}
-    largest = 0.0
+    largest = 0.0  # the load transient: file bytes + Arrow table of the largest passages.parquet
     codes = 0.0
     per_passage = _doc_id_bytes(w) + 4 + 8  # doc id, passage_idx, vector offset
     for kind in kinds:
         n = passages * w.vectors_per_passage(kind)
         codes += passages * w.codes_bytes_per_passage(kind)
-        built = 0.0
         if ann.backend != "none":
             idx = ann_index_size(ann.backend, w.codec_dim, n, ann.pq_m, ann.nbits, ann.dims_per_block)
             indexes[kind] = idx
             lines.append(Line(f"{kind}: {ann.backend} index (dim {w.codec_dim})", idx.ram_bytes, _index_how(idx)))
-            built += idx.ram_bytes
         ids = passages * per_passage + 8
         lines.append(Line(f"{kind}: offsets, doc ids, passage_idx", ids, f"{per_passage:.0f} B/passage (int64 offset, str doc id, int32)"))
-        largest = max(largest, built + ids)
+        pp = MEASURED["partition_passage_bytes"].value
+        largest = max(largest, passages * (pp + 8 + 4 + w.doc_id_chars + 4 + 4) + MEASURED["partition_file_footer_bytes"].value if ann.backend != "none" else 0)
     f = serve.codes_hot_fraction
     lines.append(Line(f"codes page cache (hot fraction {f:g})", f * codes, f"{f:g} × {human_bytes(codes)} of memory-mapped codes ({w.codec_name}, {', '.join(kinds)})"))
     if serve.bm25:
@@ -504,9 +514,10 @@ def partition_ram(w: Workload, ann: AnnSettings, serve: ServeSettings, passages:
     process = MEASURED["process_bytes"].value
     lines.append(Line("replica process (Ray actor, libraries)", process, "measured"))
     steady = sum(x.bytes for x in lines)
-    factor = MEASURED["load_transient"].value
-    transient = factor * largest
-    lines.append(Line("load peak: transient copies", transient, f"{factor:g} × the largest kind's index and id maps (measured; no vector copies: codes are mapped)"))
+    transient = largest
+    lines.append(Line("load peak: transient copies", transient,
+                      "the largest kind's passages.parquet bytes and decoded table while its doc ids are built (a bound from load_partition; "
+                      "measured peak = steady); no vector copies: codes are mapped"))
     return lines, steady, steady + transient, indexes
 
 
