@@ -5,7 +5,7 @@ representation."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -25,17 +25,24 @@ class EncodedQuery:
 
 
 class QueryEncoder:
-    """Texts → EncodedQuery in the space of the index's decoded vectors: the model, the
-    index's projection, then the codec's ``project`` (its PCA, unit length) when given."""
+    """Texts → EncodedQuery in the spaces of the index's decoded vectors: the model, the
+    index's projection, then the codecs' ``project`` (a PCA, unit length) when given:
+    ``codecs["tokens"]`` for the query's token vectors, ``codecs["pooled"]`` for its pooled
+    vector (what the pooled, first-m and centroid vectors are scored against)."""
 
     def __init__(
-        self, encoder: TokenEncoder, tokenizer: PassageTokenizer, projection: Optional[np.ndarray] = None, pooling: str = "mean", codec: Optional[Codec] = None
+        self,
+        encoder: TokenEncoder,
+        tokenizer: PassageTokenizer,
+        projection: Optional[np.ndarray] = None,
+        pooling: str = "mean",
+        codecs: Optional[Mapping[str, Codec]] = None,
     ) -> None:
         self.encoder = encoder
         self.tokenizer = tokenizer
         self.projection = projection
         self.pooling = pooling
-        self.codec = codec
+        self.codecs = codecs
 
     def __call__(self, texts: Sequence[str], batch_size: int = 32) -> list[EncodedQuery]:
         ids, attention = self.tokenizer.query_inputs(texts)
@@ -44,7 +51,7 @@ class QueryEncoder:
             raw = [r @ self.projection for r in raw]
         pools = pooled(raw, self.pooling)
         tokens = [l2_normalize(r) for r in raw]
-        if self.codec is not None:
-            tokens = [self.codec.project(t) for t in tokens]
-            pools = self.codec.project(pools)
+        if self.codecs is not None:
+            tokens = [self.codecs["tokens"].project(t) for t in tokens]
+            pools = self.codecs["pooled"].project(pools)
         return [EncodedQuery(t, v, p) for t, v, p in zip(texts, tokens, pools)]

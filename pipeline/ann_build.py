@@ -21,7 +21,7 @@ from operators.ann import make_index, set_build_threads
 from pipeline.bm25_build import build_bm25, is_current, partitions_for
 from pipeline.config import AnnBuildConfig, BM25BuildConfig
 from pipeline.ray_runtime import init_ray, task_result
-from storage.codec_file import load_codec
+from storage.codec_file import load_codecs
 from storage.manifest import Manifest, ShardEntry, commit_manifest, load_manifest
 from storage.verify import ExpectedFile, codes_file, require_intact
 from storage.partitions import PartitionPlan, ShardSlice, build_dir, plan_partitions, read_passages, remove_stale_builds, write_partition
@@ -30,12 +30,12 @@ ADD_BATCH = 65_536  # vectors added to an index at a time
 
 
 def build_partition(
-    index_url: str, kind: str, plan: dict, rel_dir: str, backend: str, params: dict[str, Any], threads: int, shards: list[dict], codec: dict
+    index_url: str, kind: str, plan: dict, rel_dir: str, backend: str, params: dict[str, Any], threads: int, shards: list[dict], codecs: dict
 ) -> dict[str, Any]:
     """Build one partition (a Ray task body; plain function). ``plan`` is a PartitionPlan as a
     dict; ``shards`` the manifest's entries of the shards it reads (``ShardEntry`` as dicts):
     a corrupted or truncated one fails the build (``IntegrityError``, not retried) before
-    anything is built from it; ``codec`` the manifest's codec entry. The index is trained
+    anything is built from it; ``codecs`` the manifest's codecs entry. The index is trained
     and filled with the decoded vectors, a block at a time. Returns the partition's manifest
     entry plus ``build_seconds``."""
     t0 = time.perf_counter()
@@ -43,7 +43,7 @@ def build_partition(
     require_intact(index_url, [f for e in entries for f in (ExpectedFile(e.path, "shard", e.bytes, e.sha256), codes_file(e))])
     set_build_threads(threads)
     p = PartitionPlan(plan["number"], plan["first_passage"], plan["passages"], [ShardSlice(**s) for s in plan["slices"]])
-    passages = read_passages(index_url, entries, p.slices, kind, load_codec(index_url, codec))
+    passages = read_passages(index_url, entries, p.slices, kind, load_codecs(index_url, codecs))
     v = passages.vectors  # row order = ANN ids
     index = make_index(backend, v.dim, v.n_vectors, **params)
     sample_size = index.params.get("training_sample_size", v.n_vectors)
@@ -112,7 +112,7 @@ def _build_kinds(index_url: str, manifest: Manifest, config: AnnBuildConfig, kin
         rel = f"{build_dir(kind, build_id)}/part-{p.number:05d}"
         paths = {sl.path for sl in p.slices}
         shards = [s.model_dump() for s in manifest.shards if s.path in paths]
-        refs[remote.remote(index_url, kind, asdict(p), rel, config.backend, config.params, threads, shards, manifest.codec)] = (kind, p.number)
+        refs[remote.remote(index_url, kind, asdict(p), rel, config.backend, config.params, threads, shards, manifest.codecs)] = (kind, p.number)
     entries: dict[str, list[Optional[dict]]] = {kind: [None] * len(plans) for kind in kinds}
     pending = list(refs)
     with tqdm(total=len(pending), desc="build-ann", unit="partition") as bar:

@@ -114,11 +114,12 @@ class CompressConfig(_Section):
     first_m: int = Field(8, ge=1)
     centroids: int = Field(4, ge=1)
     kmeans_iterations: int = Field(10, ge=1)
-    codec: str = Field(codecs.AUTO, description="operators/codecs name (float16, int8, residual-N, pq-M, pca-D+C) or auto")
-    codec_sample_vectors: int = Field(65_536, ge=256, description="token vectors the codec is trained on, at most")
+    codec: str = Field(codecs.AUTO, description="token vectors' codec: operators/codecs name (float16, int8, residual-N, pq-M, pca-D+C) or auto")
+    pooled_codec: str = Field("int8", description="codec of the vectors scored against the pooled query (pooled, first-m, centroids)")
+    codec_sample_vectors: int = Field(65_536, ge=256, description="token vectors the codecs are trained on, at most")
     codec_seed: int = 0
 
-    @field_validator("codec")
+    @field_validator("codec", "pooled_codec")
     @classmethod
     def _codec_name(cls, name: str) -> str:
         if name != codecs.AUTO:

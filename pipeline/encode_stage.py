@@ -62,19 +62,23 @@ class EncodeSample(_Encoder):
 
 class EncodeCompress(_Encoder):
     """Encode actor: passages with token ids → rows of the shard schema with every
-    representation as codes of the index's ``codec`` (``codec_bytes``: its file)."""
+    representation as codes of the index's codecs (``codec_files``: {group: file bytes},
+    ``storage/codec_file.py``: tokens in the ``tokens`` codec, the rest in ``pooled``)."""
 
-    def __init__(self, model: dict, tokenizer_settings: dict, compress: dict, batch_size: int, torch_threads: Optional[int], codec_bytes: bytes) -> None:
+    def __init__(
+        self, model: dict, tokenizer_settings: dict, compress: dict, batch_size: int, torch_threads: Optional[int], codec_files: dict[str, bytes]
+    ) -> None:
         super().__init__(model, tokenizer_settings, compress, batch_size, torch_threads)
-        self.codec = codecs.from_bytes(codec_bytes, "the index's codec")
-        if self.codec.dim_in != self.dim:
-            raise ValueError(f"the codec takes {self.codec.dim_in}-dimensional vectors, the encoder makes {self.dim}")
+        self.codecs = {g: codecs.from_bytes(data, f"the index's {g} codec") for g, data in codec_files.items()}
+        for g, c in self.codecs.items():
+            if c.dim_in != self.dim:
+                raise ValueError(f"the {g} codec takes {c.dim_in}-dimensional vectors, the encoder makes {self.dim}")
         self.compressor = Compressor(None, compress["pooling"], compress["first_m"], compress["centroids"], compress["kmeans_iterations"])
-        self.schema = shard_schema(self.codec.name, self.codec.bytes_per_vector, self.codec.dim_out)
+        self.schema = shard_schema(self.codecs)
 
-    def _codes(self, arrays: list[np.ndarray]) -> pa.Array:
+    def _codes(self, arrays: list[np.ndarray], group: str) -> pa.Array:
         packed = Packed.from_list(arrays, self.dim)
-        return codes_to_arrow(self.codec.encode(packed.vectors), packed.offsets)
+        return codes_to_arrow(self.codecs[group].encode(packed.vectors), packed.offsets)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         if batch.num_rows == 0:
@@ -88,10 +92,10 @@ class EncodeCompress(_Encoder):
             {
                 **{name: meta[name] for name in meta.column_names},
                 "n_tokens": pa.array([len(t) for t in reps["tokens"]], pa.int32()),
-                "tokens": self._codes(reps["tokens"]),
-                "pooled": codes_to_arrow(self.codec.encode(np.stack(reps["pooled"]))),
-                "first_m": self._codes(reps["first_m"]),
-                "centroids": self._codes(reps["centroids"]),
+                "tokens": self._codes(reps["tokens"], "tokens"),
+                "pooled": codes_to_arrow(self.codecs["pooled"].encode(np.stack(reps["pooled"]))),
+                "first_m": self._codes(reps["first_m"], "pooled"),
+                "centroids": self._codes(reps["centroids"], "pooled"),
             },
             schema=self.schema,
         )

@@ -1,12 +1,12 @@
 """The indexing graph on Ray Data: corpus → validate → tokenize → encode → compress → shards,
-then rejects, catalog, the codec file and the manifest (committed last).
+then rejects, catalog, the codec files and the manifest (committed last).
 
 Three passes over the input: a cheap validation scan (ids and reasons, so duplicate ids can be
 resolved across blocks with DuckDB: first one wins); a sample pass that encodes a seeded
-sample of passages from every block and trains the index's codec in one Ray task; then the
-main pass, whose encode actors compress every batch with that codec. All are resumable: a
-block's scan, the trained codec and each written shard are recorded in staging, and a rerun
-skips them (and reuses the codec its shards were written with)."""
+sample of passages from every block and trains the index's codecs in one Ray task; then the
+main pass, whose encode actors compress every batch with them. All are resumable: a block's
+scan, the trained codecs and each written shard are recorded in staging, and a rerun skips
+them (and reuses the codecs its shards were written with)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,17 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import numpy as np
 import ray
 from tqdm import tqdm
 
 from operators.checkpoint import detect_format, fingerprint, load_tokenizer, resolve_model_path
+from operators.encoder import TokenEncoder
 from operators import codecs
 from pipeline.config import IndexConfig
 from pipeline.ray_runtime import init_ray, plan_encode, task_result
 from pipeline.encode_stage import EncodeCompress, EncodeSample
-from pipeline.stages import read_tokenize, sample_vectors, scan_block, select_sample, train_codec, write_shards
+from pipeline.stages import read_tokenize, sample_vectors, scan_block, select_sample, train_codecs, write_shards
 from storage import catalog, codec_file, fs, index_dir, staging
 from storage.corpus import CorpusError, InputBlock, plan_blocks
 from storage.manifest import Manifest, ShardEntry, commit_manifest, read_manifest
@@ -206,7 +208,7 @@ def index_corpus(
         removed = index_dir.clear(index_url, keep=(staging.STAGING_DIR,))
         log(f"--overwrite: removed the previous index at {index_url} ({', '.join(removed)})")
     log(f"validated {len(blocks)} blocks in {time.time() - t0:.1f} s; {duplicates} duplicate ids (first occurrence kept)")
-    codec_bytes = _codec(index_url, blocks, config, placement, log)
+    codec_files = _codecs(index_url, blocks, config, placement, log)
     t1 = time.time()
 
     # Pass 2: passages → token ids → vectors → shards.
@@ -229,7 +231,7 @@ def index_corpus(
             "compress": config.compress.model_dump(),
             "batch_size": config.runtime.encode_batch_size,
             "torch_threads": placement.threads,
-            "codec_bytes": codec_bytes,
+            "codec_files": codec_files,
         },
         compute=ray.data.ActorPoolStrategy(size=placement.actors),
         num_cpus=placement.cpus,
@@ -244,7 +246,7 @@ def index_corpus(
     )
     ds.materialize()
     log(f"encoded and wrote passages in {time.time() - t1:.1f} s")
-    return IndexResult(_commit(corpus_url, index_url, config, blocks, key, codec_bytes, log), False, time.time() - t0)
+    return IndexResult(_commit(corpus_url, index_url, config, blocks, key, codec_files, log), False, time.time() - t0)
 
 
 # Tokens a passage is assumed to have when the sample fraction is chosen (before anything is
@@ -253,18 +255,28 @@ def index_corpus(
 SAMPLE_TOKENS_PER_DOCUMENT = 64
 
 
-def _codec(index_url: str, blocks: list[InputBlock], config: IndexConfig, placement, log: Callable[[str], None]) -> bytes:
-    """The index's codec file (bytes): the one an interrupted run of this job trained and
-    staged (its shards were written with it), else trained now: a seeded sample of passages
-    drawn from every block (Ray Data: read, tokenize, select, encode on the encode actors),
-    at most ``codec_sample_vectors`` of their token vectors kept on the driver, the codec
-    trained in one Ray task (on a GPU when the cluster has one), then staged."""
+def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, placement, log: Callable[[str], None]) -> dict[str, bytes]:
+    """The index's codec files ({group: bytes}, ``storage/codec_file.py``): those an
+    interrupted run of this job trained and staged (its shards were written with them), else
+    trained now: a seeded sample of passages drawn from every block (Ray Data: read,
+    tokenize, select, encode on the encode actors), at most ``codec_sample_vectors`` of their
+    token vectors kept on the driver, the codecs trained in one Ray task (on a GPU when the
+    cluster has one), then staged. Codecs that learn nothing (``codecs.UNTRAINED``) need
+    only the encoder's dimension: when both are such, there is no sample pass."""
     staged = codec_file.read_staged(index_url)
     if staged is not None:
-        log(f"reusing the codec the interrupted run trained ({codecs.from_bytes(staged, codec_file.staged_url(index_url)).name})")
+        names = ", ".join(f"{g} {codecs.from_bytes(d).name}" for g, d in staged.items())
+        log(f"reusing the codecs the interrupted run trained ({names})")
         return staged
     c = config.compress
     t0 = time.time()
+    wanted = {"tokens": c.codec, "pooled": c.pooled_codec}
+    if all(n in codecs.UNTRAINED for n in wanted.values()):
+        dim = c.projection_dim or TokenEncoder(config.model.name, "cpu", "float32").dim
+        files = {g: codecs.train(n, np.full((1, dim), dim**-0.5, np.float32)).to_bytes() for g, n in wanted.items()}
+        codec_file.stage(index_url, files)
+        log(f"codecs {', '.join(f'{g} {n}' for g, n in wanted.items())}: no training needed ({dim} dimensions)")
+        return files
     docs = catalog.scan_counts(index_url, blocks)["valid_rows"]
     fraction = min(1.0, c.codec_sample_vectors / max(1, docs * SAMPLE_TOKENS_PER_DOCUMENT))
     model = config.model.model_dump()
@@ -295,17 +307,17 @@ def _codec(index_url: str, blocks: list[InputBlock], config: IndexConfig, placem
     sample, passages = sample_vectors(ds.iter_batches(batch_format="pyarrow", batch_size=None), c.codec_sample_vectors, c.codec_seed)
     if not len(sample):
         raise CorpusError("no token vector to train the codec on: every sampled passage is empty")
-    name = codecs.resolve_name(c.codec, sample.shape[1])
+    names = {g: codecs.resolve_name(n, sample.shape[1]) for g, n in wanted.items()}
     n_vectors = int(len(sample) / max(fraction, 1e-12)) if fraction < 1 else len(sample)
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-    train = ray.remote(num_cpus=placement.cpus, num_gpus=gpus, max_retries=1)(train_codec)
-    data = task_result(train.remote(name, sample, c.codec_seed, n_vectors))
-    codec_file.stage(index_url, data)
-    log(f"trained codec {name} on {len(sample):,} token vectors of {passages:,} sampled passages in {time.time() - t0:.1f} s")
-    return data
+    train = ray.remote(num_cpus=placement.cpus, num_gpus=gpus, max_retries=1)(train_codecs)
+    files = task_result(train.remote(names, sample, c.codec_seed, n_vectors))
+    codec_file.stage(index_url, files)
+    log(f"trained codecs {', '.join(f'{g} {n}' for g, n in names.items())} on {len(sample):,} token vectors of {passages:,} sampled passages in {time.time() - t0:.1f} s")
+    return files
 
 
-def _commit(corpus_url: str, index_url: str, config: IndexConfig, blocks: list[InputBlock], key: dict, codec_bytes: bytes, log) -> Manifest:
+def _commit(corpus_url: str, index_url: str, config: IndexConfig, blocks: list[InputBlock], key: dict, codec_files: dict[str, bytes], log) -> Manifest:
     """Rejects, catalog, reconciliation, then the manifest (the commit point)."""
     records = committed_records(index_url, [b.block_id for b in blocks])
     rejected = catalog.write_rejects(index_url, blocks)
@@ -322,8 +334,7 @@ def _commit(corpus_url: str, index_url: str, config: IndexConfig, blocks: list[I
     if problems:
         raise RuntimeError("index does not reconcile with its input, not committing: " + "; ".join(problems))
     path = resolve_model_path(config.model.name)
-    codec = codecs.from_bytes(codec_bytes)
-    codec_entry = codec_file.commit(index_url, codec_bytes, codec, config.compress.codec_sample_vectors, config.compress.codec_seed)
+    codec_entries = codec_file.commit(index_url, codec_files, config.compress.codec_sample_vectors, config.compress.codec_seed)
     manifest = Manifest(
         config=config.model_dump(mode="json"),
         model={"name": config.model.name, "path": path, "format": detect_format(path), "fingerprint": fingerprint(path)},
@@ -336,8 +347,8 @@ def _commit(corpus_url: str, index_url: str, config: IndexConfig, blocks: list[I
             "passages": counts["passages"],
             "tokens": counts["tokens"],
         },
-        dim=codec.dim_out,
-        codec=codec_entry,
+        dim=codec_entries["tokens"]["dim_out"],
+        codecs=codec_entries,
         shards=[ShardEntry(**{k: v for k, v in r.items() if k != "seq_ranges"}) for r in records],
     )
     index_dir.remove_orphan_shards(index_url, {r["path"] for r in records})

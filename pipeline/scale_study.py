@@ -46,7 +46,7 @@ from storage import fs
 from storage.beir import TestCollection, read_collection
 from storage.bm25_partitions import read_passage_texts
 from storage.jsonl import write_jsonl
-from storage.codec_file import load_codec
+from storage.codec_file import load_codecs
 from storage.manifest import Manifest, load_manifest
 from storage.partitions import ShardSlice, read_passages
 
@@ -191,18 +191,19 @@ class Source:
     texts: list[str]
     slices: list[ShardSlice]
     manifest: Manifest
-    codec: Codec  # each index has its own: queries are projected into each one's space
+    codecs: dict[str, Codec]  # each index has its own: queries are projected into each one's spaces
 
     def __len__(self) -> int:
         return len(self.doc_ids)
 
     def vectors(self, kind: str, slices: Optional[Sequence[ShardSlice]] = None) -> StoredVectors:
         """The stored vectors of ``kind`` of the passages in ``slices`` (default: all)."""
-        return read_passages(self.index_url, self.manifest.shards, self.slices if slices is None else slices, kind, self.codec, ids=False).vectors
+        return read_passages(self.index_url, self.manifest.shards, self.slices if slices is None else slices, kind, self.codecs, ids=False).vectors
 
     def queries(self, queries: Sequence[EncodedQuery]) -> list[EncodedQuery]:
         """``queries`` (encoded without a codec) in the space of this index's decoded vectors."""
-        return [EncodedQuery(q.text, self.codec.project(q.tokens), self.codec.project(q.pooled[None])[0]) for q in queries]
+        t, p = self.codecs["tokens"], self.codecs["pooled"]
+        return [EncodedQuery(q.text, t.project(q.tokens), p.project(q.pooled[None])[0]) for q in queries]
 
 
 def corpus_name(url: str) -> str:
@@ -240,7 +241,7 @@ def read_source(name: str, index_url: str, prefix: bool) -> Source:
     doc_ids, pidx, texts = read_passage_texts(index_url, slices)
     if prefix:
         doc_ids = [f"{name}::{d}" for d in doc_ids]
-    return Source(name, index_url, doc_ids, pidx, texts, slices, manifest, load_codec(index_url, manifest.codec))
+    return Source(name, index_url, doc_ids, pidx, texts, slices, manifest, load_codecs(index_url, manifest.codecs))
 
 
 def check_compatible(urls: Mapping[str, str]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 from pydantic import ValidationError
@@ -32,7 +32,7 @@ from operators.scoring import MODE_VECTORS, MODES, check_mode, check_search_mode
 from operators.tokenizer import PassageTokenizer
 from pipeline.config import BM25Config, FirstStageConfig, HybridConfig, IndexConfig, SearchConfig
 from storage.bm25_partitions import load_bm25_partition, tiling
-from storage.codec_file import load_codec
+from storage.codec_file import load_codecs
 from storage.manifest import Manifest, load_manifest
 from storage.partitions import exact_partition, load_partition
 
@@ -139,19 +139,19 @@ def load_bm25(index_url: str, manifest: Manifest) -> tuple[list[BM25Partition], 
 def index_query_encoder(index_url: str, manifest: Manifest, encoder: Optional[TokenEncoder] = None) -> QueryEncoder:
     """The query encoder of the index at ``index_url``: its model, conventions, projection and
     codec (the codec file checked against the manifest)."""
-    return load_query_encoder(manifest.config, encoder, load_codec(index_url, manifest.codec))
+    return load_query_encoder(manifest.config, encoder, load_codecs(index_url, manifest.codecs))
 
 
-def load_query_encoder(index_config: dict[str, Any], encoder: Optional[TokenEncoder] = None, codec: Optional[Codec] = None) -> QueryEncoder:
+def load_query_encoder(index_config: dict[str, Any], encoder: Optional[TokenEncoder] = None, codecs: Optional[Mapping[str, Codec]] = None) -> QueryEncoder:
     """The query encoder an index was built for (same model, conventions and projection), from
     the index configuration its manifest stores (``Manifest.config``), projecting into the
-    space of ``codec``'s decoded vectors when given (``index_query_encoder``)."""
+    spaces of the ``codecs``' decoded vectors when given (``index_query_encoder``)."""
     config = IndexConfig.model_validate(index_config)
     encoder = encoder or TokenEncoder(config.model.name, config.model.device, config.model.dtype)
     tokenizer = PassageTokenizer(encoder.tokenizer, **config.tokenizer.model_dump())
     c = config.compress
     projection = projection_matrix(encoder.dim, c.projection_dim, c.projection_seed) if c.projection_dim else None
-    return QueryEncoder(encoder, tokenizer, projection, c.pooling, codec)
+    return QueryEncoder(encoder, tokenizer, projection, c.pooling, codecs)
 
 
 def dense_ranges(manifest: Manifest, mode: str, exact: bool) -> list[tuple[int, int]]:
@@ -162,15 +162,15 @@ def dense_ranges(manifest: Manifest, mode: str, exact: bool) -> list[tuple[int, 
     return [(int(e["first_passage"]), int(e["passages"])) for e in entry["partitions"]]
 
 
-def load_partitions(index_url: str, manifest: Manifest, mode: str, config: SearchConfig, codec: Codec) -> tuple[list[Partition], str]:
+def load_partitions(index_url: str, manifest: Manifest, mode: str, config: SearchConfig, codecs: Mapping[str, Codec]) -> tuple[list[Partition], str]:
     """The partitions that answer dense ``mode`` and the path they take ("ann" or "exact"):
     the manifest's ANN partitions, or one brute-force partition over every passage (their
-    codes mapped from the shards, decoded with ``codec`` when scored)."""
+    codes mapped from the shards, decoded with the kind's codec when scored)."""
     kind = MODE_VECTORS[check_mode(mode)]
     entry = manifest.ann.get(kind)
     if config.exact or not entry:
-        return [exact_partition(index_url, manifest, kind, codec)], "exact"
-    return [load_partition(index_url, kind, e, manifest, codec) for e in entry["partitions"]], "ann"
+        return [exact_partition(index_url, manifest, kind, codecs)], "exact"
+    return [load_partition(index_url, kind, e, manifest, codecs) for e in entry["partitions"]], "ann"
 
 
 def dense_rows(partitions: Sequence[Partition], mode: str, query: EncodedQuery, need: int, fs: FirstStage) -> list[Optional[np.ndarray]]:
@@ -232,16 +232,16 @@ class Searcher:
         dense = [m for m in dict.fromkeys(modes) if m in MODES]
         if "hybrid" in modes and self.config.hybrid.dense not in dense:
             dense.append(self.config.hybrid.dense)
-        codec = load_codec(index_url, self.manifest.codec)
+        codecs = load_codecs(index_url, self.manifest.codecs)
         for m in dense:
-            self.partitions[m], self.paths[m] = load_partitions(index_url, self.manifest, m, self.config, codec)
+            self.partitions[m], self.paths[m] = load_partitions(index_url, self.manifest, m, self.config, codecs)
         if self.sparse_modes:
             if "bm25" in modes:
                 self.paths["bm25"] = "bm25"
             if "hybrid" in modes:
                 self._hybrid_tiles(self.config.hybrid.dense)  # fail now when the partitions do not line up
                 self.paths["hybrid"] = self.paths[self.config.hybrid.dense]
-        self.query_encoder = load_query_encoder(self.manifest.config, encoder, codec)
+        self.query_encoder = load_query_encoder(self.manifest.config, encoder, codecs)
 
     @property
     def modes(self) -> tuple[str, ...]:

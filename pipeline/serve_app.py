@@ -127,8 +127,8 @@ def _digest(data: Any) -> str:
 def app_names(config: ServeConfig, manifest: Manifest, layout: ServingLayout, plan: ResourcePlan) -> tuple[str, str]:
     """(encoder app, index app) names: a change in what they load or reserve changes the name."""
     model = {k: manifest.config.get(k) for k in ("model", "tokenizer", "compress")}
-    enc = _digest([model, manifest.model.get("fingerprint"), manifest.codec.get("sha256"), plan.encoder, config.encoder.max_batch_size, config.encoder.batch_wait_ms])
-    idx = _digest([layout.tag, plan.partition, manifest.codec.get("sha256")])
+    enc = _digest([model, manifest.model.get("fingerprint"), sorted((g, c["sha256"]) for g, c in manifest.codecs.items()), plan.encoder, config.encoder.max_batch_size, config.encoder.batch_wait_ms])
+    idx = _digest([layout.tag, plan.partition, sorted((g, c["sha256"]) for g, c in manifest.codecs.items())])
     return f"{config.app_name}-encoder-{enc}", f"{config.app_name}-index-v{layout.version}-{idx}"
 
 

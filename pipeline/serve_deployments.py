@@ -22,7 +22,7 @@ from pipeline.search import index_query_encoder
 from pipeline.serve_layout import ShardSpec
 from storage.bm25_partitions import load_bm25_partition
 from storage.manifest import Manifest
-from storage.codec_file import load_codec
+from storage.codec_file import load_codecs
 from storage.partitions import exact_partition, load_partition
 
 
@@ -101,14 +101,14 @@ class PartitionServer:
         t0 = time.perf_counter()
         if threads:
             set_build_threads(threads)  # FAISS OpenMP threads (BLAS follows OMP_NUM_THREADS)
-        codec = load_codec(index_url, manifest.codec)
+        codecs = load_codecs(index_url, manifest.codecs)
         self.shard = shard.index
         self.parts: dict[str, Partition] = {}
         for kind, entry in shard.kinds.items():
             if entry is None:
-                self.parts[kind] = exact_partition(index_url, manifest, kind, codec)
+                self.parts[kind] = exact_partition(index_url, manifest, kind, codecs)
             else:
-                self.parts[kind] = load_partition(index_url, kind, entry, manifest, codec)
+                self.parts[kind] = load_partition(index_url, kind, entry, manifest, codecs)
         self.bm25 = {i: load_bm25_partition(index_url, e) for i, e in shard.bm25.items()}
         self.bm25_own, self.sparse, self.first = shard.bm25_own, shard.sparse, shard.first
         self.load_s = time.perf_counter() - t0

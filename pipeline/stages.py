@@ -133,9 +133,10 @@ def sample_vectors(batches: Iterable[pa.Table], cap: int, seed: int) -> tuple[np
     return np.ascontiguousarray(vectors, dtype=np.float32), len(order)
 
 
-def train_codec(name: str, sample: np.ndarray, seed: int, n_vectors: int) -> bytes:
-    """Train codec ``name`` on ``sample`` (a Ray task body): its file's bytes."""
-    return codecs.train(name, sample, seed=seed, n_vectors=n_vectors).to_bytes()
+def train_codecs(names: dict[str, str], sample: np.ndarray, seed: int, n_vectors: int) -> dict[str, bytes]:
+    """Train each codec of ``names`` ({group: codec name}) on ``sample`` (a Ray task body):
+    {group: its file's bytes}."""
+    return {g: codecs.train(name, sample, seed=seed, n_vectors=n_vectors).to_bytes() for g, name in names.items()}
 
 
 def write_shards(batch: pa.Table, index_url: str) -> pa.Table:

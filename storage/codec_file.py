@@ -1,53 +1,77 @@
-"""The index's codec file (``codec.mvrc``, the format of ``operators.codecs.serial``): written
-once per index, its size and sha256 recorded in the manifest's ``codec`` entry, checked in
-full whenever a job or replica loads it (it is small: a codebook, a PCA matrix)."""
+"""The index's codec files (``codecs/{group}.mvrc``, the format of ``operators.codecs.serial``):
+written once per index, each one's size and sha256 recorded in the manifest's ``codecs``
+entry, checked in full whenever a job or replica loads it (they are small: a codebook, a PCA
+matrix).
+
+Two groups of vector kinds, one codec each (docs/codecs.md has the measurements behind it):
+
+- ``tokens``: the token vectors (MaxSim), most of an index's vectors;
+- ``pooled``: the vectors scored against the pooled query vector: pooled, first-m and the
+  k-means centroids (whose norms carry meaning: softmax-centroid weighs by them)."""
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from operators import codecs
 from storage import fs
 from storage.shards import STAGING_DIR
 from storage.verify import ExpectedFile, check_data, missing, unreadable
 
-CODEC_FILE = "codec.mvrc"
+CODECS_DIR = "codecs"
+GROUPS = ("tokens", "pooled")
+KIND_GROUP = {"tokens": "tokens", "first-m": "pooled", "centroids": "pooled", "pooled": "pooled"}
 
 
-def staged_url(index_url: str) -> str:
-    """Where an indexing job keeps the codec it trained until it commits (a rerun reuses it)."""
-    return fs.join(index_url, STAGING_DIR, CODEC_FILE)
+def _rel(group: str) -> str:
+    return f"{CODECS_DIR}/{group}.mvrc"
 
 
-def read_staged(index_url: str) -> Optional[bytes]:
-    """The staged codec's bytes (None when none was trained yet)."""
-    url = staged_url(index_url)
-    return fs.read_bytes(url) if fs.exists(url) else None
+def _staged_url(index_url: str, group: str) -> str:
+    return fs.join(index_url, STAGING_DIR, _rel(group))
 
 
-def stage(index_url: str, data: bytes) -> None:
-    fs.write_bytes_atomic(staged_url(index_url), data)
+def read_staged(index_url: str) -> Optional[dict[str, bytes]]:
+    """The codecs an interrupted run of the indexing job trained and staged ({group: file
+    bytes}; None unless every group's is there: they are staged together)."""
+    urls = {g: _staged_url(index_url, g) for g in GROUPS}
+    if not all(fs.exists(u) for u in urls.values()):
+        return None
+    return {g: fs.read_bytes(u) for g, u in urls.items()}
 
 
-def commit(index_url: str, data: bytes, codec: codecs.Codec, sample_vectors_max: int, seed: int) -> dict[str, Any]:
-    """Write the codec file into the index; its manifest entry."""
-    fs.write_bytes_atomic(fs.join(index_url, CODEC_FILE), data)
-    return {
-        "name": codec.name,
-        "path": CODEC_FILE,
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "dim_in": codec.dim_in,
-        "dim_out": codec.dim_out,
-        "bytes_per_vector": codec.bytes_per_vector,
-        "sample_vectors_max": int(sample_vectors_max),
-        "seed": int(seed),
-    }
+def stage(index_url: str, files: Mapping[str, bytes]) -> None:
+    """Stage the trained codecs ({group: file bytes}), the pooled one first: the tokens one
+    marks the set complete (``read_staged``)."""
+    for g in sorted(GROUPS, key=lambda g: g == "tokens"):
+        fs.write_bytes_atomic(_staged_url(index_url, g), files[g])
 
 
-def load_codec(index_url: str, entry: dict[str, Any]) -> codecs.Codec:
-    """The codec the manifest's ``codec`` entry lists, its size and sha256 checked:
+def commit(index_url: str, files: Mapping[str, bytes], sample_vectors_max: int, seed: int) -> dict[str, dict[str, Any]]:
+    """Write the codec files into the index; the manifest's ``codecs`` entry {group: name,
+    path, bytes, sha256, dim_in, dim_out, bytes_per_vector, sample_vectors_max, seed}."""
+    out = {}
+    for g in GROUPS:
+        data = files[g]
+        codec = codecs.from_bytes(data, _rel(g))
+        fs.write_bytes_atomic(fs.join(index_url, _rel(g)), data)
+        out[g] = {
+            "name": codec.name,
+            "path": _rel(g),
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "dim_in": codec.dim_in,
+            "dim_out": codec.dim_out,
+            "bytes_per_vector": codec.bytes_per_vector,
+            "sample_vectors_max": int(sample_vectors_max),
+            "seed": int(seed),
+        }
+    return out
+
+
+def load_codec(index_url: str, entry: Mapping[str, Any]) -> codecs.Codec:
+    """The codec a manifest ``codecs`` entry lists, its size and sha256 checked:
     ``IntegrityError`` when the file is missing or differs from the manifest, or cannot be
     decoded as a codec."""
     expected = ExpectedFile(entry["path"], "codec", int(entry["bytes"]), str(entry["sha256"]))
@@ -60,3 +84,13 @@ def load_codec(index_url: str, entry: dict[str, Any]) -> codecs.Codec:
         return codecs.from_bytes(data, fs.join(index_url, expected.path))
     except codecs.CodecFileError as exc:
         raise unreadable(index_url, expected, exc, len(data)) from exc
+
+
+def load_codecs(index_url: str, entries: Mapping[str, Mapping[str, Any]]) -> dict[str, codecs.Codec]:
+    """Every codec of the index ({group: Codec}) from the manifest's ``codecs`` entry."""
+    return {g: load_codec(index_url, entries[g]) for g in GROUPS}
+
+
+def codec_of(codec_set: Mapping[str, codecs.Codec], kind: str) -> codecs.Codec:
+    """The codec that stores vector ``kind`` (tokens, first-m, centroids, pooled)."""
+    return codec_set[KIND_GROUP[kind]]

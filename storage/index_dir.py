@@ -24,11 +24,11 @@ from storage.shards import SHARDS_DIR, STAGING_DIR, codes_path
 MANIFEST_FILE = "manifest.json"
 REJECTS_FILE = "rejects.parquet"
 CATALOG_FILE = "catalog.duckdb"
-CODEC_FILE = "codec.mvrc"
+CODECS_DIR = "codecs"
 ANN_DIR = "ann"
 BM25_DIR = "bm25"
-INDEX_FILES = (MANIFEST_FILE, REJECTS_FILE, CATALOG_FILE, CODEC_FILE)
-INDEX_DIRS = (SHARDS_DIR, STAGING_DIR, ANN_DIR, BM25_DIR)
+INDEX_FILES = (MANIFEST_FILE, REJECTS_FILE, CATALOG_FILE)
+INDEX_DIRS = (SHARDS_DIR, STAGING_DIR, ANN_DIR, BM25_DIR, CODECS_DIR)
 INDEX_ENTRIES = INDEX_FILES + INDEX_DIRS
 PROBE_PREFIX = ".mvr-write-probe-"
 _TMP = re.compile(r"(%s)\.tmp-[0-9a-f]{32}|%s[0-9a-f]{32}" % ("|".join(re.escape(n) for n in INDEX_FILES), re.escape(PROBE_PREFIX)))

@@ -41,8 +41,8 @@ class Manifest(BaseModel):
     model: dict[str, Any]  # name, path, format, fingerprint, dim
     input: dict[str, Any]  # url, fingerprint, blocks
     counts: dict[str, int]  # input_rows, indexed_documents, rejected, passages, tokens
-    dim: int  # of the decoded vectors (the codec's output)
-    codec: dict[str, Any]  # name, path, bytes, sha256, dim_in, dim_out, bytes_per_vector, sample_vectors_max, seed
+    dim: int  # of the decoded token vectors (the tokens codec's output)
+    codecs: dict[str, dict[str, Any]]  # group (tokens, pooled) → name, path, bytes, sha256, dim_in, dim_out, bytes_per_vector, …
     shards: list[ShardEntry]
     rejects: str = "rejects.parquet"
     catalog: str = "catalog.duckdb"

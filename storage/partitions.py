@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from operators.ann import AnnIndex, load_index
 from operators.codecs import Codec
+from storage.codec_file import codec_of
 from operators.partition import Partition
 from operators.stored_vectors import StoredVectors
 from storage import fs
@@ -113,14 +114,16 @@ class PassageVectors:
 
 
 def read_passages(
-    index_url: str, shards: Sequence[ShardEntry], slices: Sequence[ShardSlice], kind: str, codec: Codec, ids: bool = True, sha256: bool = False
+    index_url: str, shards: Sequence[ShardEntry], slices: Sequence[ShardSlice], kind: str, codecs: Mapping[str, Codec], ids: bool = True, sha256: bool = False
 ) -> PassageVectors:
     """One kind's stored vectors of the passages in ``slices`` (each shard's codes file
     memory-mapped, its size compared with ``shards``, the manifest's entries of at least
     the slices' shards) and, with ``ids``, their doc ids and
     passage numbers (each shard's Parquet file size-checked, and with ``sha256`` its checksum
-    too). ``IntegrityError`` for a shard that does not match the manifest."""
+    too); ``codecs``: the index's ({group: Codec}, ``storage.codec_file.load_codecs``).
+    ``IntegrityError`` for a shard that does not match the manifest."""
     column = KIND_COLUMN[kind]
+    codec = codec_of(codecs, kind)
     entries: dict[str, ShardEntry] = {s.path: s for s in shards}
     doc_ids: list[str] = []
     passage_idx, segments, offsets = [], [], [np.zeros(1, np.int64)]
@@ -246,13 +249,13 @@ def _expected(rel: str, name: str, entry: dict[str, Any]) -> ExpectedFile:
     return ExpectedFile(f"{rel}/{name}", "partition", int(f["bytes"]), str(f["sha256"]))
 
 
-def load_partition(index_url: str, kind: str, entry: dict[str, Any], manifest: Manifest, codec: Codec, verify: bool = False) -> Partition:
+def load_partition(index_url: str, kind: str, entry: dict[str, Any], manifest: Manifest, codecs: Mapping[str, Codec], verify: bool = False) -> Partition:
     """Open a built partition: its id maps, its ANN index, and its passages' codes mapped from
     the shards (nothing decoded). With ``verify`` every partition file's sha256 is checked
     against the manifest entry first."""
     table = read_partition_passages(index_url, entry, verify)
     slices = partition_slices(manifest, entry["first_passage"], entry["passages"])
-    vectors = read_passages(index_url, manifest.shards, slices, kind, codec, ids=False).vectors
+    vectors = read_passages(index_url, manifest.shards, slices, kind, codecs, ids=False).vectors
     ann = local_copy(index_url, entry, INDEX_SUBDIR, load_index, verify)
     return Partition(kind, vectors, table["doc_id"].to_pylist(), table["passage_idx"].to_numpy(), ann)
 
@@ -284,11 +287,12 @@ def read_checked(index_url: str, rel: str, name: str, entry: dict[str, Any], ver
     return data
 
 
-def exact_partition(index_url: str, manifest: Manifest, kind: str, codec: Codec) -> Partition:
+def exact_partition(index_url: str, manifest: Manifest, kind: str, codecs: Mapping[str, Codec]) -> Partition:
     """All passages of the index as one exact (brute-force) partition: every shard's codes
-    mapped (size compared with the manifest), decoded a block at a time when scored."""
+    mapped (size compared with the manifest), decoded a block at a time when scored; every
+    shard's Parquet file read whole for the ids and its sha256 compared."""
     (plan,) = plan_partitions(manifest, 1) if manifest.shards else [PartitionPlan(0, 0, 0, [])]
-    pv = read_passages(index_url, manifest.shards, plan.slices, kind, codec)
+    pv = read_passages(index_url, manifest.shards, plan.slices, kind, codecs, sha256=True)
     return Partition(kind, pv.vectors, pv.doc_ids, pv.passage_idx)
 
 

@@ -17,7 +17,7 @@ Schema version 2. A shard is two files, one row a passage in the same order in b
 | n_tokens | int32 | number of stored token vectors |
 
 ``{name}.codes.arrow`` (Arrow IPC file format, uncompressed, so that it is memory-mapped
-without a copy), the passage's vectors as codes of the index's codec (``codec.mvrc``,
+without a copy), the passage's vectors as codes of the index's codecs (``codecs/*.mvrc``,
 ``operators/codecs``; ``float16`` codes are the IEEE half floats themselves):
 
 | column | type | meaning |
@@ -29,8 +29,9 @@ without a copy), the passage's vectors as codes of the index's codec (``codec.mv
 
 ``code`` is ``fixed_size_binary(bytes_per_vector)``; numpy views a column's codes as a
 (vectors, bytes_per_vector) uint8 matrix without a copy. The codes file's schema metadata
-holds ``mvr.codec`` (the codec's name), ``mvr.bytes_per_vector`` and ``mvr.dim`` (the
-decoded dimension). These are the only copy of the vectors in an index: ANN and BM25
+holds ``mvr.codec.tokens`` and ``mvr.codec.pooled`` (the codecs' names: ``tokens`` is in
+the first, the other columns in the second, ``storage/codec_file.py``) and ``mvr.dim`` (the
+decoded token vectors' dimension). These are the only copy of the vectors in an index: ANN and BM25
 partitions refer to shard rows (docs/indexing.md).
 
 Version 1 (before 2026-11-23) kept float16 vectors inside the Parquet shard and a second
@@ -39,11 +40,12 @@ copy in every ANN partition; it is refused with a message saying how to rebuild.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 
+from operators.codecs import Codec
 from operators.packed import Packed
 
 SCHEMA_VERSION = 2
@@ -75,24 +77,31 @@ def code_type(bytes_per_vector: int) -> pa.DataType:
     return pa.binary(bytes_per_vector)
 
 
-def codes_schema(codec_name: str, bytes_per_vector: int, dim: int) -> pa.Schema:
-    """Schema of a shard's codes file (``{name}.codes.arrow``)."""
-    code = code_type(bytes_per_vector)
+def codes_schema(codec_set: Mapping[str, Codec]) -> pa.Schema:
+    """Schema of a shard's codes file (``{name}.codes.arrow``): ``tokens`` in the codes of
+    ``codec_set["tokens"]``, the other columns in those of ``codec_set["pooled"]``."""
+    tokens, pooled = codec_set["tokens"], codec_set["pooled"]
+    code = code_type(pooled.bytes_per_vector)
     return pa.schema(
         [
-            pa.field("tokens", pa.list_(code)),
+            pa.field("tokens", pa.list_(code_type(tokens.bytes_per_vector))),
             pa.field("pooled", code),
             pa.field("first_m", pa.list_(code)),
             pa.field("centroids", pa.list_(code)),
         ],
-        metadata={"mvr.schema_version": str(SCHEMA_VERSION), "mvr.codec": codec_name, "mvr.bytes_per_vector": str(bytes_per_vector), "mvr.dim": str(dim)},
+        metadata={
+            "mvr.schema_version": str(SCHEMA_VERSION),
+            "mvr.codec.tokens": tokens.name,
+            "mvr.codec.pooled": pooled.name,
+            "mvr.dim": str(tokens.dim_out),
+        },
     )
 
 
-def shard_schema(codec_name: str, bytes_per_vector: int, dim: int) -> pa.Schema:
+def shard_schema(codec_set: Mapping[str, Codec]) -> pa.Schema:
     """Schema of the rows the encode stage hands to the shard writer: the passage fields,
     ``n_tokens`` and the codes columns (split into the two files by ``write_shard``)."""
-    codes = codes_schema(codec_name, bytes_per_vector, dim)
+    codes = codes_schema(codec_set)
     return pa.schema(PASSAGE_FIELDS + [pa.field("n_tokens", pa.int32())] + list(codes), metadata=codes.metadata)
 
 

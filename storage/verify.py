@@ -5,7 +5,7 @@ What the manifest records (``storage/manifest.py``):
 
 - ``shards[i]``: ``path``, ``bytes``, ``sha256`` and ``codes``, ``codes_bytes``,
   ``codes_sha256`` (its two files, written by ``storage.shards.write_shard``);
-- ``codec``: ``path``, ``bytes``, ``sha256`` of the codec file (``storage.codec_file``);
+- ``codecs[group]``: ``path``, ``bytes``, ``sha256`` of each codec file (``storage.codec_file``);
 - ``ann[kind]["partitions"][j]["files"][name]`` = ``{bytes, sha256}``, ``name`` relative to
   the partition's ``path`` (``storage.partitions.write_files``);
 - ``bm25["partitions"][j]["files"][name]`` likewise (``storage.bm25_partitions``);
@@ -127,9 +127,7 @@ def _summary_key(group: str) -> str:
 def expected_files(manifest: Manifest) -> list[ExpectedFile]:
     """Every file ``manifest`` lists, with its recorded size and sha256 when it has them."""
     out = shard_files(manifest)
-    codec = codec_file(manifest)
-    if codec is not None:
-        out.append(codec)
+    out.extend(codec_files(manifest))
     for kind, entry in manifest.ann.items():
         for j, part in enumerate(entry.get("partitions", [])):
             out.extend(_partition_files(part, f"ann {kind} part {j}"))
@@ -163,10 +161,9 @@ def codes_file(shard: Any) -> ExpectedFile:
     return ExpectedFile(shard.codes, "shard codes", shard.codes_bytes, shard.codes_sha256)
 
 
-def codec_file(manifest: Manifest) -> Optional[ExpectedFile]:
-    """The index's codec file as an expected file (None for an index without one)."""
-    c = manifest.codec
-    return ExpectedFile(c["path"], "codec", int(c["bytes"]), str(c["sha256"])) if c else None
+def codec_files(manifest: Manifest) -> list[ExpectedFile]:
+    """The index's codec files as expected files."""
+    return [ExpectedFile(c["path"], "codec", int(c["bytes"]), str(c["sha256"])) for _, c in sorted(manifest.codecs.items())]
 
 
 def _partition_files(part: dict, group: str) -> list[ExpectedFile]:

@@ -32,3 +32,18 @@ def ndcg10(run: dict[str, list[tuple[str, float]]], qrels: list[ir_measures.Qrel
     judged = {q.query_id for q in qrels}
     scored = [ir_measures.ScoredDoc(q, d, s) for q, hits in run.items() if q in judged for d, s in hits]
     return ir_measures.calc_aggregate([nDCG @ 10], qrels, scored)[nDCG @ 10]
+
+
+def stored_vectors(index_url: str, kind: str = "tokens"):
+    """(doc ids (n,), passage numbers (n,), every passage's stored ``kind`` vectors decoded (a
+    Packed, or a matrix for pooled), the kind's codec), in shard order."""
+    import numpy as np
+
+    from storage.codec_file import codec_of, load_codecs
+    from storage.manifest import load_manifest
+    from storage.partitions import exact_partition
+
+    m = load_manifest(index_url)
+    codec_set = load_codecs(index_url, m.codecs)
+    part = exact_partition(index_url, m, kind, codec_set)
+    return part.doc_ids, part.passage_idx, part.vectors.take(np.arange(len(part))), codec_of(codec_set, kind)

@@ -347,11 +347,10 @@ def test_index_and_search_use_the_checkpoint_conventions(references, tmp_path):
     the manifest gives the reference's query vectors. One variant of each library: the
     plumbing from checkpoint to manifest to query encoder is the same for both variants of a
     library, and ``test_encodes_like_the_reference`` covers every variant's conventions."""
+    from helpers import stored_vectors
     from pipeline.indexing import index_corpus
-    from pipeline.search import load_query_encoder
+    from pipeline.search import index_query_encoder
     from storage.manifest import load_manifest
-    from storage.schema import arrow_to_packed
-    from storage.shards import iter_shards
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(DOCUMENTS)))
@@ -359,16 +358,15 @@ def test_index_and_search_use_the_checkpoint_conventions(references, tmp_path):
         source = VARIANTS[name]
         queries, documents, info = _reference(references, name)
         index = tmp_path / f"index-{name}"
-        index_corpus(str(corpus), str(index), IndexConfig.from_yaml(None, **{"model.name": str(references / name)}), log=lambda _: None)
+        # float16 codes: the stored vectors are compared with the reference's (the codecs' own
+        # losses are measured in test_codecs.py and benchmarks/codecs.py)
+        config = IndexConfig.from_yaml(None, **{"model.name": str(references / name), "compress.codec": "float16", "compress.pooled_codec": "float16"})
+        index_corpus(str(corpus), str(index), config, log=lambda _: None)
         m = load_manifest(str(index))
         t = m.config["tokenizer"]
         assert t["conventions_source"] == source and "query_marker" in t["conventions_from_checkpoint"]
-        stored = {}
-        for table in iter_shards(str(index), [s.path for s in m.shards], ["doc_id", "passage_idx", "tokens"]):
-            packed = arrow_to_packed(table["tokens"])
-            for r, (doc, p) in enumerate(zip(table["doc_id"].to_pylist(), table["passage_idx"].to_pylist())):
-                if p == 0:
-                    stored[doc] = packed[r]
+        doc_ids, passage_idx, packed, _ = stored_vectors(str(index))
+        stored = {doc: packed[r] for r, (doc, p) in enumerate(zip(doc_ids, passage_idx)) if p == 0}
         _assert_same([stored[f"d{i}"] for i in range(len(DOCUMENTS))], documents, f"{name} stored document", info["conventions"], [""] * len(DOCUMENTS))
-        encoded = load_query_encoder(m.config)(QUERIES)
+        encoded = index_query_encoder(str(index), m)(QUERIES)
         _assert_same([q.tokens for q in encoded], queries, f"{name} search query", info["conventions"], [""] * len(QUERIES))

@@ -53,7 +53,8 @@ N_QUERIES, N_DOCS = 10, 300
 # be hit in the middle (input blocks of 64 KB: two of them, each validated and tokenized by a
 # task of its own); torch on both of this machine's cores, although the encode actor's node
 # has one logical CPU (the other node's tasks are light).
-SMALL_BATCHES = "runtime:\n  block_bytes: 65536\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n  torch_threads: 2\n"
+# float16 codes: the recovered index is compared with an independent float computation
+SMALL_BATCHES = "runtime:\n  block_bytes: 65536\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n  torch_threads: 2\ncompress:\n  codec: float16\n  pooled_codec: float16\n"
 JOB_TIMEOUT = 300
 STAGES = ("scan_block", "read_tokenize", "EncodeCompress", "write_shards")  # the indexing job's own tasks
 
@@ -151,7 +152,7 @@ def assert_exactly_once(index: Path, expected: list[str], logs: str) -> None:
     assert m.counts["passages"] == m.counts["indexed_documents"] == m.counts["input_rows"] == len(expected)
     ids = [i for s in m.shards for i in pq.read_table(index / s.path, columns=["doc_id"])["doc_id"].to_pylist()]
     assert sorted(ids) == expected
-    assert sorted(p.name for p in (index / "shards").iterdir()) == sorted(Path(s.path).name for s in m.shards)
+    assert sorted(p.name for p in (index / "shards").iterdir()) == sorted(Path(p).name for s in m.shards for p in (s.path, s.codes))
     assert not (index / "_staging").exists()
     cat = Catalog(str(index))
     try:

@@ -44,7 +44,7 @@ def test_rows_carry_every_representation_as_codes_and_empty_batches_pass(codec):
     assert n == 2 and sample.shape == (sum(len(p.input_ids) for p in passages), 64)
     np.testing.assert_allclose(np.linalg.norm(sample, axis=1), 1.0, atol=2e-3)
     trained = codecs.train(codec, sample, seed=0)
-    stage = EncodeCompress(*args, codec_bytes=trained.to_bytes())
+    stage = EncodeCompress(*args, codec_files={"tokens": trained.to_bytes(), "pooled": codecs.train("int8", sample).to_bytes()})
     assert stage(PASSAGE_SCHEMA.empty_table()).num_rows == 0
     out = stage(batch)
     assert out.column("doc_id").to_pylist() == ["a", "b"]
@@ -56,7 +56,7 @@ def test_rows_carry_every_representation_as_codes_and_empty_batches_pass(codec):
     assert np.diff(arrow_to_codes(out["first_m"])[1]).tolist() == [2, 2]
     assert np.diff(arrow_to_codes(out["centroids"])[1]).tolist() == [3, 3]
     pooled, none = arrow_to_codes(out["pooled"])
-    assert none is None and pooled.shape == (2, trained.bytes_per_vector)
+    assert none is None and pooled.shape == (2, 64 + 4)  # int8: a byte a value and a float32 scale
 
 
 def test_sample_is_capped_seeded_and_in_block_order():

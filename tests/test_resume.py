@@ -56,13 +56,15 @@ def test_killed_job_resumes_without_duplicates(tmp_path, datasets):
     out, _ = second.communicate(timeout=600)
     assert second.returncode == 0, out
     assert "resuming the unfinished job" in out
+    assert "reusing the codecs the interrupted run trained" in out  # its shards' codes stay decodable
     assert f"indexed {N_DOCS}, rejected 0" in out
 
     m = load_manifest(str(index))
     listed = {Path(s.path).name for s in m.shards}
     assert {name.removesuffix(".json") for name in before} <= listed  # kept, not redone
     assert m.counts["passages"] == N_DOCS and m.counts["indexed_documents"] == N_DOCS
-    assert sorted(p.name for p in (index / "shards").iterdir()) == sorted(listed)  # no orphans left
+    listed_files = {Path(p).name for s in m.shards for p in (s.path, s.codes)}
+    assert sorted(p.name for p in (index / "shards").iterdir()) == sorted(listed_files)  # no orphans left
     doc_ids = []
     for s in m.shards:
         doc_ids += pq.read_table(index / s.path, columns=["doc_id"])["doc_id"].to_pylist()

@@ -18,10 +18,9 @@ from operators.scoring import MODES
 from pipeline.ann_build import build_ann
 from pipeline.config import AnnBuildConfig, SearchConfig
 from pipeline.search import Searcher
+from operators import codecs
 from storage.beir import read_collection
 from storage.manifest import load_manifest
-from storage.schema import arrow_to_matrix, arrow_to_packed
-from storage.shards import iter_shards
 
 pytestmark = pytest.mark.ray
 
@@ -50,20 +49,31 @@ N_EXHAUSTIVE = 5  # queries compared at exhaustive settings
 
 
 def independent_exact(index_url: str, encoded: dict, k: int = 10) -> dict[str, dict[str, list[tuple[str, float]]]]:
-    """Brute force over the shards written out here, not through the search core's partitions,
-    candidates or ranking: {mode: {qid: [(doc, score)]}}."""
+    """Brute force over the shards' files read and decoded here (pyarrow and the codec file,
+    not the search core's storage readers, partitions, candidates or ranking):
+    {mode: {qid: [(doc, score)]}}."""
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
     m = load_manifest(index_url)
-    doc_ids, packed, pooled = [], {"tokens": [], "centroids": [], "first_m": []}, []
-    for t in iter_shards(index_url, [s.path for s in m.shards], ["doc_id", "tokens", "centroids", "first_m", "pooled"]):
-        doc_ids += t["doc_id"].to_pylist()
-        for name in packed:
-            packed[name].append(arrow_to_packed(t[name]))
-        pooled.append(arrow_to_matrix(t["pooled"]).astype(np.float32))
+    loaded = {g: codecs.load(os.path.join(index_url, e["path"])) for g, e in m.codecs.items()}
+    codec = {"tokens": loaded["tokens"], "centroids": loaded["pooled"], "first_m": loaded["pooled"], "pooled": loaded["pooled"]}
+    doc_ids, codes, lengths = [], {"tokens": [], "centroids": [], "first_m": [], "pooled": []}, {"tokens": [], "centroids": [], "first_m": []}
+    for s in m.shards:
+        doc_ids += pq.read_table(os.path.join(index_url, s.path), columns=["doc_id"])["doc_id"].to_pylist()
+        t = ipc.open_file(os.path.join(index_url, s.codes)).read_all()
+        for name in codes:
+            col = t[name].combine_chunks()
+            if name in lengths:
+                lengths[name].append(np.diff(np.asarray(col.offsets)))
+                col = col.flatten()
+            width = codec[name].bytes_per_vector
+            codes[name].append(np.frombuffer(col.buffers()[1], np.uint8)[col.offset * width :][: len(col) * width])
     flat = {}
-    for name, parts in packed.items():  # (all vectors, start row of each passage)
-        lengths = np.concatenate([p.lengths for p in parts])
-        flat[name] = (np.concatenate([p.vectors for p in parts]).astype(np.float32), np.r_[0, np.cumsum(lengths)[:-1]])
-    pooled_m = np.concatenate(pooled)
+    for name, ls in lengths.items():  # (all vectors decoded, start row of each passage)
+        n = np.concatenate(ls)
+        flat[name] = (codec[name].decode(np.concatenate(codes[name]).reshape(-1, codec[name].bytes_per_vector)), np.r_[0, np.cumsum(n)[:-1]])
+    pooled_m = codec["pooled"].decode(np.concatenate(codes["pooled"]).reshape(-1, codec["pooled"].bytes_per_vector))
     runs: dict[str, dict] = {mode: {} for mode in MODES}
     for qid, e in encoded.items():
         v, starts = flat["tokens"]

@@ -16,7 +16,7 @@ from storage.manifest import Manifest
 
 
 def _manifest(ann: dict, bm25: dict | None = None) -> Manifest:
-    return Manifest(config={}, model={}, input={}, counts={"passages": 30}, dim=4, codec={}, shards=[], ann=ann, bm25=bm25 or {})
+    return Manifest(config={}, model={}, input={}, counts={"passages": 30}, dim=4, codecs={}, shards=[], ann=ann, bm25=bm25 or {})
 
 
 def _part(i: int, passages: int, vectors: int, first: int = 0) -> dict:

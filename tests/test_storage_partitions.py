@@ -21,7 +21,7 @@ def manifest(rows: list[int]) -> Manifest:
         ShardEntry(path=f"shards/s{i}.parquet", codes=f"shards/s{i}.codes.arrow", rows=r, tokens=0, bytes=0, sha256="", codes_bytes=0, codes_sha256="", block_id="b")
         for i, r in enumerate(rows)
     ]
-    return Manifest(config={}, model={}, input={}, counts={}, dim=4, codec={}, shards=shards)
+    return Manifest(config={}, model={}, input={}, counts={}, dim=4, codecs={}, shards=shards)
 
 
 def write_index(url: str, arrays: list[list[np.ndarray]], codec: codecs.Codec) -> Manifest:
@@ -38,11 +38,11 @@ def write_index(url: str, arrays: list[list[np.ndarray]], codec: codecs.Codec) -
                 "n_tokens": [len(a) for a in part], "tokens": codes, "pooled": codes_to_arrow(codec.encode(np.stack([a[0] for a in part]))),
                 "first_m": codes, "centroids": codes,
             },
-            schema=shard_schema(codec.name, codec.bytes_per_vector, codec.dim_out),
+            schema=shard_schema({"tokens": codec, "pooled": codec}),
         )
         rec = write_shard(url, table, f"b{b}")
         shards.append(ShardEntry(**{k: v for k, v in rec.items() if k != "seq_ranges"}))
-    return Manifest(config={}, model={}, input={}, counts={}, dim=codec.dim_out, codec={}, shards=shards)
+    return Manifest(config={}, model={}, input={}, counts={}, dim=codec.dim_out, codecs={}, shards=shards)
 
 
 def test_plan_splits_passages_into_contiguous_near_equal_ranges():
@@ -65,7 +65,7 @@ def test_partition_round_trip_maps_the_shards_codes_and_decodes_only_candidates(
     codec = codecs.train(codec_name, np.concatenate([a for part in arrays for a in part] + [unit(500)]), seed=0)
     m = write_index(str(tmp_path), arrays, codec)
     # a partition spanning both shards: passages 1..4 (rows 1-2 of shard 0, 0-1 of shard 1)
-    pv = read_passages(str(tmp_path), m.shards, [ShardSlice(m.shards[0].path, 1, 3), ShardSlice(m.shards[1].path, 0, 2)], "tokens", codec)
+    pv = read_passages(str(tmp_path), m.shards, [ShardSlice(m.shards[0].path, 1, 3), ShardSlice(m.shards[1].path, 0, 2)], "tokens", {"tokens": codec, "pooled": codec})
     assert pv.doc_ids == ["d0-1", "d0-2", "d1-0", "d1-1"] and pv.vectors.lengths.tolist() == [1, 3, 4, 2]
     assert len(pv.vectors.segments) == 2 and all(not s.flags.owndata for s in pv.vectors.segments)  # maps of the shards, no copy
     expected = [arrays[0][1], arrays[0][2], arrays[1][0], arrays[1][1]]
@@ -80,11 +80,11 @@ def test_partition_round_trip_maps_the_shards_codes_and_decodes_only_candidates(
     entry = write_partition(str(tmp_path), "ann/tokens/b1/part-00000", 1, pv, ann)
     assert entry["passages"] == 4 and entry["vectors"] == 10 and entry["first_passage"] == 1
     assert set(entry["files"]) >= {"passages.parquet"} and "vectors" not in pq.read_schema(tmp_path / entry["path"] / "passages.parquet").names
-    part = load_partition(str(tmp_path), "tokens", entry, m4, codec, verify=True)
+    part = load_partition(str(tmp_path), "tokens", entry, m4, {"tokens": codec, "pooled": codec}, verify=True)
     assert part.doc_ids == pv.doc_ids and part.n_vectors == 10 and part.dim == codec.dim_out
     np.testing.assert_array_equal(part.vectors.take(np.array([1])).vectors, codec.decode(codec.encode(expected[1])))
     passages = tmp_path / "ann/tokens/b1/part-00000/passages.parquet"
-    load = lambda verify=False: load_partition(str(tmp_path), "tokens", entry, m4, codec, verify=verify)  # noqa: E731
+    load = lambda verify=False: load_partition(str(tmp_path), "tokens", entry, m4, {"tokens": codec, "pooled": codec}, verify=verify)  # noqa: E731
     good = passages.read_bytes()
     flipped = bytearray(good)
     flipped[len(good) // 2] ^= 0xFF
@@ -114,4 +114,4 @@ def test_missing_vector_column_is_named(tmp_path):
         w.write_table(table)
     shard = m.shards[0].model_copy(update={"codes_bytes": path.stat().st_size})
     with pytest.raises(ValueError, match="codes.arrow holds no centroids vectors"):
-        read_passages(str(tmp_path), [shard], [ShardSlice(shard.path, 0, 1)], "centroids", codec)
+        read_passages(str(tmp_path), [shard], [ShardSlice(shard.path, 0, 1)], "centroids", {"tokens": codec, "pooled": codec})

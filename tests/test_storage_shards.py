@@ -35,7 +35,7 @@ def _table(n: int, dim: int = 8, seed: int = 0) -> tuple[pa.Table, list[np.ndarr
         "tokens": packed, "pooled": codes_to_arrow(codec.encode(np.stack([t[0] for t in toks]))),
         "first_m": packed, "centroids": packed,
     }
-    return pa.table(cols, schema=shard_schema(codec.name, codec.bytes_per_vector, codec.dim_out)), toks, codec
+    return pa.table(cols, schema=shard_schema({"tokens": codec, "pooled": codec})), toks, codec
 
 
 def test_shard_roundtrip_and_commit_record(index_url):
@@ -50,7 +50,7 @@ def test_shard_roundtrip_and_commit_record(index_url):
     assert "tokens" not in back.column_names and back["doc_id"].to_pylist() == [f"d{i}" for i in range(5)]
     entry = ShardEntry(**{k: v for k, v in rec.items() if k != "seq_ranges"})
     codes_table = open_codes(index_url, codes_file(entry))
-    assert codes_table.schema.metadata[b"mvr.codec"] == b"float16"
+    assert codes_table.schema.metadata[b"mvr.codec.tokens"] == codes_table.schema.metadata[b"mvr.codec.pooled"] == b"float16"
     codes, offsets = arrow_to_codes(codes_table["tokens"])
     for i, t in enumerate(toks):
         np.testing.assert_allclose(codec.decode(codes[offsets[i] : offsets[i + 1]]), t, atol=2e-3)  # float16
@@ -81,7 +81,7 @@ def test_orphans_and_manifest_commit(index_url):
     fs.write_bytes_atomic(f"{index_url}/shards/00000-000000-0000003.codes.arrow", b"partial")
     assert remove_orphan_shards(index_url, {rec["path"]}) == 2
     assert [u.rsplit("/", 1)[-1] for u in fs.list_files(f"{index_url}/shards")] == sorted(p.split("/")[1] for p in (rec["path"], rec["codes"]))
-    m = Manifest(config={}, model={}, input={}, counts={"passages": 3}, dim=8, codec={}, shards=[ShardEntry(**rec)])
+    m = Manifest(config={}, model={}, input={}, counts={"passages": 3}, dim=8, codecs={}, shards=[ShardEntry(**rec)])
     assert "seq_ranges" not in m.model_dump()["shards"][0]  # nothing per passage in the manifest
     commit_manifest(index_url, m)
     commit_manifest(index_url, m.model_copy())

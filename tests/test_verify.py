@@ -41,7 +41,7 @@ def test_intact_index_passes(msmarco_100, capsys):
     m = load_manifest(msmarco_100)
     files = expected_files(m)
     groups = {f.group for f in files}
-    assert len(m.shards) >= 3 and {"shard", "ann pooled part 0", "bm25 part 0", "rejects", "catalog"} <= groups
+    assert len(m.shards) >= 3 and {"shard", "shard codes", "codec", "ann pooled part 0", "bm25 part 0", "rejects", "catalog"} <= groups
     report = verify_index(msmarco_100)
     assert report.ok and len(report.checks) == len(files)
     assert all(c.status == "ok" for c in report.checks)
@@ -60,7 +60,10 @@ def test_each_damaged_file_is_named(index_copy, capsys):
     ann_file = f"{ann_part['path']}/{next(n for n in ann_part['files'] if n.startswith('index/') and n != 'index/ann.json')}"
     bm25_file = f"{bm25_part['path']}/{next(n for n in bm25_part['files'] if n.startswith('index/'))}"
     grown = f"{ann_part['path']}/passages.parquet"
+    codes, codec = m.shards[2].codes, m.codecs["tokens"]["path"]
 
+    _flip_byte(os.path.join(index_copy, codes))
+    _flip_byte(os.path.join(index_copy, codec))
     p = os.path.join(index_copy, corrupt)
     with open(p, "r+b") as f:  # flip one byte, same size
         f.seek(os.path.getsize(p) // 2)
@@ -76,22 +79,24 @@ def test_each_damaged_file_is_named(index_copy, capsys):
 
     report = verify_index(index_copy, workers=2)
     bad = {c.path: c.status for c in report.problems}
-    assert bad == {corrupt: "corrupted", truncate: "truncated", ann_file: "missing", bm25_file: "missing", grown: "oversized"}
+    assert bad == {corrupt: "corrupted", truncate: "truncated", ann_file: "missing", bm25_file: "missing", grown: "oversized", codes: "corrupted", codec: "corrupted"}
     assert not report.ok
     summary = {what: b for what, _, _, b in report.summary()}
-    assert summary["shard"] == 2 and summary["ann pooled"] == 2 and summary["bm25"] == 1
+    assert summary["shard"] == 2 and summary["shard codes"] == 1 and summary["codec"] == 1 and summary["ann pooled"] == 2 and summary["bm25"] == 1
 
     assert main([index_copy]) == 1
     out = capsys.readouterr().out
-    for text in ("corrupted", "truncated", "missing", "oversized", os.path.basename(corrupt), os.path.basename(truncate), "5 of"):
+    for text in ("corrupted", "truncated", "missing", "oversized", os.path.basename(corrupt), os.path.basename(truncate), os.path.basename(codes), "7 of"):
         assert text in out
 
     # the guard a reading job calls: refuses naming the damaged shards, passes the others
     with pytest.raises(IntegrityError) as err:
-        require_intact(index_copy, shard_files(m, [corrupt, truncate, m.shards[2].path]))
+        require_intact(index_copy, shard_files(m, [corrupt, truncate, m.shards[2].path], codes=False))
     assert corrupt in str(err.value) and truncate in str(err.value) and m.shards[2].path not in str(err.value)
     assert {c.path for c in err.value.problems} == {corrupt, truncate}
-    require_intact(index_copy, shard_files(m, [m.shards[2].path]))
+    require_intact(index_copy, shard_files(m, [m.shards[2].path], codes=False))
+    with pytest.raises(IntegrityError, match=os.path.basename(codes)):
+        require_intact(index_copy, shard_files(m, [m.shards[2].path]))
     with pytest.raises(ValueError, match="not shards"):
         shard_files(m, ["shards/nope.parquet"])
 
@@ -183,6 +188,32 @@ def test_search_refuses_damaged_shards_and_partition_files(index_copy):
         f.write(b"appended")
     with pytest.raises(IntegrityError, match=f"{bm25_part['path']}/{name}: oversized"):
         Searcher(index_copy, modes=("bm25",))
+
+
+def test_search_refuses_a_damaged_codec_or_codes_file(index_copy):
+    """The codec file is read whole and its sha256 compared by every job and replica that
+    loads it; a codes file is memory-mapped, so its size is compared when it is opened (its
+    sha256 is ``mvr verify``'s). Both refusals name the file; ``mvr search`` prints one
+    ``error:`` line."""
+    from pipeline.config import SearchConfig
+    from pipeline.search import Searcher
+
+    m = load_manifest(index_copy)
+    codes = os.path.join(index_copy, m.shards[1].codes)
+    os.truncate(codes, os.path.getsize(codes) - 8)
+    with pytest.raises(IntegrityError, match=f"{m.shards[1].codes}: truncated"):
+        Searcher(index_copy, modes=("maxsim",))  # the ANN partition maps the same codes
+    with pytest.raises(IntegrityError, match=f"{m.shards[1].codes}: truncated"):
+        Searcher(index_copy, modes=("pooled",), config=SearchConfig(exact=True))
+    codec = os.path.join(index_copy, m.codecs["tokens"]["path"])
+    _flip_byte(codec)
+    done = _search(index_copy)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    err_text = " ".join(done.stderr.split())
+    assert "error:" in err_text and "codecs/tokens.mvrc: corrupted" in err_text and "mvr verify" in err_text
+    os.remove(os.path.join(index_copy, m.codecs["pooled"]["path"]))
+    with pytest.raises(IntegrityError, match="codecs/pooled.mvrc: missing"):
+        Searcher(index_copy, modes=("pooled",))
 
 
 def test_undecodable_shard_is_an_integrity_error(index_copy):

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from operators.codecs.base import BLOCK, HELDOUT_FRACTION, UNIT_TOLERANCE, Codec, CodecFileError, Transform, default_centroids, id_dtype, is_unit
 from operators.codecs.quantizers import PCA, PQ, Composed
-from operators.codecs.registry import AUTO, EXAMPLES, FAMILIES, TRANSFORMS, bytes_per_vector, parse_name, resolve_name, train
+from operators.codecs.registry import AUTO, EXAMPLES, FAMILIES, TRANSFORMS, UNTRAINED, bytes_per_vector, parse_name, resolve_name, train
 from operators.codecs.residual import Residual
 from operators.codecs.scalar import Float16, Int8
 from operators.codecs.serial import FORMAT_VERSION, MAGIC
@@ -61,7 +61,7 @@ def from_bytes(data: bytes, source: str = "<bytes>") -> Codec:
 
 
 __all__ = [
-    "AUTO", "BLOCK", "EXAMPLES", "FAMILIES", "FORMAT_VERSION", "HELDOUT_FRACTION", "MAGIC", "TRANSFORMS", "UNIT_TOLERANCE",
+    "AUTO", "BLOCK", "EXAMPLES", "FAMILIES", "FORMAT_VERSION", "HELDOUT_FRACTION", "MAGIC", "TRANSFORMS", "UNIT_TOLERANCE", "UNTRAINED",
     "Codec", "CodecFileError", "Composed", "Float16", "Int8", "PCA", "PQ", "Residual", "Transform",
     "bytes_per_vector", "default_centroids", "from_bytes", "id_dtype", "is_unit", "load", "parse_name", "resolve_name", "train",
 ]

@@ -73,6 +73,7 @@ def bytes_per_vector(name: str, dim: int, n_vectors: Optional[int] = None, n_cen
 
 
 AUTO = "auto"
+UNTRAINED = ("float16", "int8")  # codecs that learn nothing from a sample (only its dimension)
 
 
 def resolve_name(name: str, dim: int) -> str:
