@@ -30,6 +30,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
                         + "; default auto: pca-64+residual-2 above 128 dims, residual-2 at 128 or fewer")
     p.add_argument("--first-m", type=int, default=8, help="first-m vectors a passage (CompressConfig.first_m, default 8)")
     p.add_argument("--centroids", type=int, default=4, help="k-means centroids a passage (CompressConfig.centroids, default 4; colbert.yaml 8)")
+    p.add_argument("--rows-per-shard", type=int, default=1024, help="passages a shard (RuntimeConfig.write_rows_per_shard, default 1024)")
     p.add_argument("--text-bytes-per-passage", type=float, default=m["text_bytes_per_passage"].value, help="raw UTF-8 text a passage (default: msmarco-sample)")
     p.add_argument("--doc-id-chars", type=float, default=m["doc_id_chars"].value, help="mean doc id length (default: msmarco-sample)")
     p.add_argument("--ann", choices=ANN_BACKENDS, default="faiss-ivfpq", help="ANN backend of the partitions (none: exact search only)")
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         w = Workload(
             passages=args.passages, tokens_per_passage=args.tokens_per_passage, dim=args.dim, codec=args.codec,
             first_m=args.first_m, centroids=args.centroids, text_bytes_per_passage=args.text_bytes_per_passage, doc_id_chars=args.doc_id_chars,
+            rows_per_shard=args.rows_per_shard,
         )
         ann = AnnSettings(args.ann, tuple(k.strip() for k in args.kinds.split(",") if k.strip()), args.pq_m, args.nbits, args.dims_per_block)
         serve = ServeSettings(not args.no_bm25, args.partitions, args.ram_per_partition_gb, args.size_by, args.codes_hot_fraction)

@@ -72,18 +72,38 @@ MEASURED: dict[str, Measured] = {
         "PassageTokenizer with configs/colbert.yaml (180-token windows, [D] marker, punctuation vectors dropped) on msmarco-sample: 5,035 passages",
     ),
     "text_bytes_per_passage": Measured(358.1, "UTF-8 bytes / passage", "mean passage text of msmarco-sample (reference config)"),
-    "text_stored_ratio": Measured(0.3957, "stored / raw text bytes", f"zstd text column chunks 708,416 B for 1,790,466 B of text, {_IDX2}"),
+    "text_stored_ratio": Measured(
+        0.3909, "stored / raw text bytes",
+        "zstd text column chunks over raw text, fitted with shard_chunk_bytes through two indexes: 708,416 B for 1,790,466 B in 5 shards "
+        f"({_IDX2}) and 19,916 B for 37,822 B in 3 shards of ≤ 40 passages (its first 100 passages, tests/conftest.py msmarco_100)",
+    ),
     "doc_id_chars": Measured(6.86, "characters / doc id", "mean msmarco-sample _id length"),
-    "passage_meta_bytes": Measured(15.43, "bytes / passage", f"doc_id, passage_idx, block_id, row_index, seq, title, char spans, n_tokens column chunks (zstd): 77,147 B / 5,000 passages, {_IDX2}"),
+    "passage_meta_bytes": Measured(
+        14.55, "bytes / passage",
+        "doc_id, passage_idx, block_id, row_index, seq, title, char spans, n_tokens column chunks (zstd), fitted with shard_chunk_bytes: "
+        "77,147 B / 5,000 passages in 5 shards and 4,089 B / 100 passages in 3 shards (the same two indexes)",
+    ),
+    "shard_chunk_bytes": Measured(
+        2_588, "bytes / shard",
+        "fixed cost of a Parquet shard's 10 column chunks (zstd frames, page headers, small-block compression loss): the two-point fit above "
+        "(text 1,710 + other columns 878 B); it reproduces both indexes' column chunk bytes within 20 B",
+    ),
     "shard_footer_bytes": Measured(3_209, "bytes / shard", f"Parquet file bytes not in any column chunk: 16,044 B over 5 shards, {_IDX2}"),
     "codes_file_overhead_bytes": Measured(
         1_764, "bytes / codes file",
         f"codes file bytes not in the columns' 4 B/passage offsets and codes: 8,495,306 - 8,486,544 B over 5 files (schema, batch header, footer, padding) "
         f"+ 3 × 4 B (a list column's n + 1st offset), {_IDX2}",
     ),
-    "catalog_bytes_per_passage": Measured(421.9, "bytes / passage", f"catalog.duckdb 2,109,440 B / 5,000 passages, {_IDX2} (as in schema 1)"),
+    "catalog_bytes_per_passage": Measured(
+        267.5, "bytes / passage",
+        f"catalog.duckdb, two points: 2,109,440 B at 5,000 passages ({_IDX2}) and 798,720 B at 100 (tests/conftest.py msmarco_100): (2,109,440 - 798,720) / 4,900",
+    ),
+    "catalog_fixed_bytes": Measured(771_970, "bytes", "the same two points: 798,720 B - 100 × 267.5 B (DuckDB's header and first blocks)"),
     "manifest_fixed_bytes": Measured(2_963, "bytes", f"manifest.json less its shard list, before build-ann (config, model, input, counts, codec), {_IDX2}"),
     "manifest_bytes_per_shard": Measured(396.2, "bytes / shard", f"ShardEntry in manifest.json (indent=1; 12-character block ids): (4,944 - 2,963) B / 5 shards, {_IDX2}"),
+    "manifest_bytes_per_partition": Measured(
+        1_546, "bytes / partition", f"an ANN or BM25 partition's manifest entry (path, files with bytes and sha256, params): (12,675 - 4,944) B / 5 partitions after build-ann, {_IDX2}"
+    ),
     "codec_header_bytes": Measured(732, "bytes / codec file", f"codec.mvrc 2,197,752 B less its arrays (2,197,020 B): magic, version, 680 B JSON header, sha256, {_IDX2}"),
     "partition_passage_bytes": Measured(
         8.41, "bytes / passage",
@@ -131,7 +151,8 @@ class Workload:
     vectors a passage, encoder output ``dim`` (after any projection), the index ``codec``
     (an ``operators.codecs`` name or ``auto``, resolved at ``dim``), first-m and centroid
     counts (CompressConfig), raw text bytes and doc-id characters a passage, and the codec's
-    training sample cap (CompressConfig.codec_sample_vectors: bounds a residual codebook)."""
+    training sample cap (CompressConfig.codec_sample_vectors: bounds a residual codebook)
+    and the passages a shard (RuntimeConfig.write_rows_per_shard)."""
 
     passages: int
     tokens_per_passage: float = MEASURED["tokens_per_passage"].value
@@ -142,9 +163,10 @@ class Workload:
     text_bytes_per_passage: float = MEASURED["text_bytes_per_passage"].value
     doc_id_chars: float = MEASURED["doc_id_chars"].value
     codec_sample_vectors: int = CODEC_SAMPLE_VECTORS
+    rows_per_shard: int = ROWS_PER_SHARD
 
     def __post_init__(self) -> None:
-        for name in ("passages", "dim", "first_m", "centroids", "codec_sample_vectors"):
+        for name in ("passages", "dim", "first_m", "centroids", "codec_sample_vectors", "rows_per_shard"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -417,8 +439,8 @@ def codec_file_bytes(w: Workload) -> float:
 
 
 def shard_count(w: Workload) -> int:
-    """Shards of ``w``: one a ``ROWS_PER_SHARD`` passages (more when blocks end mid-shard)."""
-    return math.ceil(w.passages / ROWS_PER_SHARD)
+    """Shards of ``w``: one a ``rows_per_shard`` passages (more when input blocks end mid-shard)."""
+    return math.ceil(w.passages / w.rows_per_shard)
 
 
 def shard_storage(w: Workload) -> list[Line]:
@@ -439,11 +461,13 @@ def shard_storage(w: Workload) -> list[Line]:
     lines.append(Line("shards: text (zstd)", n * w.text_bytes_per_passage * ratio, f"{w.text_bytes_per_passage:g} B/passage × {ratio}"))
     meta = MEASURED["passage_meta_bytes"].value
     footer = MEASURED["shard_footer_bytes"].value
-    lines.append(Line("shards: ids, spans, footers", n * meta + shards * footer, f"{meta:g} B/passage + {footer:,.0f} B × {shards:,} Parquet files (≥ 1 a {ROWS_PER_SHARD} passages)"))
+    chunks = MEASURED["shard_chunk_bytes"].value
+    lines.append(Line("shards: ids, spans, footers", n * meta + shards * (footer + chunks),
+                      f"{meta:g} B/passage + ({footer:,.0f} B footer + {chunks:,.0f} B of column chunks) × {shards:,} Parquet files (≥ 1 a {w.rows_per_shard:,} passages)"))
     parts = (["PCA matrix"] if "+" in w.codec_name else []) + ([f"codebook of {w.residual_centroids:,} centroids"] if w.residual_centroids else []) + ["header"]
     lines.append(Line("codec.mvrc", codec_file_bytes(w), f"{w.codec_name}: {', '.join(parts)}"))
-    cat = MEASURED["catalog_bytes_per_passage"].value
-    lines.append(Line("catalog.duckdb", n * cat, f"{cat:g} B/passage (measured)"))
+    cat, cat0 = MEASURED["catalog_bytes_per_passage"].value, MEASURED["catalog_fixed_bytes"].value
+    lines.append(Line("catalog.duckdb", cat0 + n * cat, f"{cat0:,.0f} B + {cat:g} B/passage (measured at 100 and 5,000 passages)"))
     fixed, per = MEASURED["manifest_fixed_bytes"].value, MEASURED["manifest_bytes_per_shard"].value
     lines.append(Line("manifest.json", fixed + shards * per, f"{fixed:,.0f} B + {per:g} B × {shards:,} shards (no per-passage data)"))
     return lines
@@ -589,6 +613,13 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
             # partitions of near-equal size: P × one partition's index (fixed parts counted P times)
             idx = ann_index_size(ann.backend, w.codec_dim, n / partitions, ann.pq_m, ann.nbits, ann.dims_per_block)
             storage.append(Line(f"ann/{kind}: {ann.backend} index", idx.file_bytes * partitions, f"{partitions:,} × ({_index_how(idx)}), dim {w.codec_dim}"))
+    built = (0 if exact_only else len(ann.kinds) * partitions) + (partitions if serve.bm25 else 0)
+    if built:
+        per = MEASURED["manifest_bytes_per_partition"].value
+        storage = [
+            Line(x.item, x.bytes + built * per, f"{x.how} + {per:,.0f} B × {built:,} ANN/BM25 partition entries") if x.item == "manifest.json" else x
+            for x in storage
+        ]
     if serve.bm25:
         files, _, terms = bm25_partition(w.passages / partitions)
         storage.append(Line("bm25 partitions", files * partitions, f"{partitions:,} × bm25s CSC, ~{terms:,.0f} terms each (Heaps' law, assumed)"))
