@@ -28,6 +28,8 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--codec", default=codecs.AUTO,
                    help="the index codec (CompressConfig.codec): an operators/codecs name, e.g. " + ", ".join(codecs.EXAMPLES)
                         + "; default auto: pca-64+residual-2 above 128 dims, residual-2 at 128 or fewer")
+    p.add_argument("--pooled-codec", default="int8",
+                   help="codec of the pooled, first-m and centroid vectors (CompressConfig.pooled_codec, default int8: dim + 4 B a vector)")
     p.add_argument("--first-m", type=int, default=8, help="first-m vectors a passage (CompressConfig.first_m, default 8)")
     p.add_argument("--centroids", type=int, default=4, help="k-means centroids a passage (CompressConfig.centroids, default 4; colbert.yaml 8)")
     p.add_argument("--rows-per-shard", type=int, default=1024, help="passages a shard (RuntimeConfig.write_rows_per_shard, default 1024)")
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         return error(SERVE_DTYPE_GONE)
     try:
         w = Workload(
-            passages=args.passages, tokens_per_passage=args.tokens_per_passage, dim=args.dim, codec=args.codec,
+            passages=args.passages, tokens_per_passage=args.tokens_per_passage, dim=args.dim, codec=args.codec, pooled_codec=args.pooled_codec,
             first_m=args.first_m, centroids=args.centroids, text_bytes_per_passage=args.text_bytes_per_passage, doc_id_chars=args.doc_id_chars,
             rows_per_shard=args.rows_per_shard,
         )
@@ -92,7 +94,8 @@ def print_plan(plan) -> None:
     for key, value in (
         ("passages", f"{w.passages:,}"),
         ("token vectors a passage", f"{w.tokens_per_passage:g}"),
-        ("dim, codec", f"{w.dim}, {w.codec_name}{' (auto)' if w.codec == 'auto' else ''}: {w.bytes_per_vector} B a vector, decoded dim {w.codec_dim}"),
+        ("dim, token codec", f"{w.dim}, {w.codec_name}{' (auto)' if w.codec == 'auto' else ''}: {w.bytes_per_vector} B a vector, decoded dim {w.codec_dim}"),
+        ("pooled/first-m/centroids codec", f"{w.pooled_codec_name}: {w.bytes_per_vector_of('pooled')} B a vector, decoded dim {w.dim_of('pooled')}"),
         ("first-m, centroids", f"{w.first_m}, {w.centroids}"),
         ("ANN", f"{ann.backend} over {', '.join(ann.kinds)}" if ann.backend != "none" else "none (exact)"),
         ("served codes", f"memory-mapped; {serve.codes_hot_fraction:g} of them provisioned as page cache"),

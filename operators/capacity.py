@@ -8,13 +8,14 @@ Formats the arithmetic follows (schema v2, ``storage/schema.py``):
   and ``shards/X.codes.arrow`` (Arrow IPC, uncompressed): per passage its token, first-m and
   centroid vectors as ``list<fixed_size_binary(bpv)>`` (bpv codes + a 4-byte int32 list offset
   a passage and list column) and its pooled vector as ``fixed_size_binary(bpv)``, where bpv is
-  the index codec's bytes a vector (``operators/codecs``; default ``auto``: ``pca-64+residual-2``
+  the bytes a vector of the kind's codec (tokens: the token codec; the others: the pooled codec) (``operators/codecs``; default ``auto``: ``pca-64+residual-2``
   above 128 dims, 18 B at dim 384; ``residual-2`` at ≤ 128); one shard per ≤ 1,024 passages
-  of an input block; the codec file ``codec.mvrc`` (PCA matrix, centroids) once an index;
+  of an input block; two codec files ``codecs/{tokens,pooled}.mvrc`` (``storage/codec_file.py``:
+  the token vectors' codec, and ``int8`` by default for pooled, first-m and centroids);
   ``manifest.json`` lists shards, nothing per passage;
 - an ANN partition (``storage/partitions.py``) holds ``passages.parquet`` (ids only: passage,
-  doc_id, passage_idx) and its index over the *decoded* vectors, of the codec's output
-  dimension (``dim_out``: 64 for the default): FAISS IVFPQ (``operators/ivfpq.py``: per vector
+  doc_id, passage_idx) and its index over the *decoded* vectors, of the kind's codec's output
+  dimension (``dim_out``: 64 for the default token codec, dim for int8): FAISS IVFPQ (``operators/ivfpq.py``: per vector
   an m·nbits/8-byte code and an 8-byte id; coarse centroids nlist·dim·4; PQ centroids
   2^nbits·dim·4) or ScaNN (``operators/scann_index.py``: per vector the float32 vector kept
   for the exact reorder, one byte per dims_per_block dimensions of AH codes on disk — half
@@ -104,7 +105,14 @@ MEASURED: dict[str, Measured] = {
     "manifest_bytes_per_partition": Measured(
         1_546, "bytes / partition", f"an ANN or BM25 partition's manifest entry (path, files with bytes and sha256, params): (12,675 - 4,944) B / 5 partitions after build-ann, {_IDX2}"
     ),
-    "codec_header_bytes": Measured(732, "bytes / codec file", f"codec.mvrc 2,197,752 B less its arrays (2,197,020 B): magic, version, 680 B JSON header, sha256, {_IDX2}"),
+    "codec_header_bytes": Measured(
+        200, "bytes / codec file",
+        "magic, version, JSON header and sha256 of a codec without arrays: codecs/pooled.mvrc (int8) of tests/conftest.py msmarco_100, 200 B",
+    ),
+    "codec_array_header_bytes": Measured(
+        106.4, "bytes / array", f"each array's header entry (name, dtype, shape, offset, size) and its stage's parameters: codec.mvrc (pca-64+residual-2, "
+        f"5 arrays) 2,197,752 B less its arrays 2,197,020 B = 732 B = 200 + 5 × 106.4, {_IDX2}",
+    ),
     "partition_passage_bytes": Measured(
         8.41, "bytes / passage",
         "passage, doc_id, passage_idx columns (zstd), as bm25/*/passages.parquet: ann/*/passages.parquet of the whole msmarco-sample is 42,942 B, "
@@ -148,8 +156,9 @@ PAGE_CACHE_NOTE = (
 @dataclass(frozen=True)
 class Workload:
     """The collection and its vectors: ``passages`` (after splitting), mean stored token
-    vectors a passage, encoder output ``dim`` (after any projection), the index ``codec``
-    (an ``operators.codecs`` name or ``auto``, resolved at ``dim``), first-m and centroid
+    vectors a passage, encoder output ``dim`` (after any projection), the token vectors'
+    ``codec`` (an ``operators.codecs`` name or ``auto``, resolved at ``dim``) and the
+    ``pooled_codec`` of pooled, first-m and centroids (CompressConfig.pooled_codec), first-m and centroid
     counts (CompressConfig), raw text bytes and doc-id characters a passage, and the codec's
     training sample cap (CompressConfig.codec_sample_vectors: bounds a residual codebook)
     and the passages a shard (RuntimeConfig.write_rows_per_shard)."""
@@ -158,6 +167,7 @@ class Workload:
     tokens_per_passage: float = MEASURED["tokens_per_passage"].value
     dim: int = 384
     codec: str = codecs.AUTO
+    pooled_codec: str = "int8"
     first_m: int = 8
     centroids: int = 4
     text_bytes_per_passage: float = MEASURED["text_bytes_per_passage"].value
@@ -175,43 +185,66 @@ class Workload:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if self.tokens_per_passage < 1:
             raise ValueError(f"tokens_per_passage must be at least 1, got {self.tokens_per_passage}")
-        stages = codecs.parse_name(self.codec_name)  # ValueError naming what is wrong
-        if len(stages) == 2 and int(stages[0][1]) > self.dim:  # type: ignore[arg-type]
-            raise ValueError(f"codec {self.codec_name}: cannot reduce {self.dim} dims to {stages[0][1]}")
-        if stages[-1][0] == "pq" and self.codec_dim % int(stages[-1][1]):  # type: ignore[arg-type]
-            raise ValueError(f"codec {self.codec_name}: pq-{stages[-1][1]} must divide its input dimension {self.codec_dim}")
+        for name in (self.codec_name, self.pooled_codec_name):
+            stages = codecs.parse_name(name)  # ValueError naming what is wrong
+            if len(stages) == 2 and int(stages[0][1]) > self.dim:  # type: ignore[arg-type]
+                raise ValueError(f"codec {name}: cannot reduce {self.dim} dims to {stages[0][1]}")
+            inner = int(stages[0][1]) if len(stages) == 2 else self.dim  # type: ignore[arg-type]
+            if stages[-1][0] == "pq" and inner % int(stages[-1][1]):  # type: ignore[arg-type]
+                raise ValueError(f"codec {name}: pq-{stages[-1][1]} must divide its input dimension {inner}")
 
     @property
     def codec_name(self) -> str:
-        """The codec the index stores (``auto`` resolved at ``dim``, as ``mvr index`` does)."""
+        """The token vectors' codec (``auto`` resolved at ``dim``, as ``mvr index`` does)."""
         return codecs.resolve_name(self.codec, self.dim)
 
     @property
-    def codec_dim(self) -> int:
-        """Dimension of the decoded vectors (``dim_out``: a PCA's D, else ``dim``): what the
-        ANN indexes are built over."""
-        stages = codecs.parse_name(self.codec_name)
+    def pooled_codec_name(self) -> str:
+        """The codec of pooled, first-m and centroids (``storage/codec_file.py``: group pooled)."""
+        return codecs.resolve_name(self.pooled_codec, self.dim)
+
+    def codec_of(self, kind: str) -> str:
+        """The codec that stores ``kind`` (``storage.codec_file.KIND_GROUP``)."""
+        return self.codec_name if kind == "tokens" else self.pooled_codec_name
+
+    def _decoded_dim(self, name: str) -> int:
+        stages = codecs.parse_name(name)
         return int(stages[0][1]) if len(stages) == 2 else self.dim  # type: ignore[arg-type]
+
+    @property
+    def codec_dim(self) -> int:
+        """Dimension of the decoded token vectors (``dim_out``: a PCA's D, else ``dim``): what
+        the tokens ANN index is built over."""
+        return self._decoded_dim(self.codec_name)
+
+    def dim_of(self, kind: str) -> int:
+        """Decoded dimension of ``kind``'s vectors (its ANN index's dimension)."""
+        return self._decoded_dim(self.codec_of(kind))
 
     @property
     def token_vectors(self) -> float:
         return self.passages * self.tokens_per_passage
 
-    @property
-    def residual_centroids(self) -> Optional[int]:
-        """Codebook size of a residual codec (None for another family): ColBERTv2's default
-        for the collection's token vectors, at most the k-means rows of the training sample
-        (the sample less its 5 % held out), as ``operators/codecs/residual.py`` trains it."""
-        if codecs.parse_name(self.codec_name)[-1][0] != "residual":
+    def residual_centroids(self, name: Optional[str] = None) -> Optional[int]:
+        """Codebook size of a residual codec ``name`` (default the tokens codec; None for
+        another family): ColBERTv2's default for the collection's token vectors, at most the
+        k-means rows of the training sample (the sample less its 5 % held out), as
+        ``operators/codecs/residual.py`` trains it."""
+        if codecs.parse_name(name or self.codec_name)[-1][0] != "residual":
             return None
         sample = int(min(self.codec_sample_vectors, self.token_vectors))
         train_rows = sample - max(1, int(round(sample * codecs.HELDOUT_FRACTION))) if sample > 1 else 1
         return max(1, min(codecs.default_centroids(int(self.token_vectors)), train_rows))
 
+    def bytes_per_vector_of(self, kind: str) -> int:
+        """Stored bytes of one vector of ``kind`` (``operators.codecs.bytes_per_vector``)."""
+        name = self.codec_of(kind)
+        return codecs.bytes_per_vector(name, self.dim, n_centroids=self.residual_centroids(name))
+
     @property
     def bytes_per_vector(self) -> int:
-        """Stored bytes of one vector's codes (``operators.codecs.bytes_per_vector``)."""
-        return codecs.bytes_per_vector(self.codec_name, self.dim, n_centroids=self.residual_centroids)
+        """Stored bytes of one token vector's codes."""
+        return self.bytes_per_vector_of("tokens")
 
     def vectors_per_passage(self, kind: str) -> float:
         """Mean vectors a passage of ``kind`` (first-m and centroids: min(m, tokens); the mean
@@ -225,7 +258,7 @@ class Workload:
     def codes_bytes_per_passage(self, kind: str) -> float:
         """Codes-file bytes a passage of ``kind``: its vectors' codes, + a 4-byte list offset
         for a list column (tokens, first-m, centroids)."""
-        return self.vectors_per_passage(kind) * self.bytes_per_vector + (4 if kind in LIST_KINDS else 0)
+        return self.vectors_per_passage(kind) * self.bytes_per_vector_of(kind) + (4 if kind in LIST_KINDS else 0)
 
 
 @dataclass(frozen=True)
@@ -418,24 +451,28 @@ class CapacityPlan:
         }
 
 
-def codec_file_bytes(w: Workload) -> float:
-    """Bytes of ``codec.mvrc`` (``operators/codecs/serial.py``): its float32 arrays — a PCA's
-    D × dim matrix and dim-vector mean, a residual codebook (centroids × its input dims) and
-    2^N - 1 bucket cutoffs and 2^N weights (float32), PQ's 256 × its input dims — plus the magic,
-    JSON header and sha256 (measured, ``codec_header_bytes``)."""
-    stages = codecs.parse_name(w.codec_name)
-    arrays = 0.0
+def codec_file_bytes(w: Workload, name: str) -> float:
+    """Bytes of a codec file ``codecs/{group}.mvrc`` (``operators/codecs/serial.py``) of codec
+    ``name``: its float32 arrays — a PCA's D × dim matrix and dim-vector mean, a residual
+    codebook (centroids × its input dims), 2^N - 1 bucket cutoffs and 2^N weights, PQ's 256 ×
+    its input dims; none for float16 / int8 — plus the magic, JSON header and sha256
+    (measured, ``codec_header_bytes``)."""
+    stages = codecs.parse_name(name)
+    arrays, n_arrays = 0.0, 0
     d = w.dim
-    if len(stages) == 2:  # pca-D
+    if len(stages) == 2:  # pca-D: matrix and mean
         big_d = int(stages[0][1])  # type: ignore[arg-type]
         arrays += 4.0 * (big_d * d + d)
+        n_arrays += 2
         d = big_d
     family, arg = stages[-1]
-    if family == "residual":
-        arrays += 4.0 * (w.residual_centroids or 1) * d + 4.0 * (2 * 2 ** int(arg) - 1)  # type: ignore[arg-type]
+    if family == "residual":  # centroids, cutoffs, weights
+        arrays += 4.0 * (w.residual_centroids(name) or 1) * d + 4.0 * (2 * 2 ** int(arg) - 1)  # type: ignore[arg-type]
+        n_arrays += 3
     elif family == "pq":
         arrays += 4.0 * 256 * d
-    return arrays + MEASURED["codec_header_bytes"].value
+        n_arrays += 1
+    return arrays + MEASURED["codec_header_bytes"].value + n_arrays * MEASURED["codec_array_header_bytes"].value
 
 
 def shard_count(w: Workload) -> int:
@@ -448,13 +485,12 @@ def shard_storage(w: Workload) -> list[Line]:
     file, the catalog and the manifest of an index of ``w`` (every vector kind is always
     written to the codes files)."""
     n = w.passages
-    bpv = w.bytes_per_vector
     shards = shard_count(w)
     lines = []
     for kind, column in (("tokens", "token"), ("first-m", f"first-{w.first_m}"), ("centroids", f"{w.centroids}-centroid"), ("pooled", "pooled")):
         vpp = w.vectors_per_passage(kind)
         off = " + 4 B list offset" if kind in LIST_KINDS else ""
-        lines.append(Line(f"shards: {column} codes", n * w.codes_bytes_per_passage(kind), f"{vpp:g} a passage × {bpv} B ({w.codec_name}){off}"))
+        lines.append(Line(f"shards: {column} codes", n * w.codes_bytes_per_passage(kind), f"{vpp:g} a passage × {w.bytes_per_vector_of(kind)} B ({w.codec_of(kind)}){off}"))
     ov = MEASURED["codes_file_overhead_bytes"].value
     lines.append(Line("shards: codes files' framing", shards * ov, f"{ov:,.0f} B × {shards:,} codes files (Arrow IPC schema, batch headers, footer, padding)"))
     ratio = MEASURED["text_stored_ratio"].value
@@ -464,8 +500,9 @@ def shard_storage(w: Workload) -> list[Line]:
     chunks = MEASURED["shard_chunk_bytes"].value
     lines.append(Line("shards: ids, spans, footers", n * meta + shards * (footer + chunks),
                       f"{meta:g} B/passage + ({footer:,.0f} B footer + {chunks:,.0f} B of column chunks) × {shards:,} Parquet files (≥ 1 a {w.rows_per_shard:,} passages)"))
-    parts = (["PCA matrix"] if "+" in w.codec_name else []) + ([f"codebook of {w.residual_centroids:,} centroids"] if w.residual_centroids else []) + ["header"]
-    lines.append(Line("codec.mvrc", codec_file_bytes(w), f"{w.codec_name}: {', '.join(parts)}"))
+    for group, name in (("tokens", w.codec_name), ("pooled", w.pooled_codec_name)):
+        parts = (["PCA matrix"] if "+" in name else []) + ([f"codebook of {w.residual_centroids(name):,} centroids"] if w.residual_centroids(name) else []) + ["header"]
+        lines.append(Line(f"codecs/{group}.mvrc", codec_file_bytes(w, name), f"{name}: {', '.join(parts)}"))
     cat, cat0 = MEASURED["catalog_bytes_per_passage"].value, MEASURED["catalog_fixed_bytes"].value
     lines.append(Line("catalog.duckdb", cat0 + n * cat, f"{cat0:,.0f} B + {cat:g} B/passage (measured at 100 and 5,000 passages)"))
     fixed, per = MEASURED["manifest_fixed_bytes"].value, MEASURED["manifest_bytes_per_shard"].value
@@ -523,15 +560,15 @@ def partition_ram(w: Workload, ann: AnnSettings, serve: ServeSettings, passages:
         n = passages * w.vectors_per_passage(kind)
         codes += passages * w.codes_bytes_per_passage(kind)
         if ann.backend != "none":
-            idx = ann_index_size(ann.backend, w.codec_dim, n, ann.pq_m, ann.nbits, ann.dims_per_block)
+            idx = ann_index_size(ann.backend, w.dim_of(kind), n, ann.pq_m, ann.nbits, ann.dims_per_block)
             indexes[kind] = idx
-            lines.append(Line(f"{kind}: {ann.backend} index (dim {w.codec_dim})", idx.ram_bytes, _index_how(idx)))
+            lines.append(Line(f"{kind}: {ann.backend} index (dim {w.dim_of(kind)})", idx.ram_bytes, _index_how(idx)))
         ids = passages * per_passage + 8
         lines.append(Line(f"{kind}: offsets, doc ids, passage_idx", ids, f"{per_passage:.0f} B/passage (int64 offset, str doc id, int32)"))
         pp = MEASURED["partition_passage_bytes"].value
         largest = max(largest, passages * (pp + 8 + 4 + w.doc_id_chars + 4 + 4) + MEASURED["partition_file_footer_bytes"].value if ann.backend != "none" else 0)
     f = serve.codes_hot_fraction
-    lines.append(Line(f"codes page cache (hot fraction {f:g})", f * codes, f"{f:g} × {human_bytes(codes)} of memory-mapped codes ({w.codec_name}, {', '.join(kinds)})"))
+    lines.append(Line(f"codes page cache (hot fraction {f:g})", f * codes, f"{f:g} × {human_bytes(codes)} of memory-mapped codes of {', '.join(kinds)}"))
     if serve.bm25:
         _, ram, terms = bm25_partition(passages)
         lines.append(Line("bm25 partition", ram + passages * (_doc_id_bytes(w) + 4), f"{MEASURED['bm25_postings_per_passage'].value:g} postings/passage × 8 B, ~{terms:,.0f} terms"))
@@ -611,8 +648,8 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
             n = w.passages * w.vectors_per_passage(kind)
             storage.append(Line(f"ann/{kind}: passages.parquet", w.passages * pp + partitions * footer, f"ids only (passage, doc_id, passage_idx): {pp:g} B/passage + {footer:,.0f} B a file"))
             # partitions of near-equal size: P × one partition's index (fixed parts counted P times)
-            idx = ann_index_size(ann.backend, w.codec_dim, n / partitions, ann.pq_m, ann.nbits, ann.dims_per_block)
-            storage.append(Line(f"ann/{kind}: {ann.backend} index", idx.file_bytes * partitions, f"{partitions:,} × ({_index_how(idx)}), dim {w.codec_dim}"))
+            idx = ann_index_size(ann.backend, w.dim_of(kind), n / partitions, ann.pq_m, ann.nbits, ann.dims_per_block)
+            storage.append(Line(f"ann/{kind}: {ann.backend} index", idx.file_bytes * partitions, f"{partitions:,} × ({_index_how(idx)}), dim {w.dim_of(kind)}"))
     built = (0 if exact_only else len(ann.kinds) * partitions) + (partitions if serve.bm25 else 0)
     if built:
         per = MEASURED["manifest_bytes_per_partition"].value

@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from storage import fs
 from storage.catalog import Catalog
+from storage.codec_file import KIND_GROUP
 from storage.manifest import Manifest, load_manifest
 
 # vector kind → codes-file column (storage/schema.py); the order ``mvr stats`` prints them in
@@ -34,8 +35,9 @@ def index_stats(index_url: str) -> dict:
         "passages": totals["passages"],
         "tokens": totals["tokens"],
         "dim": m.dim,
-        "codec": m.codec["name"],
-        "bytes_per_token_vector": int(m.codec["bytes_per_vector"]),  # the codec's code size
+        "codec": m.codecs["tokens"]["name"],
+        "pooled_codec": m.codecs["pooled"]["name"],
+        "bytes_per_token_vector": int(m.codecs["tokens"]["bytes_per_vector"]),  # the token codec's code size
         "shards": len(m.shards),
         "shard_bytes": sum(s.bytes for s in m.shards),
         "codes_bytes": sum(s.codes_bytes for s in m.shards),
@@ -75,7 +77,7 @@ def vector_bytes(index_url: str, m: Manifest) -> dict[str, Any]:
     partitions' ``index/`` files (every partition of the manifest's build), divided by the
     kind's vector count; the total puts the codes files' whole bytes (framing included) and
     every ANN index over all vectors. The ANN partitions' ``passages.parquet`` (ids, no
-    vectors) and the codec file are left out."""
+    vectors) and the codec files are left out."""
     kinds: dict[str, dict[str, Any]] = {k: {"vectors": 0, "codes_bytes": 0, "ann_bytes": 0} for k in KIND_COLUMNS}
     codes_files = 0
     for shard in m.shards:
@@ -102,4 +104,7 @@ def vector_bytes(index_url: str, m: Manifest) -> dict[str, Any]:
         "ann_bytes": ann,
         "per_vector": (codes_files + ann) / max(vectors, 1),
     }
-    return {"codec": m.codec["name"], "bytes_per_vector": int(m.codec["bytes_per_vector"]), "kinds": kinds, "total": total}
+    for kind, k in kinds.items():
+        entry = m.codecs[KIND_GROUP[kind]]
+        k["codec"], k["bytes_per_vector"] = entry["name"], int(entry["bytes_per_vector"])
+    return {"codecs": {g: e["name"] for g, e in m.codecs.items()}, "kinds": kinds, "total": total}

@@ -49,7 +49,7 @@ def test_default_rules_are_the_backends_own():
 
 
 def test_shard_bytes_follow_the_schema():
-    w = Workload(passages=2048, tokens_per_passage=10, dim=8, codec="float16", first_m=8, centroids=4, text_bytes_per_passage=100)
+    w = Workload(passages=2048, tokens_per_passage=10, dim=8, codec="float16", pooled_codec="float16", first_m=8, centroids=4, text_bytes_per_passage=100)
     assert w.bytes_per_vector == 16 and w.codec_dim == 8
     lines = {x.item: x.bytes for x in shard_storage(w)}
     # codes: bpv a vector, + an int32 list offset a passage for the list columns (not pooled)
@@ -73,7 +73,11 @@ def test_codecs_resolve_as_the_index_does():
     big = Workload(passages=10**9)  # MiniLM, auto
     assert big.codec_name == "pca-64+residual-2" == codecs.resolve_name("auto", 384) and big.codec_dim == 64
     # the codebook is capped by the training sample (65,536 less 5 % held out): 2-byte ids, 18 B a vector
-    assert big.residual_centroids == 65_536 - round(65_536 * 0.05) and big.bytes_per_vector == 18
+    assert big.residual_centroids() == 65_536 - round(65_536 * 0.05) and big.bytes_per_vector == 18
+    # pooled, first-m and centroids: the pooled codec, int8 by default (dim + a 4-byte scale), ANN at dim 384
+    for kind in ("pooled", "first-m", "centroids"):
+        assert big.codec_of(kind) == "int8" and big.bytes_per_vector_of(kind) == 388 and big.dim_of(kind) == 384
+    assert big.codec_of("tokens") == big.codec_name and big.dim_of("tokens") == 64
     colbert = Workload(passages=10**9, dim=128)
     assert colbert.codec_name == "residual-2" and colbert.codec_dim == 128 and colbert.bytes_per_vector == 2 + 128 * 2 // 8
     assert Workload(passages=10, dim=384, codec="float16").bytes_per_vector == 768
@@ -100,7 +104,7 @@ def test_residual_codebook_size_is_the_trained_one():
         w = Workload(passages=n_tokens // 10, tokens_per_passage=10, dim=16, codec="residual-2", codec_sample_vectors=sample_cap)
         x = rng.standard_normal((min(sample_cap, n_tokens), 16)).astype(np.float32)
         codec = codecs.train("residual-2", x / np.linalg.norm(x, axis=1, keepdims=True), seed=0, n_vectors=n_tokens)
-        assert len(codec.centroids) == w.residual_centroids
+        assert len(codec.centroids) == w.residual_centroids()
         assert codec.bytes_per_vector == w.bytes_per_vector
 
 
@@ -252,7 +256,7 @@ def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
     w = Workload(
         passages=m.counts["passages"],
         tokens_per_passage=m.counts["tokens"] / m.counts["passages"],  # the index's own counts
-        dim=m.codec["dim_in"],
+        dim=m.codecs["tokens"]["dim_in"],
         first_m=m.config["compress"]["first_m"],
         centroids=m.config["compress"]["centroids"],
         text_bytes_per_passage=float(np.mean([len(s.encode()) for s in t["text"].to_pylist()])),
@@ -260,13 +264,15 @@ def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
         rows_per_shard=m.config["runtime"]["write_rows_per_shard"],
     )
     assert shard_count(w) == len(m.shards)  # one input block: a shard a rows_per_shard passages
-    # the plan's codec is the index's: name, decoded dim, bytes a vector, codebook size
-    assert w.codec_name == m.codec["name"] == codecs.resolve_name("auto", m.codec["dim_in"]) and w.codec_dim == m.codec["dim_out"] == m.dim
-    assert w.bytes_per_vector == m.codec["bytes_per_vector"]
-    from storage.codec_file import load_codec
+    # the plan's codecs are the index's: names, decoded dims, bytes a vector, codebook size
+    from storage.codec_file import KIND_GROUP, load_codec
 
-    codec = load_codec(msmarco_100, m.codec)
-    assert len(codec.inner.centroids if hasattr(codec, "inner") else codec.centroids) == w.residual_centroids
+    assert w.codec_name == m.codecs["tokens"]["name"] == codecs.resolve_name("auto", w.dim) and w.codec_dim == m.codecs["tokens"]["dim_out"] == m.dim
+    for kind, group in KIND_GROUP.items():
+        entry = m.codecs[group]
+        assert (w.codec_of(kind), w.bytes_per_vector_of(kind), w.dim_of(kind)) == (entry["name"], entry["bytes_per_vector"], entry["dim_out"])
+    codec = load_codec(msmarco_100, m.codecs["tokens"])
+    assert len(codec.inner.centroids if hasattr(codec, "inner") else codec.centroids) == w.residual_centroids()
 
     plan = make_plan(w, AnnSettings("faiss-ivfpq", ("tokens", "pooled")), ServeSettings(partitions=1))
     lines = {x.item: x.bytes for x in plan.storage}
@@ -303,8 +309,9 @@ def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
     parquet_plan = lines["shards: text (zstd)"] + lines["shards: ids, spans, footers"]
     assert abs(parquet_plan - parquet) <= PARQUET_FIT_TOL * parquet + FOOTER_TOL * n_shards * MEASURED["shard_footer_bytes"].value, (parquet_plan, parquet)
 
-    # codec file: arrays exact, header measured
-    assert abs(lines["codec.mvrc"] - m.codec["bytes"]) <= 64, (lines["codec.mvrc"], m.codec["bytes"])
+    # codec files: arrays exact, header measured
+    for group in ("tokens", "pooled"):
+        assert abs(lines[f"codecs/{group}.mvrc"] - m.codecs[group]["bytes"]) <= 64, (group, lines[f"codecs/{group}.mvrc"], m.codecs[group]["bytes"])
     # catalog: a fit through this index and the 5,000-passage one; the file grows in DuckDB blocks
     assert abs(lines["catalog.duckdb"] - os.path.getsize(os.path.join(msmarco_100, "catalog.duckdb"))) <= CATALOG_TOL
     # manifest: the plan's per-shard figure against this manifest's own shard list
@@ -334,7 +341,7 @@ def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
         assert idx.params.get("brute_force", False) == part["params"]["brute_force"]
     _check_bm25_plan(msmarco_100, m.bm25["partitions"], w.passages, lines["bm25 partitions"])
     # every line was checked
-    checked = set(shard_lines) | {"codec.mvrc", "catalog.duckdb", "manifest.json", "bm25 partitions"}
+    checked = set(shard_lines) | {"codecs/tokens.mvrc", "codecs/pooled.mvrc", "catalog.duckdb", "manifest.json", "bm25 partitions"}
     checked |= {f"ann/{k}: {x}" for k in ("tokens", "pooled") for x in ("passages.parquet", "faiss-ivfpq index")}
     assert checked == set(lines)
     # served RAM: the ANN index at the decoded dimension; codes mapped, not counted (hot fraction 0)
@@ -351,12 +358,16 @@ def test_stats_measures_bytes_a_vector(msmarco_100, capsys, monkeypatch):
     m = load_manifest(msmarco_100)
     s = index_stats(msmarco_100)
     vb = s["vector_bytes"]
-    assert s["codec"] == vb["codec"] == m.codec["name"] and s["bytes_per_token_vector"] == m.codec["bytes_per_vector"]
-    bpv = m.codec["bytes_per_vector"]
+    from storage.codec_file import KIND_GROUP
+
+    assert s["codec"] == vb["codecs"]["tokens"] == m.codecs["tokens"]["name"] and s["bytes_per_token_vector"] == m.codecs["tokens"]["bytes_per_vector"]
+    assert s["pooled_codec"] == vb["codecs"]["pooled"] == m.codecs["pooled"]["name"]
     k = vb["kinds"]
     assert k["tokens"]["vectors"] == m.counts["tokens"] and k["pooled"]["vectors"] == m.counts["passages"]
     assert k["first-m"]["vectors"] == m.counts["passages"] * m.config["compress"]["first_m"]  # no passage shorter than m here
     for kind, v in k.items():
+        bpv = m.codecs[KIND_GROUP[kind]]["bytes_per_vector"]
+        assert (v["codec"], v["bytes_per_vector"]) == (m.codecs[KIND_GROUP[kind]]["name"], bpv)
         list_col = kind != "pooled"
         # codes: bpv a vector + a 4-byte list offset a passage (+ one a shard) for list columns
         extra = 4 * (m.counts["passages"] + len(m.shards)) if list_col else 0
@@ -370,7 +381,7 @@ def test_stats_measures_bytes_a_vector(msmarco_100, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # rich: wide enough not to fold the table
     assert main([msmarco_100]) == 0
     out = capsys.readouterr().out
-    assert m.codec["name"] in out and "total B/vector" in out and f"{k['tokens']['total_per_vector']:.2f}" in out
+    assert m.codecs["tokens"]["name"] in out and m.codecs["pooled"]["name"] in out and "total B/vector" in out and f"{k['tokens']['total_per_vector']:.2f}" in out
 
 
 # The BM25 plan estimates three things from msmarco-sample's 5,000 passages; each is checked
