@@ -65,7 +65,7 @@ class Measured:
 
 
 _IDX = "an msmarco-sample index built with the reference config (IndexConfig(), 5,000 passages, dim 384; 2026-11-23)"
-_IDX2 = "the whole msmarco-sample indexed with IndexConfig() (schema 2, codec auto = pca-64+residual-2; 2026-11-23)"
+_IDX2 = "the whole msmarco-sample indexed with IndexConfig() (schema 2, codecs: tokens auto = pca-64+residual-2, pooled int8; 2026-11-23)"
 MEASURED: dict[str, Measured] = {
     "tokens_per_passage": Measured(80.63, "token vectors / passage", f"403,138 token vectors / 5,000 passages, manifest counts of {_IDX}"),
     "tokens_per_passage_colbert": Measured(
@@ -91,19 +91,19 @@ MEASURED: dict[str, Measured] = {
     ),
     "shard_footer_bytes": Measured(3_209, "bytes / shard", f"Parquet file bytes not in any column chunk: 16,044 B over 5 shards, {_IDX2}"),
     "codes_file_overhead_bytes": Measured(
-        1_764, "bytes / codes file",
-        f"codes file bytes not in the columns' 4 B/passage offsets and codes: 8,495,306 - 8,486,544 B over 5 files (schema, batch header, footer, padding) "
-        f"+ 3 × 4 B (a list column's n + 1st offset), {_IDX2}",
+        1_780, "bytes / codes file",
+        "codes file bytes not in the columns' 4 B/passage offsets and codes: 32,545,386 - 32,536,544 B over 5 files (schema with both codecs' names, "
+        f"batch header, footer, padding) + 3 × 4 B (a list column's n + 1st offset), {_IDX2}",
     ),
     "catalog_bytes_per_passage": Measured(
         267.5, "bytes / passage",
         f"catalog.duckdb, two points: 2,109,440 B at 5,000 passages ({_IDX2}) and 798,720 B at 100 (tests/conftest.py msmarco_100): (2,109,440 - 798,720) / 4,900",
     ),
     "catalog_fixed_bytes": Measured(771_970, "bytes", "the same two points: 798,720 B - 100 × 267.5 B (DuckDB's header and first blocks)"),
-    "manifest_fixed_bytes": Measured(2_963, "bytes", f"manifest.json less its shard list, before build-ann (config, model, input, counts, codec), {_IDX2}"),
-    "manifest_bytes_per_shard": Measured(396.2, "bytes / shard", f"ShardEntry in manifest.json (indent=1; 12-character block ids): (4,944 - 2,963) B / 5 shards, {_IDX2}"),
+    "manifest_fixed_bytes": Measured(3_334, "bytes", f"manifest.json less its shard list, before build-ann (config, model, input, counts, two codecs), {_IDX2}"),
+    "manifest_bytes_per_shard": Measured(396.2, "bytes / shard", f"ShardEntry in manifest.json (indent=1; 12-character block ids): (5,315 - 3,334) B / 5 shards, {_IDX2}"),
     "manifest_bytes_per_partition": Measured(
-        1_546, "bytes / partition", f"an ANN or BM25 partition's manifest entry (path, files with bytes and sha256, params): (12,675 - 4,944) B / 5 partitions after build-ann, {_IDX2}"
+        1_548, "bytes / partition", f"an ANN or BM25 partition's manifest entry (path, files with bytes and sha256, params): (13,053 - 5,315) B / 5 partitions after build-ann, {_IDX2}"
     ),
     "codec_header_bytes": Measured(
         200, "bytes / codec file",
