@@ -253,12 +253,16 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML file with an IndexConfig (see configs/)")
     p.add_argument("--model", help="model directory, hub id, or 'minilm' (packaged default)")
     p.add_argument("--limit", type=positive_int, help="index only the first N input rows (N ≥ 1)")
+    p.add_argument("--codec", help="token vectors' codec (compress.codec): auto, float16, int8, residual-N, pq-M, pca-D+C (docs/codecs.md)")
+    p.add_argument("--pooled-codec", help="codec of the pooled, first-m and centroid vectors (compress.pooled_codec, default int8)")
 
 
 def load_index_config(args: argparse.Namespace):
     from pipeline.config import IndexConfig
 
-    config = load_config(IndexConfig, args.config, **{"model.name": args.model, "limit": args.limit})
+    overrides = {"model.name": args.model, "limit": args.limit}
+    overrides |= {"compress.codec": getattr(args, "codec", None), "compress.pooled_codec": getattr(args, "pooled_codec", None)}
+    config = load_config(IndexConfig, args.config, **overrides)
     check_model(config.model.name)
     return config
 

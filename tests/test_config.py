@@ -44,3 +44,16 @@ def test_search_and_build_configs_round_trip_and_merge_partial_sections(tmp_path
         s.for_mode("bm25")
     with pytest.raises(ValidationError, match="probe_fraction"):
         SearchConfig.from_yaml(None, **{"maxsim.probe_fraction": 2})
+
+
+def test_codec_names_are_checked_and_the_cli_sets_them():
+    from jobs.common import ConfigError, load_index_config
+    from jobs.index_corpus import parser
+
+    args = parser().parse_args(["corpus", "index", "--codec", "pca-64+residual-1", "--pooled-codec", "float16"])
+    c = load_index_config(args).compress
+    assert (c.codec, c.pooled_codec) == ("pca-64+residual-1", "float16")
+    assert load_index_config(parser().parse_args(["corpus", "index"])).compress.codec == "auto"
+    for bad in ("bogus-2", "residual-3", "pca-64+pca-32"):
+        with pytest.raises(ConfigError, match="compress.codec"):
+            load_index_config(parser().parse_args(["corpus", "index", "--codec", bad]))

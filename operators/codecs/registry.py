@@ -32,6 +32,8 @@ def parse_name(name: str) -> list[tuple[str, Optional[int]]]:
         if _TAKES_ARG[family]:
             if not arg.isdigit() or int(arg) < 1:
                 raise ValueError(f"unknown codec {name!r}: {family} takes a positive integer, e.g. {family}-{ {'residual': 2, 'pq': 48, 'pca': 128}[family] }")
+            if family == "residual" and int(arg) not in Residual.NBITS:
+                raise ValueError(f"unknown codec {name!r}: residual-N takes N bits a value, one of {', '.join(map(str, Residual.NBITS))}")
             out.append((family, int(arg)))
         else:
             if arg:
