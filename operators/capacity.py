@@ -12,7 +12,7 @@ Formats the arithmetic follows (schema v2, ``storage/schema.py``):
   above 128 dims, 18 B at dim 384; ``residual-2`` at ≤ 128); one shard per ≤ 1,024 passages
   of an input block; two codec files ``codecs/{tokens,pooled}.mvrc`` (``storage/codec_file.py``:
   the token vectors' codec, and ``int8`` by default for pooled, first-m and centroids);
-  ``manifest.json`` lists shards, nothing per passage;
+  ``manifest.json`` holds nothing per shard or passage: the shard list is a Parquet file beside it;
 - an ANN partition (``storage/partitions.py``) holds ``passages.parquet`` (ids only: passage,
   doc_id, passage_idx) and its index over the *decoded* vectors, of the kind's codec's output
   dimension (``dim_out``: 64 for the default token codec, dim for int8): FAISS IVFPQ (``operators/ivfpq.py``: per vector
@@ -100,8 +100,11 @@ MEASURED: dict[str, Measured] = {
         f"catalog.duckdb, two points: 2,109,440 B at 5,000 passages ({_IDX2}) and 798,720 B at 100 (tests/conftest.py msmarco_100): (2,109,440 - 798,720) / 4,900",
     ),
     "catalog_fixed_bytes": Measured(771_970, "bytes", "the same two points: 798,720 B - 100 × 267.5 B (DuckDB's header and first blocks)"),
-    "manifest_fixed_bytes": Measured(3_334, "bytes", f"manifest.json less its shard list, before build-ann (config, model, input, counts, two codecs), {_IDX2}"),
-    "manifest_bytes_per_shard": Measured(396.2, "bytes / shard", f"ShardEntry in manifest.json (indent=1; 12-character block ids): (5,315 - 3,334) B / 5 shards, {_IDX2}"),
+    "manifest_fixed_bytes": Measured(
+        3_501, "bytes", f"manifest.json before build-ann (config, model, input, counts, two codecs, the shard list's entry): 3,334 B without shards, {_IDX2}, + 182 B shard_list entry - 15 B of empty shards key"
+    ),
+    "shard_list_fixed_bytes": Measured(3_565, "bytes", "shard-lists/*.parquet: schema, footer and column chunks (zstd), a 1,000-shard list of this codebase's names and sha256 less 1,000 × the per-shard figure"),
+    "shard_list_bytes_per_shard": Measured(75.9, "bytes / shard", "shard-lists/*.parquet, zstd: (79,464 - 3,641) B / 999 shards (two hex sha256 a shard are most of it; 69.7 B at 976,563 synthetic shards)"),
     "manifest_bytes_per_partition": Measured(
         1_548, "bytes / partition", f"an ANN or BM25 partition's manifest entry (path, files with bytes and sha256, params): (13,053 - 5,315) B / 5 partitions after build-ann, {_IDX2}"
     ),
@@ -505,8 +508,10 @@ def shard_storage(w: Workload) -> list[Line]:
         lines.append(Line(f"codecs/{group}.mvrc", codec_file_bytes(w, name), f"{name}: {', '.join(parts)}"))
     cat, cat0 = MEASURED["catalog_bytes_per_passage"].value, MEASURED["catalog_fixed_bytes"].value
     lines.append(Line("catalog.duckdb", cat0 + n * cat, f"{cat0:,.0f} B + {cat:g} B/passage (measured at 100 and 5,000 passages)"))
-    fixed, per = MEASURED["manifest_fixed_bytes"].value, MEASURED["manifest_bytes_per_shard"].value
-    lines.append(Line("manifest.json", fixed + shards * per, f"{fixed:,.0f} B + {per:g} B × {shards:,} shards (no per-passage data)"))
+    fixed = MEASURED["manifest_fixed_bytes"].value
+    lines.append(Line("manifest.json", fixed, f"{fixed:,.0f} B (no per-shard or per-passage data: the shard list is a Parquet file beside it)"))
+    fixed, per = MEASURED["shard_list_fixed_bytes"].value, MEASURED["shard_list_bytes_per_shard"].value
+    lines.append(Line("shard list", fixed + shards * per, f"{fixed:,.0f} B + {per:g} B × {shards:,} shards (shard-lists/*.parquet)"))
     return lines
 
 

@@ -22,7 +22,7 @@ from pipeline.bm25_build import build_bm25, is_current, partitions_for
 from pipeline.config import AnnBuildConfig, BM25BuildConfig
 from pipeline.ray_runtime import init_ray, task_result
 from storage.codec_file import load_codecs
-from storage.manifest import Manifest, ShardEntry, commit_manifest, load_manifest
+from storage.manifest import Manifest, ShardEntry, commit_manifest, load_manifest, shard_lookup
 from storage.verify import ExpectedFile, codes_file, require_intact
 from storage.partitions import PartitionPlan, ShardSlice, build_dir, plan_partitions, read_passages, remove_stale_builds, write_partition
 
@@ -110,8 +110,7 @@ def _build_kinds(index_url: str, manifest: Manifest, config: AnnBuildConfig, kin
     refs = {}
     for kind, p in tasks:  # token partitions first: the largest builds
         rel = f"{build_dir(kind, build_id)}/part-{p.number:05d}"
-        paths = {sl.path for sl in p.slices}
-        shards = [s.model_dump() for s in manifest.shards if s.path in paths]
+        shards = [shard_lookup(manifest.shards, sl.path).model_dump() for sl in p.slices]
         refs[remote.remote(index_url, kind, asdict(p), rel, config.backend, config.params, threads, shards, manifest.codecs)] = (kind, p.number)
     entries: dict[str, list[Optional[dict]]] = {kind: [None] * len(plans) for kind in kinds}
     pending = list(refs)

@@ -1,19 +1,31 @@
 """``manifest.json``: the commit point of an index. Written last and atomically; a file the
-manifest does not list does not exist as far as readers are concerned."""
+manifest does not list does not exist as far as readers are concerned.
+
+The shard list (one row a shard: ``ShardEntry``) is not in the JSON: it is a Parquet table
+``shard-lists/{sha256[:16]}.parquet`` beside it, named by its content (so a commit never
+rewrites the list a reader of the previous manifest is reading), listed in the manifest's
+``shard_list`` (path, bytes, sha256, count) and checked against it when read. At 10⁹
+passages an index has about a million shards (docs/capacity.md): the JSON stays a few
+kilobytes, and the list is read as columns, not parsed and validated object by object.
+Commits keep the current and the previous list and delete older ones."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
 from storage import fs
 from storage.schema import OLDEST_READABLE_SCHEMA, SCHEMA_VERSION
 
 MANIFEST_FILE = "manifest.json"
+SHARD_LISTS_DIR = "shard-lists"
 
 
 class ShardEntry(BaseModel):
@@ -32,6 +44,89 @@ class ShardEntry(BaseModel):
     block_id: str
 
 
+SHARD_LIST_SCHEMA = pa.schema(
+    [("path", pa.string()), ("codes", pa.string()), ("rows", pa.int64()), ("tokens", pa.int64()), ("bytes", pa.int64()),
+     ("sha256", pa.string()), ("codes_bytes", pa.int64()), ("codes_sha256", pa.string()), ("block_id", pa.string())]
+)
+
+
+class ShardList(Sequence[ShardEntry]):
+    """The shard list as columns (an int64 array or an Arrow string array a field, manifest
+    order): what ``read_manifest`` returns for ``Manifest.shards``. A ``ShardEntry`` is made only for the
+    shards asked for (indexing, iteration, ``by_path``); ``rows`` and the columns serve the
+    whole-list computations (partition planning, totals) without a Python object a shard."""
+
+    def __init__(self, columns: Mapping[str, Any]) -> None:
+        self.columns = {f.name: (np.asarray(columns[f.name], np.int64) if pa.types.is_integer(f.type) else _strings(columns[f.name])) for f in SHARD_LIST_SCHEMA}
+        self._by_path: Optional[dict[str, int]] = None
+
+    @classmethod
+    def from_entries(cls, entries: Sequence[ShardEntry]) -> "ShardList":
+        return entries if isinstance(entries, ShardList) else cls({f.name: [getattr(e, f.name) for e in entries] for f in SHARD_LIST_SCHEMA})
+
+    @classmethod
+    def from_table(cls, table: pa.Table) -> "ShardList":
+        return cls({f.name: (table[f.name].to_numpy() if pa.types.is_integer(f.type) else table[f.name]) for f in SHARD_LIST_SCHEMA})
+
+    def to_table(self) -> pa.Table:
+        return pa.table({n: self.columns[n] for n in SHARD_LIST_SCHEMA.names}, schema=SHARD_LIST_SCHEMA)
+
+    def __len__(self) -> int:
+        return len(self.columns["path"])
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        c = self.columns
+        return ShardEntry.model_construct(**{n: (int(c[n][i]) if isinstance(c[n], np.ndarray) else c[n][i].as_py()) for n in SHARD_LIST_SCHEMA.names})
+
+    def __iter__(self) -> Iterator[ShardEntry]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+    @property
+    def rows(self) -> np.ndarray:
+        """(shards,) int64 passages a shard."""
+        return self.columns["rows"]
+
+    def by_path(self, path: str) -> ShardEntry:
+        """The shard at ``path`` (KeyError when there is none); the index is built once."""
+        if self._by_path is None:
+            self._by_path = {p: i for i, p in enumerate(self.columns["path"].to_pylist())}
+        return self[self._by_path[path]]
+
+
+def _strings(values: Any) -> pa.StringArray:
+    if isinstance(values, pa.ChunkedArray):
+        return values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    return values if isinstance(values, pa.Array) else pa.array(list(values), pa.string())
+
+
+def shard_rows(shards: Sequence[ShardEntry]) -> np.ndarray:
+    """(shards,) int64 passages a shard, from a ShardList's column or the entries."""
+    return shards.rows if isinstance(shards, ShardList) else np.array([s.rows for s in shards], dtype=np.int64)
+
+
+def shard_paths(shards: Sequence[ShardEntry], start: int = 0, stop: Optional[int] = None) -> list[str]:
+    """The paths of shards[start:stop], from a ShardList's column or the entries."""
+    stop = len(shards) if stop is None else stop
+    if isinstance(shards, ShardList):
+        return shards.columns["path"][start:stop].to_pylist()
+    return [s.path for s in shards[start:stop]]
+
+
+def shard_lookup(shards: Sequence[ShardEntry], path: str) -> ShardEntry:
+    """The shard at ``path`` among ``shards`` (KeyError when it is not there)."""
+    if isinstance(shards, ShardList):
+        return shards.by_path(path)
+    for s in shards:
+        if s.path == path:
+            return s
+    raise KeyError(path)
+
+
 class Manifest(BaseModel):
     format: str = "mvr-index"
     version: int = 1  # increases with every commit to the same index
@@ -43,7 +138,8 @@ class Manifest(BaseModel):
     counts: dict[str, int]  # input_rows, indexed_documents, rejected, passages, tokens
     dim: int  # of the decoded token vectors (the tokens codec's output)
     codecs: dict[str, dict[str, Any]]  # group (tokens, pooled) → name, path, bytes, sha256, dim_in, dim_out, bytes_per_vector, …
-    shards: list[ShardEntry]
+    shards: list[ShardEntry] = Field(default_factory=list, exclude=True)  # stored in the shard list file
+    shard_list: dict[str, Any] = Field(default_factory=dict)  # path, bytes, sha256, count of that file
     rejects: str = "rejects.parquet"
     catalog: str = "catalog.duckdb"
     ann: dict[str, Any] = Field(default_factory=dict)
@@ -51,7 +147,8 @@ class Manifest(BaseModel):
 
     def shards_digest(self) -> str:
         """sha256 over the shards' checksums: which passages an ANN or BM25 build was made from."""
-        return hashlib.sha256("".join(sh.sha256 + sh.codes_sha256 for sh in self.shards).encode()).hexdigest()
+        s = ShardList.from_entries(self.shards).columns
+        return hashlib.sha256("".join(a + b for a, b in zip(s["sha256"].to_pylist(), s["codes_sha256"].to_pylist())).encode()).hexdigest()
 
 
 def manifest_url(index_url: str) -> str:
@@ -63,18 +160,50 @@ class OldSchemaError(ValueError):
 
 
 def read_manifest(index_url: str) -> Optional[Manifest]:
-    """The committed manifest (None when there is none). ``OldSchemaError`` for an index of
-    a schema version this mvr no longer reads, saying how to rebuild it."""
+    """The committed manifest with its shard list (None when there is none).
+    ``OldSchemaError`` for an index of a schema version this mvr no longer reads, saying how
+    to rebuild it; ``IntegrityError`` when the shard list file does not match the manifest."""
     url = manifest_url(index_url)
     if not fs.exists(url):
         return None
     data = fs.read_bytes(url)
     try:
-        return Manifest.model_validate_json(data)
+        m = Manifest.model_validate_json(data)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         _refuse_old_schema(index_url, data)
         what = "; ".join(line.strip() for line in str(exc).strip().splitlines()[:3]) or type(exc).__name__
         raise ValueError(f"{url} is damaged ({what[:300]}); it cannot be read as an mvr manifest") from exc
+    if m.shard_list:
+        m.shards = read_shard_list(index_url, m.shard_list)
+    return m
+
+
+def shard_list_bytes(shards: Sequence[ShardEntry]) -> bytes:
+    """The shard list as a Parquet file (zstd), one row a shard in manifest order."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(ShardList.from_entries(shards).to_table(), sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def read_shard_list(index_url: str, entry: dict[str, Any]) -> ShardList:
+    """The shard list file ``entry`` describes, its size, sha256 and row count checked."""
+    from storage.verify import ExpectedFile, FileCheck, IntegrityError, check_data, missing, unreadable
+
+    expected = ExpectedFile(entry["path"], "shard list", int(entry["bytes"]), str(entry["sha256"]))
+    try:
+        data = fs.read_bytes(fs.join(index_url, expected.path))
+    except FileNotFoundError:
+        raise missing(index_url, expected) from None
+    check_data(index_url, expected, data, sha256=True)
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError) as exc:
+        raise unreadable(index_url, expected, exc, len(data)) from exc
+    if table.num_rows != int(entry["count"]):
+        raise IntegrityError([FileCheck(expected.path, "shard list", "corrupted", expected.bytes, len(data), f"{table.num_rows} shards, the manifest says {entry['count']}")], index_url)
+    if not table.schema.equals(SHARD_LIST_SCHEMA, check_metadata=False):
+        raise unreadable(index_url, expected, ValueError(f"columns {table.schema.names}, not {SHARD_LIST_SCHEMA.names}"), len(data))
+    return ShardList.from_table(table)
 
 
 def _refuse_old_schema(index_url: str, data: bytes) -> None:
@@ -100,7 +229,19 @@ def load_manifest(index_url: str) -> Manifest:
 
 
 def commit_manifest(index_url: str, manifest: Manifest) -> None:
-    """Atomically publish ``manifest`` (its version one above the current one, if any)."""
+    """Atomically publish ``manifest`` (its version one above the current one, if any): its
+    shard list file first (named by its content), then ``manifest.json``; then shard lists
+    older than the previous manifest's are deleted."""
     current = read_manifest(index_url)
     manifest.version = (current.version + 1) if current else 1
+    data = shard_list_bytes(manifest.shards)
+    digest = hashlib.sha256(data).hexdigest()
+    rel = f"{SHARD_LISTS_DIR}/{digest[:16]}.parquet"
+    if not fs.exists(fs.join(index_url, rel)):
+        fs.write_bytes_atomic(fs.join(index_url, rel), data)
+    manifest.shard_list = {"path": rel, "bytes": len(data), "sha256": digest, "count": len(manifest.shards)}
     fs.write_bytes_atomic(manifest_url(index_url), json.dumps(manifest.model_dump(mode="json"), indent=1).encode())
+    keep = {rel, current.shard_list.get("path") if current else None}
+    for url in fs.list_files(fs.join(index_url, SHARD_LISTS_DIR)):
+        if f"{SHARD_LISTS_DIR}/{url.rstrip('/').rsplit('/', 1)[-1]}" not in keep:
+            fs.remove(url)

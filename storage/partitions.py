@@ -37,7 +37,7 @@ from storage.codec_file import codec_of
 from operators.partition import Partition
 from operators.stored_vectors import StoredVectors
 from storage import fs
-from storage.manifest import Manifest, ShardEntry
+from storage.manifest import Manifest, ShardEntry, shard_lookup, shard_paths, shard_rows
 from storage.schema import arrow_to_codes
 from storage.shards import open_codes, read_shard_checked
 from storage.verify import ExpectedFile, FileCheck, IntegrityError, check_data, codes_file, missing, size_check, unreadable
@@ -72,34 +72,26 @@ def plan_partitions(manifest: Manifest, partitions: int) -> list[PartitionPlan]:
     """Split the index's passages into ``partitions`` contiguous ranges of near-equal size."""
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
         raise ValueError(f"partitions must be a positive integer, got {partitions!r}")
-    total = sum(s.rows for s in manifest.shards)
+    total = int(shard_rows(manifest.shards).sum())
     if partitions > max(total, 1):
         raise ValueError(f"{partitions} partitions for {total} passages: each partition needs at least one passage")
     bounds = [p * total // partitions for p in range(partitions + 1)]
-    shard_starts = np.cumsum([0] + [s.rows for s in manifest.shards])
-    plans = []
-    for p in range(partitions):
-        lo, hi = bounds[p], bounds[p + 1]
-        slices = []
-        for s, start in zip(manifest.shards, shard_starts[:-1]):
-            a, b = max(lo, int(start)), min(hi, int(start) + s.rows)
-            if a < b:
-                slices.append(ShardSlice(s.path, a - int(start), b - int(start)))
-        plans.append(PartitionPlan(p, lo, hi - lo, slices))
-    return plans
+    return [PartitionPlan(p, bounds[p], bounds[p + 1] - bounds[p], partition_slices(manifest, bounds[p], bounds[p + 1] - bounds[p])) for p in range(partitions)]
 
 
 def partition_slices(manifest: Manifest, first_passage: int, passages: int) -> list[ShardSlice]:
-    """The shard rows holding global passages [first_passage, first_passage + passages)."""
+    """The shard rows holding global passages [first_passage, first_passage + passages): a
+    binary search over the shards' cumulative rows, then one slice a shard in the range."""
     lo, hi = int(first_passage), int(first_passage) + int(passages)
-    slices, start = [], 0
-    for s in manifest.shards:
-        a, b = max(lo, start), min(hi, start + s.rows)
+    starts = np.zeros(len(manifest.shards) + 1, dtype=np.int64)
+    np.cumsum(shard_rows(manifest.shards), out=starts[1:])
+    first, last = int(np.searchsorted(starts, lo, side="right")) - 1, int(np.searchsorted(starts, hi, side="left"))
+    first, last = max(first, 0), min(last, len(manifest.shards))
+    slices = []
+    for i, path in zip(range(first, last), shard_paths(manifest.shards, first, last)):
+        a, b = max(lo, int(starts[i])), min(hi, int(starts[i + 1]))
         if a < b:
-            slices.append(ShardSlice(s.path, a - start, b - start))
-        start += s.rows
-        if start >= hi:
-            break
+            slices.append(ShardSlice(path, a - int(starts[i]), b - int(starts[i])))
     return slices
 
 
@@ -124,11 +116,10 @@ def read_passages(
     ``IntegrityError`` for a shard that does not match the manifest."""
     column = KIND_COLUMN[kind]
     codec = codec_of(codecs, kind)
-    entries: dict[str, ShardEntry] = {s.path: s for s in shards}
     doc_ids: list[str] = []
     passage_idx, segments, offsets = [], [], [np.zeros(1, np.int64)]
     for sl in slices:
-        shard = entries[sl.path]
+        shard = shard_lookup(shards, sl.path)
         if ids:
             t = read_shard_checked(index_url, ExpectedFile(shard.path, "shard", shard.bytes, shard.sha256), ["doc_id", "passage_idx"], sha256)
             _check_rows(index_url, sl, t.num_rows)

@@ -6,6 +6,8 @@ What the manifest records (``storage/manifest.py``):
 - ``shards[i]``: ``path``, ``bytes``, ``sha256`` and ``codes``, ``codes_bytes``,
   ``codes_sha256`` (its two files, written by ``storage.shards.write_shard``);
 - ``codecs[group]``: ``path``, ``bytes``, ``sha256`` of each codec file (``storage.codec_file``);
+- ``shard_list``: ``path``, ``bytes``, ``sha256`` of the shard list file the shard entries
+  are read from (``storage.manifest``);
 - ``ann[kind]["partitions"][j]["files"][name]`` = ``{bytes, sha256}``, ``name`` relative to
   the partition's ``path`` (``storage.partitions.write_files``);
 - ``bm25["partitions"][j]["files"][name]`` likewise (``storage.bm25_partitions``);
@@ -127,6 +129,9 @@ def _summary_key(group: str) -> str:
 def expected_files(manifest: Manifest) -> list[ExpectedFile]:
     """Every file ``manifest`` lists, with its recorded size and sha256 when it has them."""
     out = shard_files(manifest)
+    if manifest.shard_list:
+        sl = manifest.shard_list
+        out.append(ExpectedFile(sl["path"], "shard list", int(sl["bytes"]), str(sl["sha256"])))
     out.extend(codec_files(manifest))
     for kind, entry in manifest.ann.items():
         for j, part in enumerate(entry.get("partitions", [])):
@@ -143,16 +148,23 @@ def shard_files(manifest: Manifest, paths: Optional[Iterable[str]] = None, codes
     """The manifest's shards (only those at ``paths``, relative to the index, when given) as
     expected files: each one's Parquet file and (with ``codes``) its codes file. ValueError
     for a path the manifest does not list."""
-    shards = {s.path: s for s in manifest.shards}
-    wanted = list(shards) if paths is None else list(dict.fromkeys(paths))
-    unknown = [p for p in wanted if p not in shards]
-    if unknown:
-        raise ValueError(f"not shards of this index's manifest: {', '.join(unknown)}")
+    from storage.manifest import shard_lookup
+
+    entries = list(manifest.shards) if paths is None else []
+    if paths is not None:
+        unknown = []
+        for p in dict.fromkeys(paths):
+            try:
+                entries.append(shard_lookup(manifest.shards, p))
+            except KeyError:
+                unknown.append(p)
+        if unknown:
+            raise ValueError(f"not shards of this index's manifest: {', '.join(unknown)}")
     out = []
-    for p in wanted:
-        out.append(ExpectedFile(p, "shard", shards[p].bytes, shards[p].sha256))
+    for s in entries:
+        out.append(ExpectedFile(s.path, "shard", s.bytes, s.sha256))
         if codes:
-            out.append(codes_file(shards[p]))
+            out.append(codes_file(s))
     return out
 
 

@@ -33,7 +33,7 @@ import pytest
 from operators import codecs
 from operators.ann import make_index
 from operators.stored_vectors import StoredVectors
-from storage.manifest import Manifest, ShardEntry
+from storage.manifest import Manifest, ShardEntry, commit_manifest
 from storage.partitions import PartitionPlan, plan_partitions, read_passages, write_partition
 from storage.schema import codes_to_arrow, shard_schema
 from storage.shards import write_shard
@@ -51,7 +51,7 @@ import numpy as np
 from operators.partition import Partition  # every import before the baseline
 from operators.query import EncodedQuery
 from storage.codec_file import load_codecs
-from storage.manifest import Manifest
+from storage.manifest import load_manifest
 from storage.partitions import load_partition
 
 def status():
@@ -62,8 +62,8 @@ def status():
             out[key] = int(value.split()[0]) * 1024
     return out
 
-index, manifest_json, entry_json, queries_path, limit = sys.argv[1:6]
-manifest = Manifest.model_validate_json(open(manifest_json).read())
+index, entry_json, queries_path, limit = sys.argv[1:5]
+manifest = load_manifest(index)
 entry = json.load(open(entry_json))
 queries = np.load(queries_path)
 from operators import codecs as c
@@ -143,7 +143,7 @@ def big_index(tmp_path_factory):
     ann.finalize()
     entry = write_partition(url, "ann/tokens/b/part-00000", 0, pv, ann)
     del pv, v, ann
-    (root / "manifest.json").write_text(manifest.model_dump_json())
+    commit_manifest(url, manifest)
     (root / "entry.json").write_text(json.dumps(entry))
     q = rng.standard_normal((20 * 4, DIM), dtype=np.float32)
     np.save(root / "queries.npy", q / np.linalg.norm(q, axis=1, keepdims=True))
@@ -153,7 +153,7 @@ def big_index(tmp_path_factory):
 def _child(big_index, limit: int) -> dict:
     url, root = big_index
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    args = [url, str(root / "manifest.json"), str(root / "entry.json"), str(root / "queries.npy"), str(limit)]
+    args = [url, str(root / "entry.json"), str(root / "queries.npy"), str(limit)]
     done = subprocess.run([sys.executable, "-c", CHILD, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

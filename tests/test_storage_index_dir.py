@@ -20,7 +20,9 @@ def test_entry_names_match_the_modules_that_write_them():
     from storage.partitions import ANN_DIR
 
     assert (index_dir.MANIFEST_FILE, index_dir.REJECTS_FILE, index_dir.CATALOG_FILE) == (MANIFEST_FILE, REJECTS_FILE, CATALOG_FILE)
-    assert index_dir.CODECS_DIR == CODECS_DIR
+    from storage.manifest import SHARD_LISTS_DIR
+
+    assert index_dir.CODECS_DIR == CODECS_DIR and index_dir.SHARD_LISTS_DIR == SHARD_LISTS_DIR
     assert (index_dir.ANN_DIR, index_dir.BM25_DIR) == (ANN_DIR, BM25_DIR)
 
 

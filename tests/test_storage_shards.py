@@ -82,10 +82,13 @@ def test_orphans_and_manifest_commit(index_url):
     assert remove_orphan_shards(index_url, {rec["path"]}) == 2
     assert [u.rsplit("/", 1)[-1] for u in fs.list_files(f"{index_url}/shards")] == sorted(p.split("/")[1] for p in (rec["path"], rec["codes"]))
     m = Manifest(config={}, model={}, input={}, counts={"passages": 3}, dim=8, codecs={}, shards=[ShardEntry(**rec)])
-    assert "seq_ranges" not in m.model_dump()["shards"][0]  # nothing per passage in the manifest
     commit_manifest(index_url, m)
     commit_manifest(index_url, m.model_copy())
-    assert load_manifest(index_url).version == 2
+    back = load_manifest(index_url)
+    assert back.version == 2 and back.shards == m.shards
+    text = fs.read_bytes(f"{index_url}/manifest.json").decode()
+    assert '"shards"' not in text and "seq_ranges" not in text  # nothing per shard or passage in the JSON
+    assert back.shard_list["count"] == 1 and back.shard_list["path"].startswith("shard-lists/")
     with pytest.raises(FileNotFoundError, match="no committed index"):
         load_manifest("memory://elsewhere")
 
@@ -105,3 +108,29 @@ def test_an_index_of_schema_version_1_is_refused_with_how_to_rebuild(index_url):
     fs.write_bytes_atomic(f"{index_url}/manifest.json", __import__("json").dumps(v1).encode())
     with pytest.raises(OldSchemaError, match=r"schema version 1 .*Rebuild it: mvr index CORPUS INDEX --overwrite"):
         read_manifest(index_url)
+
+
+def test_the_shard_list_is_checked_and_old_lists_are_dropped(tmp_path):
+    from storage.manifest import read_manifest
+    from storage.verify import IntegrityError
+
+    url = str(tmp_path)
+    table, _, _ = _table(3)
+    first = ShardEntry(**{k: v for k, v in write_shard(url, table, "b0").items() if k != "seq_ranges"})
+    second = ShardEntry(**{k: v for k, v in write_shard(url, _table(2, seed=1)[0], "b1").items() if k != "seq_ranges"})
+    lists = []
+    for shards in ([first], [first, second], [second]):
+        commit_manifest(url, Manifest(config={}, model={}, input={}, counts={}, dim=8, codecs={}, shards=shards))
+        lists.append(read_manifest(url).shard_list["path"])
+    assert len(set(lists)) == 3
+    assert sorted(p.name for p in (tmp_path / "shard-lists").iterdir()) == sorted(p.split("/")[1] for p in lists[1:])  # current + previous
+    assert [s.path for s in load_manifest(url).shards] == [second.path]
+    path = tmp_path / lists[-1]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match=r"shard-lists/.*: corrupted \(sha256"):
+        load_manifest(url)
+    path.unlink()
+    with pytest.raises(IntegrityError, match="shard-lists/.*: missing"):
+        load_manifest(url)
