@@ -211,32 +211,8 @@ def index_corpus(
     codec_files = _codecs(index_url, blocks, config, placement, log)
     t1 = time.time()
 
-    # Pass 2: passages → token ids → vectors → shards.
-    model = config.model.model_dump()
-    ds = ray.data.from_items([b.to_dict() for b in blocks], override_num_blocks=len(blocks))
-    ds = ds.map_batches(
-        read_tokenize,
-        batch_size=1,
-        batch_format="pyarrow",
-        fn_kwargs={"index_url": index_url, "model_name": model["name"], "tokenizer_settings": config.tokenizer.model_dump()},
-        num_cpus=placement.io_cpus,
-    )
-    ds = ds.map_batches(
-        EncodeCompress,
-        batch_size=config.runtime.encode_actor_batch,
-        batch_format="pyarrow",
-        fn_constructor_kwargs={
-            "model": model,
-            "tokenizer_settings": config.tokenizer.model_dump(),
-            "compress": config.compress.model_dump(),
-            "batch_size": config.runtime.encode_batch_size,
-            "torch_threads": placement.threads,
-            "codec_files": codec_files,
-        },
-        compute=ray.data.ActorPoolStrategy(size=placement.actors),
-        num_cpus=placement.cpus,
-        num_gpus=placement.gpus,
-    )
+    # Pass 2: passages → token ids → vectors → codes → shards.
+    ds = _encoded(_tokenized(index_url, blocks, config, placement), EncodeCompress, config, placement, codec_files=codec_files)
     ds = ds.map_batches(
         write_shards,
         batch_size=config.runtime.write_rows_per_shard,
@@ -247,6 +223,39 @@ def index_corpus(
     ds.materialize()
     log(f"encoded and wrote passages in {time.time() - t1:.1f} s")
     return IndexResult(_commit(corpus_url, index_url, config, blocks, key, codec_files, log), False, time.time() - t0)
+
+
+def _tokenized(index_url: str, blocks: list[InputBlock], config: IndexConfig, placement) -> ray.data.Dataset:
+    """Ray Data: the blocks' passages with token ids, a block a task (``read_tokenize``)."""
+    ds = ray.data.from_items([b.to_dict() for b in blocks], override_num_blocks=len(blocks))
+    return ds.map_batches(
+        read_tokenize,
+        batch_size=1,
+        batch_format="pyarrow",
+        fn_kwargs={"index_url": index_url, "model_name": config.model.name, "tokenizer_settings": config.tokenizer.model_dump()},
+        num_cpus=placement.io_cpus,
+    )
+
+
+def _encoded(ds: ray.data.Dataset, actor: type, config: IndexConfig, placement, **kwargs) -> ray.data.Dataset:
+    """``ds`` through a pool of encode actors of class ``actor`` (``EncodeSample`` or
+    ``EncodeCompress``; ``kwargs``: its own constructor arguments), sized by ``placement``."""
+    return ds.map_batches(
+        actor,
+        batch_size=config.runtime.encode_actor_batch,
+        batch_format="pyarrow",
+        fn_constructor_kwargs={
+            "model": config.model.model_dump(),
+            "tokenizer_settings": config.tokenizer.model_dump(),
+            "compress": config.compress.model_dump(),
+            "batch_size": config.runtime.encode_batch_size,
+            "torch_threads": placement.threads,
+            **kwargs,
+        },
+        compute=ray.data.ActorPoolStrategy(size=placement.actors),
+        num_cpus=placement.cpus,
+        num_gpus=placement.gpus,
+    )
 
 
 # Tokens a passage is assumed to have when the sample fraction is chosen (before anything is
@@ -279,31 +288,9 @@ def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, place
         return files
     docs = catalog.scan_counts(index_url, blocks)["valid_rows"]
     fraction = min(1.0, c.codec_sample_vectors / max(1, docs * SAMPLE_TOKENS_PER_DOCUMENT))
-    model = config.model.model_dump()
-    ds = ray.data.from_items([b.to_dict() for b in blocks], override_num_blocks=len(blocks))
-    ds = ds.map_batches(
-        read_tokenize,
-        batch_size=1,
-        batch_format="pyarrow",
-        fn_kwargs={"index_url": index_url, "model_name": model["name"], "tokenizer_settings": config.tokenizer.model_dump()},
-        num_cpus=placement.io_cpus,
-    )
+    ds = _tokenized(index_url, blocks, config, placement)
     ds = ds.map_batches(select_sample, batch_format="pyarrow", fn_kwargs={"fraction": fraction, "seed": c.codec_seed}, num_cpus=placement.io_cpus)
-    ds = ds.map_batches(
-        EncodeSample,
-        batch_size=config.runtime.encode_actor_batch,
-        batch_format="pyarrow",
-        fn_constructor_kwargs={
-            "model": model,
-            "tokenizer_settings": config.tokenizer.model_dump(),
-            "compress": c.model_dump(),
-            "batch_size": config.runtime.encode_batch_size,
-            "torch_threads": placement.threads,
-        },
-        compute=ray.data.ActorPoolStrategy(size=placement.actors),
-        num_cpus=placement.cpus,
-        num_gpus=placement.gpus,
-    )
+    ds = _encoded(ds, EncodeSample, config, placement)
     sample, passages = sample_vectors(ds.iter_batches(batch_format="pyarrow", batch_size=None), c.codec_sample_vectors, c.codec_seed)
     if not len(sample):
         raise CorpusError("no token vector to train the codec on: every sampled passage is empty")

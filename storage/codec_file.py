@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional
 from operators import codecs
 from storage import fs
 from storage.shards import STAGING_DIR
-from storage.verify import ExpectedFile, check_data, missing, unreadable
+from storage.verify import ExpectedFile, read_listed, unreadable
 
 CODECS_DIR = "codecs"
 GROUPS = ("tokens", "pooled")
@@ -75,11 +75,7 @@ def load_codec(index_url: str, entry: Mapping[str, Any]) -> codecs.Codec:
     ``IntegrityError`` when the file is missing or differs from the manifest, or cannot be
     decoded as a codec."""
     expected = ExpectedFile(entry["path"], "codec", int(entry["bytes"]), str(entry["sha256"]))
-    try:
-        data = fs.read_bytes(fs.join(index_url, expected.path))
-    except FileNotFoundError:
-        raise missing(index_url, expected) from None
-    check_data(index_url, expected, data, sha256=True)
+    data = read_listed(index_url, expected)
     try:
         return codecs.from_bytes(data, fs.join(index_url, expected.path))
     except codecs.CodecFileError as exc:

@@ -187,14 +187,10 @@ def shard_list_bytes(shards: Sequence[ShardEntry]) -> bytes:
 
 def read_shard_list(index_url: str, entry: dict[str, Any]) -> ShardList:
     """The shard list file ``entry`` describes, its size, sha256 and row count checked."""
-    from storage.verify import ExpectedFile, FileCheck, IntegrityError, check_data, missing, unreadable
+    from storage.verify import ExpectedFile, FileCheck, IntegrityError, read_listed, unreadable
 
     expected = ExpectedFile(entry["path"], "shard list", int(entry["bytes"]), str(entry["sha256"]))
-    try:
-        data = fs.read_bytes(fs.join(index_url, expected.path))
-    except FileNotFoundError:
-        raise missing(index_url, expected) from None
-    check_data(index_url, expected, data, sha256=True)
+    data = read_listed(index_url, expected)
     try:
         table = pq.read_table(pa.BufferReader(data))
     except (pa.ArrowException, OSError) as exc:

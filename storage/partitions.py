@@ -40,7 +40,7 @@ from storage import fs
 from storage.manifest import Manifest, ShardEntry, shard_lookup, shard_paths, shard_rows
 from storage.schema import arrow_to_codes
 from storage.shards import open_codes, read_shard_checked
-from storage.verify import ExpectedFile, FileCheck, IntegrityError, check_data, codes_file, missing, size_check, unreadable
+from storage.verify import ExpectedFile, FileCheck, IntegrityError, codes_file, missing, read_listed, size_check, unreadable
 
 ANN_DIR = "ann"
 PASSAGES_FILE = "passages.parquet"
@@ -269,13 +269,7 @@ def read_checked(index_url: str, rel: str, name: str, entry: dict[str, Any], ver
     the size the manifest lists, or (with ``verify``) has another sha256."""
     if name not in entry["files"]:
         raise ValueError(f"{rel}/{name} is not listed in the manifest")
-    expected = _expected(rel, name, entry)
-    try:
-        data = fs.read_bytes(fs.join(index_url, rel, name))
-    except FileNotFoundError:
-        raise missing(index_url, expected) from None
-    check_data(index_url, expected, data, sha256=verify)
-    return data
+    return read_listed(index_url, _expected(rel, name, entry), sha256=verify)
 
 
 def exact_partition(index_url: str, manifest: Manifest, kind: str, codecs: Mapping[str, Codec]) -> Partition:

@@ -272,6 +272,17 @@ def check_data(index_url: str, expected: ExpectedFile, data: bytes, sha256: bool
         raise IntegrityError([problem], index_url)
 
 
+def read_listed(index_url: str, expected: ExpectedFile, sha256: bool = True) -> bytes:
+    """The whole file ``expected`` names: ``IntegrityError`` when it is missing or not the size
+    the manifest lists, or (with ``sha256``) has another checksum."""
+    try:
+        data = fs.read_bytes(fs.join(index_url, expected.path))
+    except FileNotFoundError:
+        raise missing(index_url, expected) from None
+    check_data(index_url, expected, data, sha256)
+    return data
+
+
 def missing(index_url: str, expected: ExpectedFile) -> IntegrityError:
     """The error for a listed file that is not there."""
     return IntegrityError([FileCheck(expected.path, expected.group, "missing", expected.bytes, None, "listed in the manifest, not found")], index_url)
