@@ -250,7 +250,8 @@ def check_compatible(urls: Mapping[str, str]) -> dict[str, Any]:
     first_name, first = None, None
     for name, url in urls.items():
         m = load_manifest(url)
-        settings = {"vectors": IndexConfig.model_validate(m.config).vector_settings(), "model": m.model.get("fingerprint"), "dim": m.dim}
+        # dim: of the decoded pooled vectors (the pooled codec's output), what the pooled methods project
+        settings = {"vectors": IndexConfig.model_validate(m.config).vector_settings(), "model": m.model.get("fingerprint"), "dim": m.codecs["pooled"]["dim_out"]}
         if first is None:
             first_name, first = name, settings
         elif settings != first:

@@ -33,5 +33,7 @@ def test_same_build_is_kept_other_settings_and_force_rebuild(msmarco_100, tmp_pa
     assert after.ann["pooled"]["build"] != before.ann["pooled"]["build"]
     assert after.ann["tokens"] == before.ann["tokens"]
     # a different set of shards (here: one shard's listed digest) makes every build stale
-    after.shards[0].sha256 = "0" * 64
+    shards = list(after.shards)
+    shards[0] = shards[0].model_copy(update={"sha256": "0" * 64})
+    after = after.model_copy(update={"shards": shards})
     assert not is_up_to_date(after, "pooled", same) and not is_up_to_date(after, "tokens", same)

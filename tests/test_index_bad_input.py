@@ -251,7 +251,7 @@ def test_overwrite_keeps_user_files_and_the_old_index_until_the_new_corpus_is_va
     index_corpus(second, str(index), IndexConfig(), overwrite=True, log=lambda _: None)
     after = load_manifest(str(index))
     assert after.counts["indexed_documents"] == 2 and after.input["url"] == second
-    assert {s.path for s in after.shards} == {"shards/" + f for f in os.listdir(index / "shards")}  # no shard of the first index left
+    assert {p for s in after.shards for p in (s.path, s.codes)} == {"shards/" + f for f in os.listdir(index / "shards")}  # no shard of the first index left
     assert sorted(os.listdir(index)) == ["catalog.duckdb", "codecs", "manifest.json", "notes.txt", "rejects.parquet", "shard-lists", "shards"]
     assert (index / "notes.txt").read_text() == "the user's notes" and verify_index(str(index)).ok
 

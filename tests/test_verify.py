@@ -155,14 +155,14 @@ def test_search_refuses_damaged_shards_and_partition_files(index_copy):
 
     m = load_manifest(index_copy)
     flipped, truncated = m.shards[0].path, m.shards[2].path
-    _flip_byte(os.path.join(index_copy, flipped))
-    with pytest.raises(IntegrityError, match=f"{flipped}: corrupted .sha256") as err:
-        Searcher(index_copy, modes=("maxsim",), config=SearchConfig(exact=True))  # token vectors: whole shards, hashed
-    assert f"mvr verify {index_copy}" in str(err.value)
     p = os.path.join(index_copy, truncated)
     os.truncate(p, os.path.getsize(p) - 50)
     with pytest.raises(IntegrityError, match=f"{truncated}: truncated"):
-        Searcher(index_copy, modes=("pooled",), config=SearchConfig(exact=True))  # pooled: sizes compared
+        Searcher(index_copy, modes=("pooled",), config=SearchConfig(exact=True))
+    _flip_byte(os.path.join(index_copy, flipped))
+    with pytest.raises(IntegrityError, match=f"{flipped}: corrupted .sha256") as err:
+        Searcher(index_copy, modes=("maxsim",), config=SearchConfig(exact=True))  # the Parquet files (ids): read whole, hashed
+    assert f"mvr verify {index_copy}" in str(err.value)
 
     done = _search(index_copy, "--exact")
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
@@ -206,11 +206,14 @@ def test_search_refuses_a_damaged_codec_or_codes_file(index_copy):
     with pytest.raises(IntegrityError, match=f"{m.shards[1].codes}: truncated"):
         Searcher(index_copy, modes=("pooled",), config=SearchConfig(exact=True))
     codec = os.path.join(index_copy, m.codecs["tokens"]["path"])
+    good = open(codec, "rb").read()
     _flip_byte(codec)
     done = _search(index_copy)
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
     err_text = " ".join(done.stderr.split())
     assert "error:" in err_text and "codecs/tokens.mvrc: corrupted" in err_text and "mvr verify" in err_text
+    with open(codec, "wb") as f:
+        f.write(good)
     os.remove(os.path.join(index_copy, m.codecs["pooled"]["path"]))
     with pytest.raises(IntegrityError, match="codecs/pooled.mvrc: missing"):
         Searcher(index_copy, modes=("pooled",))
