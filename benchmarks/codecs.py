@@ -1,19 +1,45 @@
 """Token-vector codecs on real indexes: quality (nDCG@10, overlap@10 with float16) against
-bytes per vector, and encode / decode+rescore time relative to float16.
+bytes per token vector served (shards + ANN index), and encode / decode+rescore time relative
+to float16.
 
-    python benchmarks/codecs.py --index /tmp/idx/msmarco --dataset ../shared/datasets/msmarco-sample \\
-        [--index /tmp/idx/dbpedia --dataset ../shared/datasets/dbpedia-sample] \\
-        [--codecs float16,int8,…] [--sample 65536] [--seed 0] [--repeats 3] [--json OUT] [--plot PNG]
-    python benchmarks/codecs.py --from-json OUT [--plot PNG]    # tables (and plot) of a saved run
+    python benchmarks/codecs.py --index /tmp/idx2/msmarco --dataset ../shared/datasets/msmarco-sample \\
+        [--index /tmp/idx2/dbpedia --dataset ../shared/datasets/dbpedia-sample] \\
+        [--codecs float16,int8,…] [--sample 65536] [--seed 0] [--repeats 3] [--ann dim|codec|none] \\
+        [--json OUT] [--plot PNG]
+    python benchmarks/codecs.py --from-json OUT [--from-json OUT2 …] [--plot PNG]   # tables (and plot) of saved runs
 
-For each (index, dataset) pair: reads the index's stored float16 token vectors (every shard,
-checked against the manifest), encodes the dataset's judged queries with the index's query
-encoder, trains each codec on the same seeded sample of token vectors (``--sample`` rows),
+The indexes must store their token vectors as ``float16`` (``mvr index CORPUS INDEX --codec
+float16``; the pooled codec does not matter): they are the reference every codec is
+compared with, and an index built with another tokens codec is refused.
+
+For each (index, dataset) pair: reads the index's stored float16 token codes (every shard's
+codes file, checked against the manifest, decoded through ``storage.partitions.exact_partition``),
+encodes the dataset's judged queries with the model's query encoder in the raw space (no
+codec), trains each codec on the same seeded sample of token vectors (``--sample`` rows),
 encodes every token vector, decodes them all and ranks every passage for every query by
-exact MaxSim (``operators/scoring.py``) of the projected query (``Codec.project``) against
+exact MaxSim (``operators/scoring.py``, ranked by ``operators/ranking.top_documents`` as
+``Partition.rank`` ranks an exact partition) of the projected query (``Codec.project``) against
 the decoded vectors. Prints a markdown table a collection:
 
-- ``B/vec``: bytes a token vector (the codes' width);
+- ``B/vec``, bytes a token vector:
+  - ``shards``: what the shards' codes files hold a token vector: the codec's
+    ``bytes_per_vector`` plus the ``list<code>`` column's offsets, 4 B a passage spread over
+    its token vectors (4 ÷ mean token vectors a passage; Arrow's file framing and the codec
+    file, a few MB at most, are left out);
+  - ``ANN``: measured, not modelled: mvr's default first stage (``faiss-ivfpq`` with
+    ``operators.ann.make_index``'s size-based defaults for the codec's output dimension and
+    the collection's token-vector count), trained on a seeded sample and filled with the
+    codec's decoded vectors as ``pipeline/ann_build.build_partition`` does, saved
+    (``AnnIndex.save``) and its files' bytes ÷ token vectors — one partition over the whole
+    collection. With ``--ann dim`` (the default) it is built once per output dimension, on
+    the first listed codec of that dimension, and that measurement stands for the others:
+    an IVFPQ file's size depends only on the vector count, the dimension and the parameters
+    (fixed-width PQ codes and int64 ids in every list, a float32 coarse centroid a list, the
+    PQ codebooks; FAISS writes the list sizes sparse only when most lists are empty), not on
+    the values; ``--ann codec``
+    builds one for every codec, ``--ann none`` none;
+  - ``total``: shards + ANN, what the index stores for its token vectors (one copy of the
+    codes, ``storage/partitions.py``) and a replica serving them holds;
 - ``nDCG@10`` (ir-measures, judged queries) and ``Δ`` to float16, ± the standard error of
   the mean per-query difference (paired): a Δ within about two of it is noise;
 - ``overlap@10``: share of the float16 exact top-10 documents in the codec's top-10;
@@ -26,6 +52,9 @@ the decoded vectors. Prints a markdown table a collection:
 - ``train s``: training time (a residual codebook is trained once per input space and
   reused by the other bit widths: its k-means is counted in the first one listed).
 
+After the tables, the issue's targets are checked on every collection given: the settings
+at ≤ 36 B total a token vector within 0.01 nDCG@10 of float16, and the smallest within 0.02.
+
 Times are wall-clock on whatever else the machine runs: the ratios are measured side by side
 in one process, the absolute seconds are not comparable between runs."""
 
@@ -33,6 +62,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -41,11 +73,14 @@ import ir_measures
 import numpy as np
 from ir_measures import nDCG
 
-from operators import codecs
+from operators import codecs, scoring
+from operators.ann import AnnIndex, make_index
 from operators.packed import Packed
 from operators.partition import Partition
+from operators.ranking import top_documents
 from pipeline.search import load_query_encoder
 from storage.beir import read_collection
+from storage.codec_file import load_codecs
 from storage.manifest import load_manifest
 from storage.partitions import exact_partition
 
@@ -54,6 +89,12 @@ DEFAULT_CODECS = (
     "pca-128+pq-16,pca-64+residual-1,pq-48,pq-96"
 )
 DEPTH = 100  # documents ranked a query (nDCG@10 and overlap@10 need 10)
+ANN_BACKEND = "faiss-ivfpq"  # mvr's default first stage (pipeline/config.py AnnBuildConfig)
+ADD_BATCH = 65_536  # vectors added to the ANN index at a time (as pipeline/ann_build.py)
+LIST_OFFSET_BYTES = 4  # a list<code> column's int32 offset, one a passage
+TARGET_BYTES = 36  # issue 15: ≤ 36 B a token vector in total (shards + ANN) ...
+TARGET_DELTA = 0.01  # ... within 0.01 nDCG@10 of float16 on every collection
+SMALLEST_DELTA = 0.02  # and the smallest setting within 0.02
 
 
 @dataclass
@@ -64,10 +105,15 @@ class Query:
     pooled: np.ndarray
 
 
-def _rank(partition: Partition, queries: dict[str, Query]) -> dict[str, list[tuple[str, float]]]:
+def _rank(packed: Packed, doc_ids: list[str], passage_idx: np.ndarray, queries: dict[str, Query]) -> dict[str, list[tuple[str, float]]]:
+    """Every passage of ``packed`` (decoded, in memory) scored by exact MaxSim for every query
+    (``scoring.score``, as ``Partition.rank`` scores an exact partition) and the top ``DEPTH``
+    documents (``ranking.top_documents``). Scored in one piece, not through ``Partition.rank``:
+    an exact partition decodes its stored vectors a block at a time for every query, which
+    here would time 43 copies of the vectors instead of one decode."""
     out = {}
     for qid, q in queries.items():
-        r = partition.rank("maxsim", q, None, DEPTH).ranked
+        r = top_documents(scoring.score("maxsim", q, packed), doc_ids, passage_idx, DEPTH)
         out[qid] = [(d, float(s)) for d, s in zip(r.doc_ids, r.scores)]
     return out
 
@@ -106,17 +152,16 @@ def _decode_rescore(codec: codecs.Codec, codes: np.ndarray, stored: Packed, part
     t = time.perf_counter()
     decoded = codec.decode(codes)
     decode_s = time.perf_counter() - t
-    partition = Partition("tokens", Packed(decoded, stored.offsets), part.doc_ids, part.passage_idx)
     t = time.perf_counter()
-    run = _rank(partition, queries)
+    run = _rank(Packed(decoded, stored.offsets), part.doc_ids, part.passage_idx, queries)
     return decode_s, time.perf_counter() - t, run
 
 
 def _side_by_side(codec: codecs.Codec, reference: codecs.Codec, f16: np.ndarray, stored: Packed, part: Partition,
-                  encoded: dict[str, Any], repeats: int) -> tuple[dict[str, float], dict[str, float], dict]:
+                  encoded: dict[str, Any], repeats: int) -> tuple[dict[str, float], dict[str, float], dict, np.ndarray]:
     """Times of ``codec`` and of float16 measured alternately: encode once each, decode +
     rescore ``repeats`` times each (the least of each kept). Returns (codec's, float16's
-    times, codec's run)."""
+    times, codec's run, codec's codes)."""
     times: dict[str, dict[str, float]] = {"c": {}, "f": {}}
     ref_codes, times["f"]["encode_s"] = _encode(reference, f16)
     codes, times["c"]["encode_s"] = _encode(codec, f16)
@@ -128,7 +173,52 @@ def _side_by_side(codec: codecs.Codec, reference: codecs.Codec, f16: np.ndarray,
             t["decode_s"], t["rescore_s"] = min(t.get("decode_s", dec), dec), min(t.get("rescore_s", resc), resc)
             if key == "c" and run is None:
                 run = r
-    return times["c"], times["f"], run  # type: ignore[return-value]
+    return times["c"], times["f"], run, codes  # type: ignore[return-value]
+
+
+def ann_bytes(decoded: np.ndarray, log=print) -> dict[str, Any]:
+    """Build mvr's default ANN index (``faiss-ivfpq``, size-based defaults) over ``decoded``
+    (n, dim) float32 as ``pipeline/ann_build.build_partition`` does (trained on a seeded
+    sample of ``training_sample_size`` rows, filled a block at a time), save it and measure
+    its files: {ann_bytes, ann_bytes_per_vector, ann_params, ann_build_s}."""
+    t = time.perf_counter()
+    n, dim = decoded.shape
+    index = make_index(ANN_BACKEND, dim, n)
+    rng = np.random.default_rng(index.params.get("seed", 0))
+    rows = np.sort(rng.choice(n, min(index.params.get("training_sample_size", n), n), replace=False))
+    index.train(decoded[rows])
+    for start in range(0, n, ADD_BATCH):
+        index.add(decoded[start : start + ADD_BATCH])
+    index.finalize()
+    with tempfile.TemporaryDirectory(prefix="mvr-codecs-ann-") as tmp:
+        index.save(tmp)
+        files = {name: os.path.getsize(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))}
+    total = sum(files.values())
+    params = {k: v for k, v in index.params.items() if k in ("nlist", "m", "nbits", "training_sample_size")}
+    log(f"    ANN {ANN_BACKEND} {params} over {n:,} × {dim}: {total:,} B {files} in {time.perf_counter() - t:.1f} s")
+    return {"ann_bytes": int(total), "ann_bytes_per_vector": round(total / n, 2), "ann_params": params,
+            "ann_build_s": round(time.perf_counter() - t, 1)}
+
+
+def read_reference(index: str, log=print) -> tuple[Any, Partition, Packed]:
+    """The index's manifest, its token partition and every stored token vector as float16 (a
+    Packed: the float16 codes decoded, which is exact). ``SystemExit`` naming the codec when
+    the index's tokens codec is not float16: the benchmark needs the unquantised vectors."""
+    manifest = load_manifest(index)
+    name = (manifest.codecs.get("tokens") or {}).get("name")
+    if name != "float16":
+        raise SystemExit(
+            f"{index}: its token vectors are stored as {name!r}, not float16; this benchmark compares every codec with "
+            "the float16 vectors, so it needs an index built with --codec float16 (mvr index CORPUS INDEX --codec float16)"
+        )
+    t0 = time.perf_counter()
+    part = exact_partition(index, manifest, "tokens", load_codecs(index, manifest.codecs))
+    decoded = part.vectors.take(np.arange(len(part), dtype=np.int64))
+    f16 = decoded.vectors.astype(np.float16)  # float16 → float32 → float16: exact
+    stored = Packed(f16, decoded.offsets)
+    del decoded
+    log(f"{index}: {len(part)} passages, {len(f16):,} token vectors of dim {f16.shape[1]} read in {time.perf_counter() - t0:.1f} s")
+    return manifest, part, stored
 
 
 def _residual_key(name: str) -> Optional[str]:
@@ -145,16 +235,14 @@ def _codebook(codec: codecs.Codec) -> np.ndarray:
 
 
 def run_collection(index: str, dataset: str, names: list[str], sample_size: int, seed: int, repeats: int = 3, log=print,
-                   **options: Any) -> dict[str, Any]:
+                   ann: str = "dim", **options: Any) -> dict[str, Any]:
     """The figures of every codec in ``names`` on one index and its dataset (float16 is the
-    reference of Δ, overlap and the time ratios whether listed or not);
+    reference of Δ, overlap and the time ratios whether listed or not); ``ann``: "dim" (an
+    ANN index measured once per output dimension), "codec" (once per codec) or "none";
     ``options`` go to ``codecs.train`` (e.g. ``center=True`` for a centred PCA)."""
-    manifest = load_manifest(index)
-    t0 = time.perf_counter()
-    part = exact_partition(index, manifest, "tokens", dtype=np.float16)
-    stored: Packed = part.vectors  # type: ignore[assignment]
-    f16 = np.ascontiguousarray(stored.vectors)
-    log(f"{index}: {len(part)} passages, {len(f16):,} token vectors of dim {f16.shape[1]} read in {time.perf_counter() - t0:.1f} s")
+    manifest, part, stored = read_reference(index, log)
+    f16 = stored.vectors
+    offset_bytes = LIST_OFFSET_BYTES * len(part) / len(f16)  # the codes column's offsets, a token vector
 
     collection = read_collection(dataset)
     judged = collection.judged_queries
@@ -167,6 +255,7 @@ def run_collection(index: str, dataset: str, names: list[str], sample_size: int,
     sample = f16[rows].astype(np.float32)
     reference = codecs.train("float16", sample)
     codebooks: dict[str, np.ndarray] = {}
+    ann_by_dim: dict[int, dict[str, Any]] = {}
     results: list[dict[str, Any]] = []
     ref_run = None
     for name in names:
@@ -180,11 +269,12 @@ def run_collection(index: str, dataset: str, names: list[str], sample_size: int,
         if ref_run is None:
             ref_run = _decode_rescore(reference, reference.encode(f16), stored, part, encoded)[2]
         # float16 and this codec side by side, so their time ratio sees the same machine load
-        got, base, run = _side_by_side(codec, reference, f16, stored, part, encoded, repeats)
+        got, base, run, codes = _side_by_side(codec, reference, f16, stored, part, encoded, repeats)
         row = {
             "codec": codec.name,
             "dim": codec.dim_out,
             "bytes_per_vector": codec.bytes_per_vector,
+            "shard_bytes_per_vector": round(codec.bytes_per_vector + offset_bytes, 2),
             "ndcg10": round(_ndcg10(run, qrels), 4),
             "overlap10": round(_overlap10(run, ref_run), 4),
             "delta_se": round(_delta_se(run, ref_run, qrels), 4),
@@ -197,6 +287,16 @@ def run_collection(index: str, dataset: str, names: list[str], sample_size: int,
         }
         if key is not None:
             row["n_centroids"] = int(len(codebooks[key]))
+        if ann != "none":
+            if ann == "codec" or codec.dim_out not in ann_by_dim:
+                measured = ann_bytes(codec.decode(codes), log)
+                ann_by_dim.setdefault(codec.dim_out, {**measured, "ann_measured_on": codec.name})
+                measured["ann_measured_on"] = codec.name
+            else:
+                measured = ann_by_dim[codec.dim_out]
+            row.update(measured)
+            row["total_bytes_per_vector"] = round(row["shard_bytes_per_vector"] + measured["ann_bytes_per_vector"], 2)
+        del codes
         results.append(row)
         log(f"  {name}: {row}")
     ref_ndcg = round(_ndcg10(ref_run, qrels), 4) if ref_run is not None else float("nan")
@@ -210,7 +310,9 @@ def run_collection(index: str, dataset: str, names: list[str], sample_size: int,
         "token_vectors": int(len(f16)),
         "dim": int(f16.shape[1]),
         "queries": len(judged),
+        "mean_tokens_per_passage": round(len(f16) / max(1, len(part)), 2),
         "sample": int(len(sample)),
+        "ann": ann,
         "seed": seed,
         "repeats": repeats,
         "options": {k: v for k, v in options.items()},
@@ -219,48 +321,91 @@ def run_collection(index: str, dataset: str, names: list[str], sample_size: int,
     }
 
 
+def _num(value: Any, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
 def table(result: dict[str, Any]) -> str:
     head = f"{result['collection']}: {result['passages']:,} passages, {result['token_vectors']:,} token vectors (dim {result['dim']}), " \
            f"{result['queries']} judged queries; codecs trained on {result['sample']:,} vectors, seed {result['seed']}"
+    params = {tuple(sorted(r["ann_params"].items())): r["dim"] for r in result["codecs"] if "ann_params" in r}
+    if params:
+        head += "; ANN: " + ", ".join(f"{ANN_BACKEND} at dim {d} {dict(p)}" for p, d in params.items())
     lines = [
         head, "",
-        "| codec | dim | B/vec | nDCG@10 | Δ ± s.e. | overlap@10 | encode × | decode+rescore × | train s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| codec | dim | B/vec shards | B/vec ANN | B/vec total | nDCG@10 | Δ ± s.e. | overlap@10 | encode × | decode+rescore × | train s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in result["codecs"]:
         lines.append(
-            f"| {r['codec']} | {r['dim']} | {r['bytes_per_vector']} | {r['ndcg10']:.4f} | {r['delta_ndcg10']:+.4f} ± {r['delta_se']:.4f} | {r['overlap10']:.3f} "
+            f"| {r['codec']} | {r['dim']} | {_num(r.get('shard_bytes_per_vector', r['bytes_per_vector']), '.1f')} "
+            f"| {_num(r.get('ann_bytes_per_vector'), '.1f')} | {_num(r.get('total_bytes_per_vector'), '.1f')} "
+            f"| {r['ndcg10']:.4f} | {r['delta_ndcg10']:+.4f} ± {r['delta_se']:.4f} | {r['overlap10']:.3f} "
             f"| {r['encode_ratio']:.1f} | {r['decode_rescore_ratio']:.2f} | {r['train_s']:.1f} |"
         )
     return "\n".join(lines)
 
 
+def _served(r: dict[str, Any]) -> float:
+    """Bytes a token vector the targets count: total (shards + ANN) when measured, else the shards'."""
+    return r.get("total_bytes_per_vector", r.get("shard_bytes_per_vector", r["bytes_per_vector"]))
+
+
+def targets(results: list[dict[str, Any]]) -> str:
+    """Issue 15's targets over every collection in ``results``: the codecs at ≤ 36 B total a
+    token vector within 0.01 nDCG@10 of float16 on all of them, and the smallest within 0.02."""
+    names = [r["codec"] for r in results[0]["codecs"]]
+    rows = {n: [next((r for r in res["codecs"] if r["codec"] == n), None) for res in results] for n in names}
+    rows = {n: rs for n, rs in rows.items() if all(r is not None for r in rs)}
+    measured = all("total_bytes_per_vector" in r for rs in rows.values() for r in rs)
+    what = "total (shards + ANN)" if measured else "in the shards (no ANN measured)"
+
+    def describe(n: str) -> str:
+        rs = rows[n]
+        size = max(_served(r) for r in rs)
+        return f"{n} ({size:.1f} B: " + ", ".join(f"{r['delta_ndcg10']:+.4f}" for r in rs) + ")"
+
+    within = lambda n, d: all(r["delta_ndcg10"] >= -d for r in rows[n])  # noqa: E731
+    small = [n for n in rows if max(_served(r) for r in rows[n]) <= TARGET_BYTES and within(n, TARGET_DELTA)]
+    near = sorted((n for n in rows if within(n, SMALLEST_DELTA)), key=lambda n: max(_served(r) for r in rows[n]))
+    collections = ", ".join(res["collection"] for res in results)
+    lines = [
+        f"Targets on {collections} (Δ in that order), bytes a token vector {what}:",
+        f"- ≤ {TARGET_BYTES} B within {TARGET_DELTA} of float16 on all: " + ("; ".join(describe(n) for n in small) if small else "none"),
+        f"- the smallest within {SMALLEST_DELTA} on all: " + (describe(near[0]) if near else "none"),
+    ]
+    return "\n".join(lines)
+
+
 def plot(results: list[dict[str, Any]], path: str) -> None:
-    """Two panels against bytes per vector: ΔnDCG@10 (± its standard error) and overlap@10."""
+    """Two panels against bytes a token vector served (shards + ANN when measured, else the
+    shards'): ΔnDCG@10 (± its standard error) and overlap@10."""
     from pipeline.plots import png_bytes, pyplot
 
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
+    measured = all("total_bytes_per_vector" in r for res in results for r in res["codecs"])
     for res, marker in zip(results, "os^D"):
         rows = res["codecs"]
-        x = np.array([r["bytes_per_vector"] for r in rows], dtype=float)
+        x = np.array([_served(r) for r in rows], dtype=float)
         left.errorbar(x, [r["delta_ndcg10"] for r in rows], yerr=[r.get("delta_se", 0.0) for r in rows], fmt=marker,
                       capsize=2, alpha=0.8, label=res["collection"])
         right.plot(x, [r["overlap10"] for r in rows], marker, alpha=0.8, label=res["collection"])
-        for r in rows:
-            right.annotate(r["codec"], (r["bytes_per_vector"], r["overlap10"]), fontsize=6, xytext=(3, 2), textcoords="offset points")
+        for r, xi in zip(rows, x):
+            right.annotate(r["codec"], (xi, r["overlap10"]), fontsize=6, xytext=(3, 2), textcoords="offset points")
     for ax in (left, right):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("bytes per token vector (log scale)")
+        ax.set_xlabel(("bytes per token vector, shards + ANN" if measured else "bytes per token vector (codes)") + " (log scale)")
+        ax.axvline(TARGET_BYTES, color="grey", lw=0.6, ls="--")
         ax.legend(fontsize=8)
     left.axhline(0, color="grey", lw=0.8)
-    left.axhline(-0.01, color="grey", lw=0.6, ls="--")
-    left.axhline(-0.02, color="grey", lw=0.6, ls=":")
+    left.axhline(-TARGET_DELTA, color="grey", lw=0.6, ls="--")
+    left.axhline(-SMALLEST_DELTA, color="grey", lw=0.6, ls=":")
     left.set_ylabel("nDCG@10 − float16's (± s.e.)")
-    left.set_title("quality (judged queries)")
+    left.set_title(f"quality (judged queries); dashed: {TARGET_BYTES} B, −{TARGET_DELTA}")
     right.set_ylabel("overlap@10 with float16's ranking")
     right.set_title("agreement with float16")
-    fig.suptitle("Token-vector codecs, exact MaxSim")
+    fig.suptitle("Token-vector codecs, exact MaxSim from the codes")
     fig.tight_layout()
     with open(path, "wb") as f:
         f.write(png_bytes(fig))
@@ -270,22 +415,29 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", action="append", default=[], help="an mvr index (repeat, paired with --dataset)")
     p.add_argument("--dataset", action="append", default=[], help="its BEIR dataset directory (queries, qrels)")
-    p.add_argument("--from-json", help="print the tables (and --plot) of figures an earlier run wrote with --json; measure nothing")
+    p.add_argument("--from-json", action="append", default=[],
+                   help="print the tables (and --plot) of figures an earlier run wrote with --json (repeat to join runs); measure nothing")
     p.add_argument("--codecs", default=DEFAULT_CODECS, help="comma-separated codec names")
     p.add_argument("--sample", type=int, default=1 << 16, help="token vectors each codec is trained on")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=int, default=3, help="decode+rescore timings: the least of this many, alternating with float16")
     p.add_argument("--pca-center", action="store_true", help="centred PCA (default: uncentred, see operators/codecs.py PCA)")
     p.add_argument("--niter", type=int, help="k-means iterations (default: residual 20, PQ 25)")
+    p.add_argument("--ann", choices=("dim", "codec", "none"), default="dim",
+                   help="measure the ANN index's bytes once per output dimension (default), for every codec, or not at all")
     p.add_argument("--json", help="write the figures here")
     p.add_argument("--plot", help="write a PNG of ΔnDCG@10 against bytes per vector here")
     args = p.parse_args()
     if args.from_json:
-        with open(args.from_json) as f:
-            saved = json.load(f)
+        saved = []
+        for path in args.from_json:
+            with open(path) as f:
+                saved.extend(json.load(f))
         for r in saved:
             print()
             print(table(r))
+        print()
+        print(targets(saved))
         if args.plot:
             plot(saved, args.plot)
         return
@@ -297,10 +449,14 @@ def main() -> None:
     options: dict[str, Any] = {"center": True} if args.pca_center else {}
     if args.niter:
         options["niter"] = args.niter
-    results = [run_collection(i, d, names, args.sample, args.seed, args.repeats, **options) for i, d in zip(args.index, args.dataset)]
+    log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731 - progress apart from the tables
+    results = [run_collection(i, d, names, args.sample, args.seed, args.repeats, log, args.ann, **options)
+               for i, d in zip(args.index, args.dataset)]
     for r in results:
         print()
         print(table(r))
+    print()
+    print(targets(results))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
