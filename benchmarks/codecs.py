@@ -411,6 +411,17 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
         f.write(png_bytes(fig))
 
 
+def report(results: list[dict[str, Any]], plot_path: Optional[str]) -> None:
+    """Print each collection's table and the targets' check; plot when asked."""
+    for r in results:
+        print()
+        print(table(r))
+    print()
+    print(targets(results))
+    if plot_path:
+        plot(results, plot_path)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", action="append", default=[], help="an mvr index (repeat, paired with --dataset)")
@@ -433,13 +444,7 @@ def main() -> None:
         for path in args.from_json:
             with open(path) as f:
                 saved.extend(json.load(f))
-        for r in saved:
-            print()
-            print(table(r))
-        print()
-        print(targets(saved))
-        if args.plot:
-            plot(saved, args.plot)
+        report(saved, args.plot)
         return
     if not args.index or len(args.index) != len(args.dataset):
         p.error("give one --dataset for each --index")
@@ -452,16 +457,10 @@ def main() -> None:
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731 - progress apart from the tables
     results = [run_collection(i, d, names, args.sample, args.seed, args.repeats, log, args.ann, **options)
                for i, d in zip(args.index, args.dataset)]
-    for r in results:
-        print()
-        print(table(r))
-    print()
-    print(targets(results))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-    if args.plot:
-        plot(results, args.plot)
+    report(results, args.plot)
 
 
 if __name__ == "__main__":
