@@ -69,11 +69,6 @@ class StoredVectors:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    @property
-    def row_bytes(self) -> int:
-        """Bytes a stored vector takes."""
-        return int(self.segments[0].shape[1] * self.segments[0].itemsize) if self.segments else 0
-
     def owner(self, vector_rows: np.ndarray) -> np.ndarray:
         """(k,) int64: the passage each vector row belongs to (a binary search, no per-vector
         table held in memory)."""
