@@ -105,16 +105,35 @@ class StoredVectors:
         rows = np.arange(offsets[-1], dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
         return Packed(self.decode(rows), offsets)
 
+    def decode_range(self, lo: int, hi: int) -> np.ndarray:
+        """(hi - lo, dim) float32: the vector rows [lo, hi) decoded, read as slices of the
+        segments they span (no gather)."""
+        first = int(np.searchsorted(self.starts, lo, side="right")) - 1
+        parts = []
+        for s in range(max(first, 0), len(self.segments)):
+            a, b = max(lo, int(self.starts[s])), min(hi, int(self.starts[s + 1]))
+            if a >= hi:
+                break
+            if a < b:
+                parts.append(self.segments[s][a - self.starts[s] : b - self.starts[s]])
+        raw = parts[0] if len(parts) == 1 else (np.concatenate(parts) if parts else self.segments[0][:0])
+        return self.codec.decode(raw) if self.codec is not None else raw.astype(np.float32)
+
     def blocks(self, passages: int = DECODE_BLOCK) -> Iterator[tuple[int, Packed | np.ndarray]]:
         """(first passage, decoded passages) of every passage, ``passages`` at a time: the
-        whole run scored without holding it decoded."""
+        whole run scored without holding it decoded (each block read as slices)."""
         for start in range(0, len(self), passages):
-            yield start, self.take(np.arange(start, min(start + passages, len(self)), dtype=np.int64))
+            stop = min(start + passages, len(self))
+            if self.single:
+                yield start, self.decode_range(start, stop)
+            else:
+                lo, hi = int(self.offsets[start]), int(self.offsets[stop])
+                yield start, Packed(self.decode_range(lo, hi), self.offsets[start : stop + 1] - lo)
 
     def vector_blocks(self, rows: int = 65_536) -> Iterator[np.ndarray]:
         """Every vector decoded, (≤ rows, dim) float32 at a time, in row order."""
         for start in range(0, self.n_vectors, rows):
-            yield self.decode(np.arange(start, min(start + rows, self.n_vectors), dtype=np.int64))
+            yield self.decode_range(start, min(start + rows, self.n_vectors))
 
     def stored_bytes(self) -> int:
         """Bytes of the stored rows (codes or vectors) this run covers."""

@@ -73,6 +73,14 @@ def test_partition_round_trip_maps_the_shards_codes_and_decodes_only_candidates(
     for i, p in enumerate([3, 0, 2]):
         np.testing.assert_array_equal(got[i], codec.decode(codec.encode(expected[p])))
     assert pv.vectors.owner(np.array([0, 1, 3, 4, 7, 8, 9])).tolist() == [0, 1, 1, 2, 2, 3, 3]
+    # blocks and row ranges read slices across the segments, and decode what take gathers
+    for size in (1, 3, 4):
+        for start, block in pv.vectors.blocks(size):
+            want = pv.vectors.take(np.arange(start, start + len(block)))
+            np.testing.assert_array_equal(block.vectors, want.vectors)
+            np.testing.assert_array_equal(block.offsets, want.offsets)
+    np.testing.assert_array_equal(np.concatenate(list(pv.vectors.vector_blocks(3))), pv.vectors.decode(np.arange(pv.vectors.n_vectors)))
+    np.testing.assert_array_equal(pv.vectors.decode_range(2, 7), pv.vectors.decode(np.arange(2, 7)))
     ann = make_index("scann", codec.dim_out, pv.vectors.n_vectors)
     ann.train(pv.vectors.decode(np.arange(pv.vectors.n_vectors)))
     ann.add(pv.vectors.decode(np.arange(pv.vectors.n_vectors)))
