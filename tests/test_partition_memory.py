@@ -34,7 +34,7 @@ from operators import codecs
 from operators.ann import make_index
 from operators.stored_vectors import StoredVectors
 from storage.manifest import Manifest, ShardEntry, commit_manifest
-from storage.partitions import PartitionPlan, plan_partitions, read_passages, write_partition
+from storage.partitions import plan_partitions, read_passages, write_partition
 from storage.schema import codes_to_arrow, shard_schema
 from storage.shards import write_shard
 
