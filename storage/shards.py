@@ -74,7 +74,8 @@ def write_shard(index_url: str, table: pa.Table, block_id: str) -> dict:
     seqs = table["seq"].to_numpy()
     name = shard_name(block_id, int(seqs.min()))
     rel = posixpath.join(SHARDS_DIR, name)
-    codes = pa.table({c: table[c] for c in CODE_COLUMNS}).replace_schema_metadata(table.schema.metadata)
+    # one record batch: a column in one chunk is what readers map without a copy
+    codes = pa.table({c: table[c] for c in CODE_COLUMNS}).replace_schema_metadata(table.schema.metadata).combine_chunks()
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, codes.schema) as writer:  # uncompressed: readers map it
         writer.write_table(codes)

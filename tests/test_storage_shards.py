@@ -60,10 +60,14 @@ def test_shard_roundtrip_and_commit_record(index_url):
 
 def test_codes_file_is_memory_mapped_and_size_checked(tmp_path):
     table, _, _ = _table(4)
+    table = pa.concat_tables([table.slice(0, 2), table.slice(2)])  # as batches arrive: several chunks
+    assert table["tokens"].num_chunks == 2
     url = str(tmp_path)
     rec = write_shard(url, table, "00000-000000")
     entry = ShardEntry(**{k: v for k, v in rec.items() if k != "seq_ranges"})
-    codes, _ = arrow_to_codes(open_codes(url, codes_file(entry))["tokens"])
+    mapped = open_codes(url, codes_file(entry))
+    assert mapped["tokens"].num_chunks == 1  # one record batch: no combine (copy) when read
+    codes, _ = arrow_to_codes(mapped["tokens"])
     assert not codes.flags.owndata and not codes.flags.writeable  # a view of the read-only map, not a copy
     with open(tmp_path / rec["codes"], "ab") as f:
         f.write(b"x")
