@@ -56,7 +56,9 @@ class Partition:
     """``vectors``: the passages' stored vectors (``StoredVectors``: codes or float vectors;
     a Packed (tokens, centroids or first-m) or an (n, dim) matrix (pooled) is wrapped as
     plain float vectors); ``doc_ids`` (n,) str; ``passage_idx`` (n,) int32; ``ann``: index
-    over the vectors' rows in order (row r belongs to passage ``vectors.owner(r)``)."""
+    over the vectors' rows in order (row r belongs to passage ``vectors.owner(r)``); ``live``:
+    (n,) bool, False for a deleted passage (a tombstone, ``storage/tombstones.py``), which no
+    stage returns (None: every passage is live)."""
 
     def __init__(
         self,
@@ -65,6 +67,7 @@ class Partition:
         doc_ids: Sequence[str],
         passage_idx: np.ndarray,
         ann: Optional[AnnIndex] = None,
+        live: Optional[np.ndarray] = None,
     ) -> None:
         if kind not in scoring.VECTOR_KINDS:
             raise ValueError(f"unknown vector kind {kind!r}; choose one of {', '.join(scoring.VECTOR_KINDS)}")
@@ -78,6 +81,13 @@ class Partition:
         if ann is not None and ann.ntotal != self.vectors.n_vectors:
             raise ValueError(f"the ANN index holds {ann.ntotal} vectors, the partition {self.vectors.n_vectors}")
         self.ann = ann
+        if live is not None:
+            live = np.asarray(live, dtype=bool)
+            if live.shape != (n,):
+                raise ValueError(f"a live mask of shape {live.shape} for {n} passages")
+            if live.all():
+                live = None
+        self.live = live
 
     def __len__(self) -> int:
         return len(self.doc_ids)
@@ -113,6 +123,9 @@ class Partition:
         ids, scores = ids.ravel(), scores.ravel()
         ok = ids >= 0
         qi, rows, s = qi[ok], self.vectors.owner(ids[ok]), scores[ok]
+        if self.live is not None:  # deleted passages are no candidates
+            alive = self.live[rows]
+            qi, rows, s = qi[alive], rows[alive], s[alive]
         return Hits(qi, rows, s.astype(np.float32))
 
     def rescore(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray] = None) -> np.ndarray:
@@ -134,10 +147,16 @@ class Partition:
         t0 = time.perf_counter()
         if rows is not None and len(rows) == 0:
             return PartitionResult(Ranked(), 0, 0.0)
+        if rows is not None and self.live is not None:
+            rows = rows[self.live[rows]]
         scores = self.rescore(mode, query, rows)
         if rows is None:
+            if self.live is not None:
+                scores[~self.live] = -np.inf
             ranked = top_documents(scores, self.doc_ids, self.passage_idx, k)
+            if self.live is not None:
+                ranked = ranked.finite()
         else:
             ranked = top_documents(scores, [self.doc_ids[r] for r in rows], self.passage_idx[rows], k)
-        n = len(self) if rows is None else len(rows)
+        n = (len(self) if self.live is None else int(self.live.sum())) if rows is None else len(rows)
         return PartitionResult(ranked, n, (time.perf_counter() - t0) * 1e3)

@@ -24,6 +24,13 @@ class Ranked:
     def __len__(self) -> int:
         return len(self.doc_ids)
 
+    def finite(self) -> "Ranked":
+        """The documents whose score is finite (a passage scored -inf is excluded: deleted)."""
+        keep = np.isfinite(self.scores)
+        if keep.all():
+            return self
+        return Ranked([d for d, ok in zip(self.doc_ids, keep) if ok], self.scores[keep], self.passage_idx[keep])
+
 
 def top_documents(scores: np.ndarray, doc_ids: Sequence[str], passage_idx: np.ndarray, k: int) -> Ranked:
     """The best ``k`` documents of n scored passages (``scores``, ``doc_ids``, ``passage_idx``
