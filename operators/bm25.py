@@ -113,14 +113,16 @@ class CollectionBM25(bm25s.BM25):
 
 class BM25Partition:
     """BM25 over one partition's passages: ``doc_ids`` (n,), ``passage_idx`` (n,) int32 and the
-    bm25s index whose rows are those passages in order."""
+    bm25s index whose rows are those passages in order; ``live`` (n,) bool, False for a
+    deleted passage, which scores 0 (None: all live)."""
 
-    def __init__(self, index: bm25s.BM25, doc_ids: Sequence[str], passage_idx: np.ndarray) -> None:
+    def __init__(self, index: bm25s.BM25, doc_ids: Sequence[str], passage_idx: np.ndarray, live: Optional[np.ndarray] = None) -> None:
         if index.scores["num_docs"] != len(doc_ids) or len(passage_idx) != len(doc_ids):
             raise ValueError(f"BM25 index over {index.scores['num_docs']} passages, {len(doc_ids)} doc ids, {len(passage_idx)} passage numbers")
         self.index = index
         self.doc_ids = list(doc_ids)
         self.passage_idx = np.asarray(passage_idx, dtype=np.int32)
+        self.live = None if live is None or np.all(live) else np.asarray(live, bool)
 
     @classmethod
     def build(
@@ -140,7 +142,10 @@ class BM25Partition:
         ids = self.index.get_tokens_ids([t for t in terms if t in self.index.vocab_dict])
         if not ids:
             return np.zeros(len(self), np.float32)
-        return np.asarray(self.index.get_scores_from_ids(ids), dtype=np.float32)
+        out = np.asarray(self.index.get_scores_from_ids(ids), dtype=np.float32)
+        if self.live is not None:
+            out[~self.live] = 0.0
+        return out
 
     def rank(self, terms: Sequence[str], k: int) -> PartitionResult:
         """This partition's top-``k`` documents (a document scores as its best passage) among
@@ -158,9 +163,9 @@ class BM25Partition:
         self.index.save(directory, show_progress=False)
 
     @classmethod
-    def load(cls, directory: str, doc_ids: Sequence[str], passage_idx: np.ndarray) -> "BM25Partition":
+    def load(cls, directory: str, doc_ids: Sequence[str], passage_idx: np.ndarray, live: Optional[np.ndarray] = None) -> "BM25Partition":
         index = bm25s.BM25.load(directory, show_progress=False, verbosity=0)
-        return cls(index, doc_ids, passage_idx)
+        return cls(index, doc_ids, passage_idx, live)
 
 
 def top_rows(scores: np.ndarray, rows: np.ndarray, k: int, doc_ids: Sequence[str]) -> np.ndarray:

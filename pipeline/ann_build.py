@@ -22,9 +22,10 @@ from pipeline.bm25_build import build_bm25, is_current, partitions_for
 from pipeline.config import AnnBuildConfig, BM25BuildConfig
 from pipeline.ray_runtime import init_ray, task_result
 from storage.codec_file import load_codecs
-from storage.manifest import Manifest, ShardEntry, commit_manifest, load_manifest, shard_lookup
+from storage.manifest import Manifest, ShardEntry, commit_update, load_manifest, shard_lookup
+from storage.retention import collect
 from storage.verify import ExpectedFile, codes_file, require_intact
-from storage.partitions import PartitionPlan, ShardSlice, build_dir, plan_partitions, read_passages, remove_stale_builds, write_partition
+from storage.partitions import PartitionPlan, ShardSlice, build_dir, plan_partitions, read_passages, write_partition
 
 ADD_BATCH = 65_536  # vectors added to an index at a time
 
@@ -120,26 +121,36 @@ def _build_kinds(index_url: str, manifest: Manifest, config: AnnBuildConfig, kin
             kind, number = refs[done[0]]
             entries[kind][number] = task_result(done[0])  # raises when a task failed after its retries
             bar.update(1)
-    manifest = load_manifest(index_url)  # re-read: commit on top of the latest version
-    built = {}
-    for kind in kinds:
-        parts = entries[kind]
-        built[kind] = {
+    built = {
+        kind: {
             "backend": config.backend,
             "build": build_id,
             "path": build_dir(kind, build_id),
-            "partitions": parts,
-            "passages": sum(e["passages"] for e in parts),
-            "vectors": sum(e["vectors"] for e in parts),
+            "partitions": entries[kind],
+            "passages": sum(e["passages"] for e in entries[kind]),
+            "vectors": sum(e["vectors"] for e in entries[kind]),
             "config": config.model_dump(mode="json"),
             "shards": manifest.shards_digest(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        manifest.ann[kind] = built[kind]
-    commit_manifest(index_url, manifest)
-    for kind in kinds:
-        remove_stale_builds(index_url, kind, keep=build_id)
+        for kind in kinds
+    }
+    commit_update(index_url, lambda m: _with_builds(m, built), "build-ann", lambda m: f"{config.backend} P={config.partitions} {', '.join(kinds)}", log=log)
+    collect(index_url)
     return built
+
+
+def _with_builds(m: Manifest, built: dict[str, dict[str, Any]]) -> Manifest:
+    """``m`` (the latest version) with the new builds, which must be over its shards: refused
+    when an add or compaction committed other passages while they were built."""
+    for kind, entry in built.items():
+        if entry["shards"] != m.shards_digest():
+            raise ValueError(
+                f"the index's passages changed while the {kind} partitions were built (version {m.version} was committed meanwhile); "
+                "nothing was committed: run mvr build-ann again"
+            )
+        m.ann[kind] = entry
+    return m
 
 
 def _task_resources(config: AnnBuildConfig, n_tasks: int) -> tuple[float, int]:

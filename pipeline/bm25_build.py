@@ -20,8 +20,9 @@ from operators.bm25 import Analyzer, BM25Partition, TermStats
 from pipeline.config import BM25BuildConfig, BM25Config
 from pipeline.ray_runtime import init_ray, task_result
 from storage.bm25_partitions import BM25_DIR, build_dir, read_passage_texts, write_bm25_partition
-from storage.manifest import Manifest, commit_manifest, load_manifest
-from storage.partitions import PartitionPlan, ShardSlice, plan_partitions, remove_stale_builds
+from storage.manifest import Manifest, commit_update, load_manifest
+from storage.retention import collect
+from storage.partitions import PartitionPlan, ShardSlice, plan_partitions
 from storage.verify import ExpectedFile, require_intact, shard_files
 
 
@@ -67,8 +68,7 @@ def build_bm25(index_url: str, config: BM25BuildConfig, log: Callable[[str], Non
     stats_ref = ray.put(stats)
     refs = [build.remote(index_url, p, f"{build_dir(build_id)}/part-{p['number']:05d}", bm25, stats_ref) for p in plans]
     entries = _gather(refs, "bm25 build")
-    manifest = load_manifest(index_url)  # re-read: commit on top of the latest version
-    manifest.bm25 = {
+    entry = {
         "build": build_id,
         "path": build_dir(build_id),
         "partitions": entries,
@@ -78,8 +78,15 @@ def build_bm25(index_url: str, config: BM25BuildConfig, log: Callable[[str], Non
         "config": bm25,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    commit_manifest(index_url, manifest)
-    remove_stale_builds(index_url, "", keep=build_id, root=BM25_DIR)
+
+    def change(m: Manifest) -> Manifest:
+        if m.shards_digest() != entry["shards"]:
+            raise ValueError(f"the index's passages changed while the BM25 partitions were built (version {m.version}); nothing was committed: run the build again")
+        m.bm25 = entry
+        return m
+
+    manifest = commit_update(index_url, change, "build-bm25", lambda m: f"P={len(entries)}", log=log)
+    collect(index_url)
     return manifest
 
 

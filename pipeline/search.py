@@ -133,7 +133,7 @@ def load_bm25(index_url: str, manifest: Manifest) -> tuple[list[BM25Partition], 
             "`mvr build-bm25 INDEX` (mvr build-ann builds them too)"
         )
     cfg = BM25Config.model_validate(entry["config"])
-    return [load_bm25_partition(index_url, e) for e in entry["partitions"]], Analyzer(cfg.stopwords, cfg.stemmer)
+    return [load_bm25_partition(index_url, e, tombstones=manifest.tombstones) for e in entry["partitions"]], Analyzer(cfg.stopwords, cfg.stemmer)
 
 
 def index_query_encoder(index_url: str, manifest: Manifest, encoder: Optional[TokenEncoder] = None) -> QueryEncoder:

@@ -109,7 +109,7 @@ class PartitionServer:
                 self.parts[kind] = exact_partition(index_url, manifest, kind, codecs)
             else:
                 self.parts[kind] = load_partition(index_url, kind, entry, manifest, codecs)
-        self.bm25 = {i: load_bm25_partition(index_url, e) for i, e in shard.bm25.items()}
+        self.bm25 = {i: load_bm25_partition(index_url, e, tombstones=manifest.tombstones) for i, e in shard.bm25.items()}
         self.bm25_own, self.sparse, self.first = shard.bm25_own, shard.sparse, shard.first
         self.load_s = time.perf_counter() - t0
         self._warm_up()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 import posixpath
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from operators.bm25 import BM25Partition
 from storage.partitions import INDEX_SUBDIR, PASSAGES_FILE, ShardSlice, local_copy, read_partition_passages, saved_files, write_files
 from storage.shards import read_shard
+from storage.tombstones import live_mask
 
 BM25_DIR = "bm25"
 
@@ -67,11 +68,13 @@ def write_bm25_partition(index_url: str, rel_dir: str, first_passage: int, part:
     }
 
 
-def load_bm25_partition(index_url: str, entry: dict[str, Any], verify: bool = False) -> BM25Partition:
-    """Open a built BM25 partition (``verify``: check every file's sha256 first)."""
+def load_bm25_partition(index_url: str, entry: dict[str, Any], verify: bool = False, tombstones: Optional[dict[str, Any]] = None) -> BM25Partition:
+    """Open a built BM25 partition (``verify``: check every file's sha256 first); the deleted
+    passages of the version's ``tombstones`` entry score 0."""
     table = read_partition_passages(index_url, entry, verify)
     doc_ids, pidx = table["doc_id"].to_pylist(), table["passage_idx"].to_numpy()
-    return local_copy(index_url, entry, INDEX_SUBDIR, lambda d: BM25Partition.load(d, doc_ids, pidx), verify)
+    live = live_mask(index_url, tombstones or {}, entry["first_passage"], entry["passages"])
+    return local_copy(index_url, entry, INDEX_SUBDIR, lambda d: BM25Partition.load(d, doc_ids, pidx, live), verify)
 
 
 def tiling(ranges: Sequence[tuple[int, int]], entries: Sequence[dict[str, Any]]) -> list[list[int]]:

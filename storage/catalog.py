@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import os
 import tempfile
-from typing import Sequence
+from typing import Optional, Sequence
+
+import numpy as np
 
 import duckdb
 import pyarrow as pa
@@ -97,20 +99,41 @@ def scan_counts(index_url: str, blocks: Sequence[InputBlock]) -> dict:
     return {"input_rows": int(rows), "valid_rows": int(valid), "duplicates": int(dups)}
 
 
-def build_catalog(index_url: str, shard_paths: Sequence[str]) -> dict:
+def build_catalog(
+    index_url: str, shard_paths: Sequence[str], shard_rows: Optional[Sequence[int]] = None, dead: Optional[np.ndarray] = None, out: str = CATALOG_FILE
+) -> dict:
     """Write ``catalog.duckdb`` (tables passages, shards, rejects) and return the counts it
-    reconciles: passages, documents, tokens, distinct (block, seq) and (block, row) keys."""
+    reconciles: passages, documents, tokens, distinct (block, seq) and (block, row) keys.
+    ``passages.passage`` is each passage's global number: the shards in ``shard_paths``'
+    order (the manifest's), rows in shard order; ``shard_rows``, the shards' passage counts
+    when known, saves reading the shards' footers. ``dead``: deleted passages' global numbers
+    (the version's tombstones), left out of the catalog. ``out``: the file, relative to the
+    index (a version of a live index has its own, ``catalogs/``)."""
     urls = [fs.join(index_url, p) for p in shard_paths]
     with tempfile.TemporaryDirectory() as tmp:
         local = os.path.join(tmp, CATALOG_FILE)
         con = connect(index_url, local)
         cols = "doc_id, passage_idx, block_id, row_index, seq, title, text, char_start, char_end, n_tokens, filename AS shard"
         if urls:
-            con.execute(f"CREATE TABLE passages AS SELECT {cols} FROM read_parquet({_list(urls)}, filename=true)")
+            # passage: the global passage number (shards in the given, manifest order; rows in shard order)
+            rows = np.asarray(shard_rows if shard_rows is not None else [_parquet_rows(u) for u in urls], np.int64)
+            first = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+            con.register("shard_order", pa.table({"shard_url": urls, "first_passage": first}))
+            con.execute(
+                f"""CREATE TABLE passages AS SELECT {cols.replace('filename AS shard', 'p.filename AS shard')},
+                    (o.first_passage + p.file_row_number)::BIGINT AS passage
+                    FROM read_parquet({_list(urls)}, filename=true, file_row_number=true) p JOIN shard_order o ON p.filename = o.shard_url
+                    ORDER BY passage"""
+            )
+            if dead is not None and len(dead):
+                con.register("dead", pa.table({"passage": np.asarray(dead, np.int64)}))
+                con.execute("DELETE FROM passages WHERE passage IN (SELECT passage FROM dead)")
+                con.unregister("dead")
+            con.unregister("shard_order")
         else:
             con.execute(
                 "CREATE TABLE passages (doc_id VARCHAR, passage_idx INTEGER, block_id VARCHAR, row_index INTEGER, seq INTEGER,"
-                " title VARCHAR, text VARCHAR, char_start INTEGER, char_end INTEGER, n_tokens INTEGER, shard VARCHAR)"
+                " title VARCHAR, text VARCHAR, char_start INTEGER, char_end INTEGER, n_tokens INTEGER, shard VARCHAR, passage BIGINT)"
             )
         con.execute(f"CREATE TABLE rejects AS SELECT * FROM read_parquet({_list([fs.join(index_url, REJECTS_FILE)])})")
         counts = con.execute(
@@ -120,16 +143,28 @@ def build_catalog(index_url: str, shard_paths: Sequence[str]) -> dict:
         con.execute("CREATE INDEX passages_doc ON passages (doc_id)")
         con.close()
         with open(local, "rb") as f:
-            fs.write_bytes_atomic(fs.join(index_url, CATALOG_FILE), f.read())
+            fs.write_bytes_atomic(fs.join(index_url, out), f.read())
     keys = ("passages", "documents", "tokens", "distinct_passage_keys", "distinct_document_keys")
     return dict(zip(keys, (int(c) for c in counts)))
+
+
+def _parquet_rows(url: str) -> int:
+    with fs.open_file(url) as f:
+        return pq.read_metadata(f).num_rows
 
 
 class Catalog:
     """Read-only view of ``catalog.duckdb`` (copied locally first when the index is remote)."""
 
-    def __init__(self, index_url: str) -> None:
-        url = fs.join(index_url, CATALOG_FILE)
+    def __init__(self, index_url: str, path: Optional[str] = None) -> None:
+        """``path``: the catalog file relative to the index (``Manifest.catalog`` of the
+        version being served); default: the latest version's."""
+        if path is None:
+            from storage.manifest import read_manifest
+
+            m = read_manifest(index_url)
+            path = m.catalog if m is not None else CATALOG_FILE
+        url = fs.join(index_url, path)
         if not fs.exists(url):
             raise FileNotFoundError(f"no catalog at {url}: the index was not committed")
         self._tmp = None

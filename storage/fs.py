@@ -7,6 +7,7 @@ renamed; an object store's single PUT is atomic already.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import uuid
 from typing import Any
@@ -59,6 +60,45 @@ def write_bytes_atomic(url: str, data: bytes) -> None:
         fs.mv(tmp, path)  # os.replace: atomic on one filesystem
     else:
         fs.pipe_file(path, data)
+
+
+class ExclusiveCreateUnsupported(RuntimeError):
+    """The filesystem cannot create a file only if it does not exist yet."""
+
+
+def create_exclusive(url: str, data: bytes) -> None:
+    """Create ``url`` holding ``data`` only if nothing is there yet, atomically: FileExistsError
+    when another writer created it first (the loser writes nothing). Readers see nothing or
+    the whole file. Local: the bytes go to a temporary file, hard-linked to the name (``link``
+    fails if the name exists). Elsewhere: the filesystem's exclusive mode (``open(…, "xb")``:
+    a conditional PUT such as S3's ``If-None-Match: *`` or GCS's ``ifGenerationMatch=0``);
+    ``ExclusiveCreateUnsupported`` when it has none, rather than a commit that could race."""
+    fs, path = resolve(url)
+    parent = posixpath.dirname(path)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    if isinstance(fs, LocalFileSystem):
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
+        return
+    try:
+        f = fs.open(path, "xb")
+    except FileExistsError:
+        raise
+    except (ValueError, NotImplementedError, TypeError) as exc:
+        raise ExclusiveCreateUnsupported(
+            f"{type(fs).__name__} cannot create {url} only if it is absent ({exc}); commits to this index could race: "
+            "use a filesystem with conditional writes (local, S3 with If-None-Match, GCS)"
+        ) from exc
+    with f:
+        f.write(data)
 
 
 def list_files(url: str, suffix: str = "") -> list[str]:

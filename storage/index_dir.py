@@ -18,7 +18,7 @@ from fsspec.implementations.local import LocalFileSystem
 from storage import fs
 from storage.shards import SHARDS_DIR, STAGING_DIR, codes_path
 
-# What indexing, build-ann and build-bm25 write directly under INDEX (the constants live in
+# What indexing, build-ann, build-bm25 and the live updates (add, delete, compact) write directly under INDEX (the constants live in
 # storage/manifest.py, catalog.py, partitions.py and bm25_partitions.py; a test checks they
 # match, without importing the ANN and BM25 libraries here).
 MANIFEST_FILE = "manifest.json"
@@ -28,8 +28,13 @@ CODECS_DIR = "codecs"
 SHARD_LISTS_DIR = "shard-lists"
 ANN_DIR = "ann"
 BM25_DIR = "bm25"
+VERSIONS_DIR = "versions"
+ADDS_DIR = "adds"
+TOMBSTONES_DIR = "tombstones"
+CATALOGS_DIR = "catalogs"
+COMPACTED_DIR = "compacted"
 INDEX_FILES = (MANIFEST_FILE, REJECTS_FILE, CATALOG_FILE)
-INDEX_DIRS = (SHARDS_DIR, STAGING_DIR, ANN_DIR, BM25_DIR, CODECS_DIR, SHARD_LISTS_DIR)
+INDEX_DIRS = (SHARDS_DIR, STAGING_DIR, ANN_DIR, BM25_DIR, CODECS_DIR, SHARD_LISTS_DIR, VERSIONS_DIR, ADDS_DIR, TOMBSTONES_DIR, CATALOGS_DIR, COMPACTED_DIR)
 INDEX_ENTRIES = INDEX_FILES + INDEX_DIRS
 PROBE_PREFIX = ".mvr-write-probe-"
 _TMP = re.compile(r"(%s)\.tmp-[0-9a-f]{32}|%s[0-9a-f]{32}" % ("|".join(re.escape(n) for n in INDEX_FILES), re.escape(PROBE_PREFIX)))

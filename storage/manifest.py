@@ -7,14 +7,25 @@ rewrites the list a reader of the previous manifest is reading), listed in the m
 ``shard_list`` (path, bytes, sha256, count) and checked against it when read. At 10⁹
 passages an index has about a million shards (docs/capacity.md): the JSON stays a few
 kilobytes, and the list is read as columns, not parsed and validated object by object.
-Commits keep the current and the previous list and delete older ones."""
+Files no retained version lists are collected by ``storage/retention.py``.
+
+Versions. Every commit creates ``versions/{N:012d}.json`` (the whole manifest of version N)
+with an exclusive create (``fs.create_exclusive``): that file is the commit point. Two
+writers that both read version N−1 race for N; one wins, the other gets ``CommitConflict``
+and re-applies its change on top of the winner (``commit_update``) or is refused. Then
+``manifest.json`` is overwritten with the same bytes, a pointer for readers; a reader
+follows ``versions/`` past it, so a writer killed between the two steps (or two writers
+finishing out of order) never hides a committed version. A version file is never rewritten:
+a reader of version N keeps reading N's files until it switches (``read_manifest(version=N)``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
+import time
 from datetime import datetime, timezone
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +37,8 @@ from storage.schema import OLDEST_READABLE_SCHEMA, SCHEMA_VERSION
 
 MANIFEST_FILE = "manifest.json"
 SHARD_LISTS_DIR = "shard-lists"
+VERSIONS_DIR = "versions"
+COMMIT_ATTEMPTS = 8  # commit_update: tries before a writer that keeps losing is refused
 
 
 class ShardEntry(BaseModel):
@@ -129,7 +142,7 @@ def shard_lookup(shards: Sequence[ShardEntry], path: str) -> ShardEntry:
 
 class Manifest(BaseModel):
     format: str = "mvr-index"
-    version: int = 1  # increases with every commit to the same index
+    version: int = 0  # increases with every commit to the same index (0: not committed yet)
     schema_version: int = SCHEMA_VERSION
     created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     config: dict[str, Any]
@@ -144,6 +157,9 @@ class Manifest(BaseModel):
     catalog: str = "catalog.duckdb"
     ann: dict[str, Any] = Field(default_factory=dict)
     bm25: dict[str, Any] = Field(default_factory=dict)
+    tombstones: dict[str, Any] = Field(default_factory=dict)  # path, bytes, sha256, count of the deleted passages' file
+    adds: list[dict[str, Any]] = Field(default_factory=list)  # one entry an `mvr add` committed since the last build or compaction
+    history: list[dict[str, Any]] = Field(default_factory=list)  # version, operation, at, summary (most recent last, bounded)
 
     def shards_digest(self) -> str:
         """sha256 over the shards' checksums: which passages an ANN or BM25 build was made from."""
@@ -159,22 +175,49 @@ class OldSchemaError(ValueError):
     """The index was written by a schema version this mvr no longer reads."""
 
 
-def read_manifest(index_url: str) -> Optional[Manifest]:
-    """The committed manifest with its shard list (None when there is none).
-    ``OldSchemaError`` for an index of a schema version this mvr no longer reads, saying how
-    to rebuild it; ``IntegrityError`` when the shard list file does not match the manifest."""
-    url = manifest_url(index_url)
-    if not fs.exists(url):
-        return None
-    data = fs.read_bytes(url)
+def version_url(index_url: str, version: int) -> str:
+    return fs.join(index_url, VERSIONS_DIR, f"{int(version):012d}.json")
+
+
+def list_versions(index_url: str) -> list[int]:
+    """The committed versions whose files are present, oldest first."""
+    out = []
+    for url in fs.list_files(fs.join(index_url, VERSIONS_DIR), ".json"):
+        stem = url.rstrip("/").rsplit("/", 1)[-1][: -len(".json")]
+        if stem.isdigit():
+            out.append(int(stem))
+    return sorted(out)
+
+
+def read_manifest(index_url: str, version: Optional[int] = None) -> Optional[Manifest]:
+    """The latest committed manifest with its shard list (None when there is none), or
+    ``version``'s (FileNotFoundError when that version is not kept). ``OldSchemaError`` for
+    an index of a schema version this mvr no longer reads, saying how to rebuild it;
+    ``IntegrityError`` when the shard list file does not match the manifest."""
+    if version is not None:
+        url = version_url(index_url, version)
+        if not fs.exists(url):
+            raise FileNotFoundError(f"{index_url} keeps no version {version} (kept: {list_versions(index_url) or 'none'})")
+        m = _parse(index_url, url, fs.read_bytes(url))
+    else:
+        url = manifest_url(index_url)
+        if not fs.exists(url):
+            return None
+        m = _parse(index_url, url, fs.read_bytes(url))
+        while fs.exists(version_url(index_url, m.version + 1)):  # committed after the pointer was written
+            m = _parse(index_url, version_url(index_url, m.version + 1), fs.read_bytes(version_url(index_url, m.version + 1)))
+    if m.shard_list:
+        m.shards = read_shard_list(index_url, m.shard_list)
+    return m
+
+
+def _parse(index_url: str, url: str, data: bytes) -> Manifest:
     try:
         m = Manifest.model_validate_json(data)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         _refuse_old_schema(index_url, data)
         what = "; ".join(line.strip() for line in str(exc).strip().splitlines()[:3]) or type(exc).__name__
         raise ValueError(f"{url} is damaged ({what[:300]}); it cannot be read as an mvr manifest") from exc
-    if m.shard_list:
-        m.shards = read_shard_list(index_url, m.shard_list)
     return m
 
 
@@ -224,20 +267,59 @@ def load_manifest(index_url: str) -> Manifest:
     return m
 
 
-def commit_manifest(index_url: str, manifest: Manifest) -> None:
-    """Atomically publish ``manifest`` (its version one above the current one, if any): its
-    shard list file first (named by its content), then ``manifest.json``; then shard lists
-    older than the previous manifest's are deleted."""
-    current = read_manifest(index_url)
-    manifest.version = (current.version + 1) if current else 1
+class CommitConflict(RuntimeError):
+    """Another writer committed the version this one tried to create."""
+
+
+HISTORY_KEPT = 100
+
+
+def commit_manifest(index_url: str, manifest: Manifest, based_on: Optional[int] = -1, operation: str = "commit", summary: str = "") -> Manifest:
+    """Publish ``manifest`` as the version after ``based_on`` (the version the writer read and
+    changed; None for a new index; -1, the default, for ``manifest.version`` as read): its
+    shard list file first (named by its content, so never rewritten), then the exclusive
+    create of ``versions/{N}.json`` (the commit point: ``CommitConflict`` when another writer
+    created it first, and nothing of this commit is visible), then ``manifest.json``."""
+    base = manifest.version if based_on == -1 else based_on
+    manifest.version = (base or 0) + 1
     data = shard_list_bytes(manifest.shards)
     digest = hashlib.sha256(data).hexdigest()
     rel = f"{SHARD_LISTS_DIR}/{digest[:16]}.parquet"
     if not fs.exists(fs.join(index_url, rel)):
         fs.write_bytes_atomic(fs.join(index_url, rel), data)
     manifest.shard_list = {"path": rel, "bytes": len(data), "sha256": digest, "count": len(manifest.shards)}
-    fs.write_bytes_atomic(manifest_url(index_url), json.dumps(manifest.model_dump(mode="json"), indent=1).encode())
-    keep = {rel, current.shard_list.get("path") if current else None}
-    for url in fs.list_files(fs.join(index_url, SHARD_LISTS_DIR)):
-        if f"{SHARD_LISTS_DIR}/{url.rstrip('/').rsplit('/', 1)[-1]}" not in keep:
-            fs.remove(url)
+    manifest.created_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    manifest.history = (manifest.history + [{"version": manifest.version, "operation": operation, "at": manifest.created_at, "summary": summary}])[-HISTORY_KEPT:]
+    body = json.dumps(manifest.model_dump(mode="json"), indent=1).encode()
+    try:
+        fs.create_exclusive(version_url(index_url, manifest.version), body)
+    except FileExistsError:
+        raise CommitConflict(f"version {manifest.version} of {index_url} was committed by another writer") from None
+    fs.write_bytes_atomic(manifest_url(index_url), body)
+    return manifest
+
+
+def commit_update(
+    index_url: str,
+    change: Callable[[Manifest], Manifest],
+    operation: str,
+    summary: Callable[[Manifest], str] = lambda m: "",
+    attempts: int = COMMIT_ATTEMPTS,
+    log: Callable[[str], None] = lambda s: None,
+) -> Manifest:
+    """Optimistic concurrency: read the latest version, ``change`` it (a function of the
+    manifest it is given: it re-applies the writer's change on top of whatever is latest, or
+    raises to refuse), commit; on ``CommitConflict`` start again from the new latest, up to
+    ``attempts`` times, then refuse with ``CommitConflict``."""
+    for attempt in range(attempts):
+        current = load_manifest(index_url)
+        shards, current.shards = current.shards, []
+        copy = current.model_copy(deep=True)
+        copy.shards = current.shards = shards
+        new = change(copy)
+        try:
+            return commit_manifest(index_url, new, current.version, operation, summary(new))
+        except CommitConflict as exc:
+            log(f"{exc}; applying the change again on top of it (attempt {attempt + 2} of {attempts})")
+            time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+    raise CommitConflict(f"{index_url}: {attempts} commits in a row lost to other writers; nothing of this {operation} was committed, run it again")

@@ -40,6 +40,7 @@ from storage import fs
 from storage.manifest import Manifest, ShardEntry, shard_lookup, shard_paths, shard_rows
 from storage.schema import arrow_to_codes
 from storage.shards import open_codes, read_shard_checked
+from storage.tombstones import live_mask
 from storage.verify import ExpectedFile, FileCheck, IntegrityError, codes_file, missing, read_listed, size_check, unreadable
 
 ANN_DIR = "ann"
@@ -248,7 +249,8 @@ def load_partition(index_url: str, kind: str, entry: dict[str, Any], manifest: M
     slices = partition_slices(manifest, entry["first_passage"], entry["passages"])
     vectors = read_passages(index_url, manifest.shards, slices, kind, codecs, ids=False).vectors
     ann = local_copy(index_url, entry, INDEX_SUBDIR, load_index, verify)
-    return Partition(kind, vectors, table["doc_id"].to_pylist(), table["passage_idx"].to_numpy(), ann)
+    live = live_mask(index_url, manifest.tombstones, entry["first_passage"], entry["passages"])
+    return Partition(kind, vectors, table["doc_id"].to_pylist(), table["passage_idx"].to_numpy(), ann, live)
 
 
 def read_partition_passages(index_url: str, entry: dict[str, Any], verify: bool = False) -> pa.Table:
@@ -278,7 +280,7 @@ def exact_partition(index_url: str, manifest: Manifest, kind: str, codecs: Mappi
     shard's Parquet file read whole for the ids and its sha256 compared."""
     (plan,) = plan_partitions(manifest, 1) if manifest.shards else [PartitionPlan(0, 0, 0, [])]
     pv = read_passages(index_url, manifest.shards, plan.slices, kind, codecs, sha256=True)
-    return Partition(kind, pv.vectors, pv.doc_ids, pv.passage_idx)
+    return Partition(kind, pv.vectors, pv.doc_ids, pv.passage_idx, live=live_mask(index_url, manifest.tombstones, 0, plan.passages))
 
 
 def remove_stale_builds(index_url: str, kind: str, keep: Optional[str], root: str = ANN_DIR) -> int:

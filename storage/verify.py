@@ -138,7 +138,10 @@ def expected_files(manifest: Manifest) -> list[ExpectedFile]:
             out.extend(_partition_files(part, f"ann {kind} part {j}"))
     for j, part in enumerate(manifest.bm25.get("partitions", []) if manifest.bm25 else []):
         out.extend(_partition_files(part, f"bm25 part {j}"))
-    for name, group in ((manifest.rejects, "rejects"), (manifest.catalog, "catalog")):
+    if manifest.tombstones:
+        t = manifest.tombstones
+        out.append(ExpectedFile(t["path"], "tombstones", int(t["bytes"]), str(t["sha256"])))
+    for name, group in [(manifest.rejects, "rejects"), (manifest.catalog, "catalog")] + [(a.get("rejects"), "rejects") for a in manifest.adds]:
         if name:
             out.append(ExpectedFile(name, group, None, None))
     return out

@@ -116,6 +116,7 @@ def test_an_index_of_schema_version_1_is_refused_with_how_to_rebuild(index_url):
 
 def test_the_shard_list_is_checked_and_old_lists_are_dropped(tmp_path):
     from storage.manifest import read_manifest
+    from storage.retention import collect
     from storage.verify import IntegrityError
 
     url = str(tmp_path)
@@ -123,12 +124,17 @@ def test_the_shard_list_is_checked_and_old_lists_are_dropped(tmp_path):
     first = ShardEntry(**{k: v for k, v in write_shard(url, table, "b0").items() if k != "seq_ranges"})
     second = ShardEntry(**{k: v for k, v in write_shard(url, _table(2, seed=1)[0], "b1").items() if k != "seq_ranges"})
     lists = []
-    for shards in ([first], [first, second], [second]):
-        commit_manifest(url, Manifest(config={}, model={}, input={}, counts={}, dim=8, codecs={}, shards=shards))
+    for version, shards in enumerate(([first], [first, second], [second])):
+        commit_manifest(url, Manifest(config={}, model={}, input={}, counts={}, dim=8, codecs={}, shards=shards), based_on=version or None)
         lists.append(read_manifest(url).shard_list["path"])
     assert len(set(lists)) == 3
+    assert collect(url, keep_versions=2, grace_s=0).versions == [1]
     assert sorted(p.name for p in (tmp_path / "shard-lists").iterdir()) == sorted(p.split("/")[1] for p in lists[1:])  # current + previous
+    assert sorted(p.name for p in (tmp_path / "versions").iterdir()) == ["000000000002.json", "000000000003.json"]
+    assert (tmp_path / first.path).exists()  # version 2 still lists it
     assert [s.path for s in load_manifest(url).shards] == [second.path]
+    assert collect(url, keep_versions=1, grace_s=0).versions == [2] and not (tmp_path / first.path).exists()
+    assert (tmp_path / second.path).exists() and (tmp_path / second.codes).exists()
     path = tmp_path / lists[-1]
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
