@@ -52,23 +52,24 @@ def build_partition(index_url: str, plan: dict, rel_dir: str, config: dict, stat
     return entry
 
 
-def build_bm25(index_url: str, config: BM25BuildConfig, log: Callable[[str], None] = print) -> Manifest:
-    """Build ``config.partitions`` BM25 partitions and record them as the manifest's ``bm25``
-    entry, replacing an earlier build. Returns the committed manifest."""
-    manifest = load_manifest(index_url)
-    plans = [asdict(p) for p in plan_partitions(manifest, config.partitions)]
+def build_bm25_entry(
+    index_url: str, manifest: Manifest, config: BM25Config, plans: list[PartitionPlan], cpus_per_task: float = 1.0, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Build BM25 partitions over ``plans``' passage ranges of ``manifest``'s shards (Ray
+    tasks, two rounds) and return the manifest's ``bm25`` entry for them (not committed)."""
+    plans = [asdict(p) for p in plans]
     init_ray()
-    bm25 = config.bm25.model_dump(mode="json")
-    build_id = f"p{config.partitions}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    log(f"building {len(plans)} BM25 partition(s) (stopwords={config.bm25.stopwords}, stemmer={config.bm25.stemmer}, {config.bm25.method})")
-    count = ray.remote(num_cpus=config.cpus_per_task, max_retries=3)(partition_stats)
-    build = ray.remote(num_cpus=config.cpus_per_task, max_retries=3)(build_partition)
+    bm25 = config.model_dump(mode="json")
+    build_id = f"p{len(plans)}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    log(f"building {len(plans)} BM25 partition(s) (stopwords={config.stopwords}, stemmer={config.stemmer}, {config.method})")
+    count = ray.remote(num_cpus=cpus_per_task, max_retries=3)(partition_stats)
+    build = ray.remote(num_cpus=cpus_per_task, max_retries=3)(build_partition)
     shards = [[asdict(f) for f in shard_files(manifest, [sl["path"] for sl in p["slices"]])] for p in plans]
     stats = sum(_gather([count.remote(index_url, p, bm25, s) for p, s in zip(plans, shards)], "bm25 stats"), TermStats())
     stats_ref = ray.put(stats)
     refs = [build.remote(index_url, p, f"{build_dir(build_id)}/part-{p['number']:05d}", bm25, stats_ref) for p in plans]
     entries = _gather(refs, "bm25 build")
-    entry = {
+    return {
         "build": build_id,
         "path": build_dir(build_id),
         "partitions": entries,
@@ -79,13 +80,20 @@ def build_bm25(index_url: str, config: BM25BuildConfig, log: Callable[[str], Non
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
+
+def build_bm25(index_url: str, config: BM25BuildConfig, log: Callable[[str], None] = print) -> Manifest:
+    """Build ``config.partitions`` BM25 partitions and record them as the manifest's ``bm25``
+    entry, replacing an earlier build. Returns the committed manifest."""
+    manifest = load_manifest(index_url)
+    entry = build_bm25_entry(index_url, manifest, config.bm25, plan_partitions(manifest, config.partitions), config.cpus_per_task, log)
+
     def change(m: Manifest) -> Manifest:
         if m.shards_digest() != entry["shards"]:
             raise ValueError(f"the index's passages changed while the BM25 partitions were built (version {m.version}); nothing was committed: run the build again")
         m.bm25 = entry
         return m
 
-    manifest = commit_update(index_url, change, "build-bm25", lambda m: f"P={len(entries)}", log=log)
+    manifest = commit_update(index_url, change, "build-bm25", lambda m: f"P={len(entry['partitions'])}", log=log)
     collect(index_url)
     return manifest
 

@@ -184,9 +184,12 @@ def index_corpus(
     config: IndexConfig,
     overwrite: bool = False,
     log: Callable[[str], None] = print,
+    codecs_given: Optional[dict[str, bytes]] = None,
 ) -> IndexResult:
     """Index ``corpus_url`` into ``index_url``. Resumable and idempotent: rerunning after a
-    crash finishes the job; rerunning after success changes nothing."""
+    crash finishes the job; rerunning after success changes nothing. ``codecs_given``: the
+    codec files to compress with ({group: bytes}, as another index stores them) instead of
+    training new ones (``mvr add``: the documents join an index with its own codecs)."""
     t0 = time.time()
     prepared = _prepare(corpus_url, index_url, config, overwrite, log)
     key = prepared.key
@@ -208,7 +211,12 @@ def index_corpus(
         removed = index_dir.clear(index_url, keep=(staging.STAGING_DIR,))
         log(f"--overwrite: removed the previous index at {index_url} ({', '.join(removed)})")
     log(f"validated {len(blocks)} blocks in {time.time() - t0:.1f} s; {duplicates} duplicate ids (first occurrence kept)")
-    codec_files = _codecs(index_url, blocks, config, placement, log)
+    if codecs_given is not None:
+        if codec_file.read_staged(index_url) is None:
+            codec_file.stage(index_url, codecs_given)
+        codec_files = dict(codecs_given)
+    else:
+        codec_files = _codecs(index_url, blocks, config, placement, log)
     t1 = time.time()
 
     # Pass 2: passages → token ids → vectors → codes → shards.

@@ -177,6 +177,24 @@ class Catalog:
                 f.write(fs.read_bytes(url))
         self.con = duckdb.connect(path, read_only=True)
 
+    def passages_of(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """The global passage numbers (sorted int64) of the documents ``doc_ids`` that this
+        catalog's version holds (deleted ones are not in it)."""
+        if not len(doc_ids):
+            return np.zeros(0, np.int64)
+        with self.con.cursor() as cur:
+            cur.register("wanted", pa.table({"doc_id": pa.array(list(doc_ids), pa.string())}))
+            t = _arrow(cur, "SELECT passage FROM passages JOIN wanted USING (doc_id) ORDER BY passage")
+        return t["passage"].to_numpy().astype(np.int64, copy=False)
+
+    def doc_ids_present(self, doc_ids: Sequence[str]) -> list[str]:
+        """Those of ``doc_ids`` this catalog's version holds."""
+        if not len(doc_ids):
+            return []
+        with self.con.cursor() as cur:
+            cur.register("wanted", pa.table({"doc_id": pa.array(list(doc_ids), pa.string())}))
+            return [r[0] for r in cur.execute("SELECT DISTINCT doc_id FROM passages JOIN wanted USING (doc_id) ORDER BY doc_id").fetchall()]
+
     def rejects_by_reason(self) -> list[tuple[str, int]]:
         return self.con.execute(
             "SELECT split_part(reason, ':', 1) AS kind, count(*) FROM rejects GROUP BY kind ORDER BY 2 DESC, 1"

@@ -70,6 +70,12 @@ def commit(index_url: str, files: Mapping[str, bytes], sample_vectors_max: int, 
     return out
 
 
+def read_committed(index_url: str, entries: Mapping[str, Mapping[str, Any]]) -> dict[str, bytes]:
+    """The index's codec files as bytes ({group: bytes}), each checked against the manifest's
+    ``codecs`` entry (``IntegrityError``): what ``mvr add`` compresses new documents with."""
+    return {g: read_listed(index_url, ExpectedFile(entries[g]["path"], "codec", int(entries[g]["bytes"]), str(entries[g]["sha256"]))) for g in GROUPS}
+
+
 def load_codec(index_url: str, entry: Mapping[str, Any]) -> codecs.Codec:
     """The codec a manifest ``codecs`` entry lists, its size and sha256 checked:
     ``IntegrityError`` when the file is missing or differs from the manifest, or cannot be

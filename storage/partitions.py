@@ -80,6 +80,15 @@ def plan_partitions(manifest: Manifest, partitions: int) -> list[PartitionPlan]:
     return [PartitionPlan(p, bounds[p], bounds[p + 1] - bounds[p], partition_slices(manifest, bounds[p], bounds[p + 1] - bounds[p])) for p in range(partitions)]
 
 
+def plan_ranges(manifest: Manifest, bounds: Sequence[int]) -> list[PartitionPlan]:
+    """Partitions over explicit boundaries: partition p holds global passages [bounds[p],
+    bounds[p + 1]) (``bounds`` increasing, from 0 to the index's passages)."""
+    b = [int(x) for x in bounds]
+    if len(b) < 2 or b[0] != 0 or any(x >= y for x, y in zip(b, b[1:])):
+        raise ValueError(f"partition boundaries must increase from 0, got {b[:8]}")
+    return [PartitionPlan(p, b[p], b[p + 1] - b[p], partition_slices(manifest, b[p], b[p + 1] - b[p])) for p in range(len(b) - 1)]
+
+
 def partition_slices(manifest: Manifest, first_passage: int, passages: int) -> list[ShardSlice]:
     """The shard rows holding global passages [first_passage, first_passage + passages): a
     binary search over the shards' cumulative rows, then one slice a shard in the range."""

@@ -1,0 +1,37 @@
+"""``mvr add INDEX CORPUS`` / ``python -m jobs.add INDEX CORPUS``: add documents to a committed
+index as a new version, with the index's own model, conventions and codecs (no retraining).
+A document id the index holds already is replaced (an update). See docs/updates.md."""
+
+from __future__ import annotations
+
+import argparse
+
+from jobs.common import ArgumentParser, console, output_console, print_config, run_job
+
+
+def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    p = p or ArgumentParser(prog="python -m jobs.add", description=__doc__)
+    p.add_argument("index", help="a committed index (path or fsspec URL)")
+    p.add_argument("corpus", help="the documents to add: a file or directory of JSON lines, TSV or Parquet (as for mvr index)")
+    p.add_argument("--force", action="store_true", help="add an input again that an earlier add of the same bytes committed")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipeline.config import IndexConfig
+    from pipeline.updates import add_documents
+    from storage.manifest import load_manifest
+
+    m = load_manifest(args.index)
+    print_config(f"mvr add: the configuration of {args.index} (version {m.version}), which the new documents are indexed with", IndexConfig.model_validate(m.config))
+    result = add_documents(args.corpus, args.index, log=console.print, force=args.force)
+    output_console().print(f"{result.summary} (version {result.manifest.version}, {result.seconds:.1f} s)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_job(run, parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

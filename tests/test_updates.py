@@ -1,0 +1,147 @@
+"""Live updates (issue 17): half of msmarco-sample indexed, the other half added, a tenth
+deleted, a few documents' text updated; then every query's top-10 equals that of an index
+built from scratch on the final documents: exactly with exact search, within the ANN
+tolerances (overlap@10 >= 0.9 with exact, as tests/test_search_ann.py) with ANN.
+
+Both indexes use the float16 codec: an untrained codec, so the two indexes hold the same
+codes for the same text and exact scores can be compared exactly (a trained codec's
+codebook depends on its sample, so a from-scratch index would score slightly differently;
+that is the codec's property, measured in tests/test_codecs.py, not the update path's)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import read_jsonl
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
+
+CODECS = {"compress.codec": "float16", "compress.pooled_codec": "float16"}
+UPDATED = 6
+ANN = {"backend": "faiss-ivfpq", "partitions": 2, "vectors": ["tokens"]}
+
+
+def _write(path: Path, docs: list[dict]) -> str:
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def updated(tmp_path_factory, datasets):
+    """(live index after index A, build-ann, add B, delete, update; from-scratch index of the
+    final documents; deleted ids; updated ids; queries)."""
+    from jobs import delete as delete_job
+    from pipeline.ann_build import build_ann
+    from pipeline.config import AnnBuildConfig, IndexConfig
+    from pipeline.indexing import index_corpus
+    from pipeline.updates import add_documents
+
+    root = tmp_path_factory.mktemp("updates")
+    docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")
+    half = len(docs) // 2
+    rng = np.random.default_rng(17)
+    deleted = sorted(docs[i]["_id"] for i in rng.choice(len(docs), len(docs) // 10, replace=False))
+    # updates: judged-relevant documents (so the change shows in the rankings) get another
+    # document's text
+    qrels = (datasets / "msmarco-sample" / "qrels" / "test.tsv").read_text().splitlines()[1:]
+    relevant = sorted({line.split("\t")[1] for line in qrels} - set(deleted))
+    by_id = {d["_id"]: d for d in docs}
+    changed = [dict(by_id[i], text=docs[(k * 997) % len(docs)]["text"] + " (revised)") for k, i in enumerate(relevant[:UPDATED], 1)]
+    config = IndexConfig.from_yaml(None, **CODECS)
+
+    live = str(root / "live")
+    index_corpus(_write(root / "a.jsonl", docs[:half]), live, config, log=lambda _: None)
+    build_ann(live, AnnBuildConfig(**ANN, bm25=None), log=lambda _: None)
+    add_documents(_write(root / "b.jsonl", docs[half:]), live, log=lambda _: None)
+    ids_file = root / "deleted.txt"
+    ids_file.write_text("\n".join(deleted + ["not-an-id"]) + "\n")
+    assert delete_job.main([live, "--ids", str(ids_file)]) == 0
+    add_documents(_write(root / "updates.jsonl", changed), live, log=lambda _: None)
+
+    final = [by_id[d["_id"]] for d in docs if d["_id"] not in set(deleted)]
+    final = [dict(d, text=next(c["text"] for c in changed if c["_id"] == d["_id"])) if d["_id"] in {c["_id"] for c in changed} else d for d in final]
+    scratch = str(root / "scratch")
+    index_corpus(_write(root / "final.jsonl", final), scratch, config, log=lambda _: None)
+    queries = {q["_id"]: q["text"] for q in read_jsonl(datasets / "msmarco-sample" / "queries.jsonl")}
+    return live, scratch, deleted, [c["_id"] for c in changed], changed, queries
+
+
+def _top10(index: str, queries: dict[str, str], exact: bool) -> dict[str, list[tuple[str, float]]]:
+    from pipeline.config import SearchConfig
+    from pipeline.search import Searcher
+
+    s = Searcher(index, ["maxsim"], SearchConfig(exact=exact))
+    return {q: r.hits() for q, r in zip(queries, s.search(list(queries.values()), 10, "maxsim"))}
+
+
+def _same_ties_aside(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> bool:
+    """The same documents in the same order, except where neighbouring scores tie (1e-5)."""
+    if len(a) != len(b):
+        return False
+    for (da, sa), (db, sb) in zip(a, b):
+        if da != db and abs(sa - sb) > 1e-5:
+            return False
+    return abs(a[-1][1] - b[-1][1]) <= 1e-5 or {d for d, _ in a} == {d for d, _ in b}
+
+
+def test_versions_counts_and_catalog(updated):
+    from storage.catalog import Catalog
+    from storage.manifest import list_versions, load_manifest
+
+    live, scratch, deleted, changed_ids, changed, _ = updated
+    m, s = load_manifest(live), load_manifest(scratch)
+    assert [h["operation"] for h in m.history] == ["commit", "build-ann", "add", "delete", "add"]
+    assert m.version == 5 and list_versions(live)[-1] == 5
+    assert m.counts["indexed_documents"] == s.counts["indexed_documents"] == 4500
+    assert m.counts["live_passages"] == s.counts["passages"]
+    assert m.counts["deleted_passages"] == m.counts["passages"] - s.counts["passages"]
+    assert m.adds[-1]["updated"] == UPDATED and m.adds[0]["updated"] == 0
+    cat = Catalog(live)
+    try:
+        assert cat.doc_ids_present(deleted) == []
+        docs = cat.documents(changed_ids)
+        assert {d: docs[d]["text"] for d in changed_ids} == {c["_id"]: c["text"] for c in changed}
+    finally:
+        cat.close()
+
+
+def test_exact_top10_equals_from_scratch(updated):
+    live, scratch, deleted, changed_ids, _, queries = updated
+    got, want = _top10(live, queries, exact=True), _top10(scratch, queries, exact=True)
+    bad = [q for q in queries if not _same_ties_aside(got[q], want[q])]
+    assert not bad, [(q, got[q][:3], want[q][:3]) for q in bad[:3]]
+    returned = {d for hits in got.values() for d, _ in hits}
+    assert not returned & set(deleted)
+    assert all(len(h) == 10 for h in got.values())
+
+
+def test_ann_within_tolerance_of_from_scratch(updated):
+    from storage.manifest import load_manifest
+
+    live, scratch, deleted, _, _, queries = updated
+    entry = load_manifest(live).ann["tokens"]
+    assert entry["passages"] == load_manifest(live).counts["passages"]  # every passage is in a partition
+    assert max(p["passages"] for p in entry["partitions"]) <= 1.5 * entry["target_passages"]
+    got, want = _top10(live, queries, exact=False), _top10(scratch, queries, exact=True)
+    overlap = np.mean([len({d for d, _ in got[q]} & {d for d, _ in want[q]}) / 10 for q in queries])
+    assert overlap >= 0.9, overlap
+    assert not {d for hits in got.values() for d, _ in hits} & set(deleted)
+    assert all(len(h) == 10 for h in got.values())
+
+
+def test_rerunning_an_add_changes_nothing(updated, tmp_path):
+    from pipeline.updates import add_documents
+    from storage.manifest import load_manifest
+
+    live, _, _, _, changed, _ = updated
+    before = load_manifest(live).version
+    path = _write(tmp_path / "updates.jsonl", changed)
+    # the same documents in another file (path, size, modification time) are another input
+    result = add_documents(path, live, log=lambda _: None)
+    assert not result.up_to_date and load_manifest(live).version == before + 1
+    again = add_documents(path, live, log=lambda _: None)
+    assert again.up_to_date and load_manifest(live).version == before + 1
