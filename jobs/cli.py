@@ -10,6 +10,7 @@ COMMANDS = {
     "index": ("jobs.index_corpus", "build an index from a corpus (Ray Data)"),
     "add": ("jobs.add", "add or update documents in a committed index, as a new version (same model and codecs)"),
     "delete": ("jobs.delete", "delete documents (--ids FILE or --where EXPR) from an index, as a new version"),
+    "compact": ("jobs.compact", "rewrite an index without its deleted rows and rebalance its partitions, as a new version"),
     "build-ann": ("jobs.build_ann", "build partitioned ANN indexes (FAISS IVFPQ or ScaNN) over an index"),
     "build-bm25": ("jobs.build_bm25", "build BM25 partitions (bm25s) over an index; build-ann also does"),
     "eval": ("jobs.evaluate", "evaluate search on a BEIR collection (ir-measures, latency, overlap with exact)"),

@@ -18,7 +18,7 @@ import json
 import math
 import os
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, Optional, ClassVar
 
 import numpy as np
 
@@ -111,6 +111,11 @@ class AnnIndex(ABC):
         if len(x):
             self._add(x)
         return np.arange(start, start + len(x), dtype=np.int64)
+
+    def emptied(self) -> Optional["AnnIndex"]:
+        """A copy of this index's trained state holding no vectors (to fill with other vectors
+        without retraining, ``mvr compact``), or None when the backend cannot make one."""
+        return None
 
     def finalize(self) -> None:
         """Finish building after the last ``add`` (ScaNN builds its searcher here; otherwise

@@ -242,6 +242,13 @@ class FaissIVFPQIndex(AnnIndex):
         scores[ids < 0] = -np.inf
         return ids, scores
 
+    def emptied(self) -> "FaissIVFPQIndex":
+        """The trained coarse quantizer and PQ codebooks, no vectors (``faiss.clone_index``)."""
+        self._to_cpu()
+        index = faiss.clone_index(self._index)
+        index.reset()
+        return FaissIVFPQIndex(self.dim, self._params, index, trained=self._trained)
+
     def _save(self, directory: str) -> None:
         self._to_cpu()
         path = os.path.join(directory, INDEX_FILE)

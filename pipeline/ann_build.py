@@ -17,7 +17,7 @@ import numpy as np
 import ray
 from tqdm import tqdm
 
-from operators.ann import make_index, set_build_threads
+from operators.ann import load_index, make_index, set_build_threads
 from pipeline.bm25_build import build_bm25, is_current, partitions_for
 from pipeline.config import AnnBuildConfig, BM25BuildConfig
 from pipeline.ray_runtime import init_ray, task_result
@@ -25,20 +25,23 @@ from storage.codec_file import load_codecs
 from storage.manifest import Manifest, ShardEntry, commit_update, load_manifest, shard_lookup
 from storage.retention import collect
 from storage.verify import ExpectedFile, codes_file, require_intact
-from storage.partitions import PartitionPlan, ShardSlice, build_dir, plan_partitions, read_passages, write_partition
+from storage.partitions import INDEX_SUBDIR, PartitionPlan, ShardSlice, build_dir, local_copy, plan_partitions, read_passages, write_partition
 
 ADD_BATCH = 65_536  # vectors added to an index at a time
 
 
 def build_partition(
-    index_url: str, kind: str, plan: dict, rel_dir: str, backend: str, params: dict[str, Any], threads: int, shards: list[dict], codecs: dict
+    index_url: str, kind: str, plan: dict, rel_dir: str, backend: str, params: dict[str, Any], threads: int, shards: list[dict], codecs: dict,
+    template: Optional[dict[str, Any]] = None,
 ) -> dict[str, Any]:
     """Build one partition (a Ray task body; plain function). ``plan`` is a PartitionPlan as a
     dict; ``shards`` the manifest's entries of the shards it reads (``ShardEntry`` as dicts):
     a corrupted or truncated one fails the build (``IntegrityError``, not retried) before
     anything is built from it; ``codecs`` the manifest's codecs entry. The index is trained
-    and filled with the decoded vectors, a block at a time. Returns the partition's manifest
-    entry plus ``build_seconds``."""
+    and filled with the decoded vectors, a block at a time; with ``template`` (another built
+    partition's manifest entry) its trained index is reused, emptied, instead (no training:
+    ``mvr compact`` when the data has not drifted). Returns the partition's manifest entry
+    plus ``build_seconds`` and ``trained`` (whether it was trained here)."""
     t0 = time.perf_counter()
     entries = [ShardEntry(**s) for s in shards]
     require_intact(index_url, [f for e in entries for f in (ExpectedFile(e.path, "shard", e.bytes, e.sha256), codes_file(e))])
@@ -46,16 +49,20 @@ def build_partition(
     p = PartitionPlan(plan["number"], plan["first_passage"], plan["passages"], [ShardSlice(**s) for s in plan["slices"]])
     passages = read_passages(index_url, entries, p.slices, kind, load_codecs(index_url, codecs))
     v = passages.vectors  # row order = ANN ids
-    index = make_index(backend, v.dim, v.n_vectors, **params)
-    sample_size = index.params.get("training_sample_size", v.n_vectors)
-    rng = np.random.default_rng(index.params.get("seed", 0))
-    sample_rows = np.sort(rng.choice(v.n_vectors, min(sample_size, v.n_vectors), replace=False))
-    index.train(v.decode(sample_rows))
+    reused = local_copy(index_url, template, INDEX_SUBDIR, load_index, False).emptied() if template is not None else None
+    index = reused
+    if index is None:
+        index = make_index(backend, v.dim, v.n_vectors, **params)
+        sample_size = index.params.get("training_sample_size", v.n_vectors)
+        rng = np.random.default_rng(index.params.get("seed", 0))
+        sample_rows = np.sort(rng.choice(v.n_vectors, min(sample_size, v.n_vectors), replace=False))
+        index.train(v.decode(sample_rows))
     for block in v.vector_blocks(ADD_BATCH):
         index.add(block)
     index.finalize()
     entry = write_partition(index_url, rel_dir, p.first_passage, passages, index)
     entry["build_seconds"] = round(time.perf_counter() - t0, 2)
+    entry["trained"] = reused is None
     return entry
 
 
@@ -129,6 +136,10 @@ def _build_kinds(index_url: str, manifest: Manifest, config: AnnBuildConfig, kin
             "partitions": entries[kind],
             "passages": sum(e["passages"] for e in entries[kind]),
             "vectors": sum(e["vectors"] for e in entries[kind]),
+            "target_passages": max(e["passages"] for e in entries[kind]),
+            "trained_passages": sum(e["passages"] for e in entries[kind]),
+            "churn_passages": 0,
+            "laid_out_passages": sum(e["passages"] for e in entries[kind]),
             "config": config.model_dump(mode="json"),
             "shards": manifest.shards_digest(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

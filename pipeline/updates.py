@@ -260,7 +260,8 @@ def extend_ann(index_url: str, m: Manifest, kind: str, entry: dict[str, Any], fi
             parts.append(result)
     log(f"{kind}: {take} passages joined partition {len(entry['partitions']) - 1}" + (f", {len(opened)} partition(s) opened" if opened else ""))
     return {**entry, "partitions": parts, "passages": sum(p["passages"] for p in parts), "vectors": sum(p["vectors"] for p in parts),
-            "shards": m.shards_digest(), "target_passages": target}
+            "shards": m.shards_digest(), "target_passages": target, "trained_passages": int(entry.get("trained_passages", entry["passages"])),
+            "churn_passages": int(entry.get("churn_passages", 0)) + n_new, "laid_out_passages": int(entry.get("laid_out_passages", entry["passages"]))}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -126,6 +126,36 @@ def open_codes(index_url: str, expected: ExpectedFile) -> pa.Table:
         raise unreadable(index_url, expected, exc) from exc
 
 
+def rewrite_shard(index_url: str, shard: dict, keep: np.ndarray, rel_dir: str) -> Optional[dict]:
+    """A copy of the shard ``shard`` (a manifest ``ShardEntry`` as a dict) holding only the rows
+    ``keep`` (sorted row numbers), both files written under ``rel_dir`` of the index (new
+    names: the originals stay for readers of older versions); the new entry, or None when no
+    row is kept (``mvr compact``). The files are checked against the entry first."""
+    expected = ExpectedFile(shard["path"], "shard", shard["bytes"], shard["sha256"])
+    keep = np.asarray(keep, np.int64)
+    if not len(keep):
+        return None
+    table = read_shard_checked(index_url, expected).take(pa.array(keep))
+    codes = open_codes(index_url, ExpectedFile(shard["codes"], "codes", shard["codes_bytes"], shard["codes_sha256"]))
+    codes = codes.take(pa.array(keep)).combine_chunks()
+    name = posixpath.basename(shard["path"])
+    rel = posixpath.join(rel_dir, name)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, codes.schema) as writer:
+        writer.write_table(codes)
+    codes_data = sink.getvalue().to_pybytes()
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", row_group_size=1024)
+    data = buf.getvalue()
+    fs.write_bytes_atomic(fs.join(index_url, codes_path(rel)), codes_data)
+    fs.write_bytes_atomic(fs.join(index_url, rel), data)
+    return {
+        "path": rel, "codes": codes_path(rel), "rows": table.num_rows, "tokens": int(pa.compute.sum(table["n_tokens"]).as_py() or 0),
+        "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "codes_bytes": len(codes_data),
+        "codes_sha256": hashlib.sha256(codes_data).hexdigest(), "block_id": shard["block_id"],
+    }
+
+
 def committed_in_block(index_url: str, block_id: str) -> list[dict]:
     """Commit records of the shards already written for one block."""
     return [json.loads(fs.read_bytes(u)) for u in fs.list_files(fs.join(index_url, STAGING_DIR, "committed", block_id), ".json")]

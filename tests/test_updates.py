@@ -133,6 +133,35 @@ def test_ann_within_tolerance_of_from_scratch(updated):
     assert all(len(h) == 10 for h in got.values())
 
 
+def test_compaction_keeps_the_answers_and_old_readers(updated):
+    from jobs import compact as compact_job
+    from pipeline.config import SearchConfig
+    from pipeline.search import Searcher
+    from storage.manifest import load_manifest, read_manifest
+    from storage.partitions import exact_partition
+    from storage.codec_file import load_codecs
+    from storage.verify import verify_index
+
+    live, scratch, deleted, _, _, queries = updated
+    before = load_manifest(live)
+    old_reader = Searcher(live, ["maxsim"], SearchConfig(exact=True))  # holds version `before`
+    assert compact_job.main([live]) == 0
+    m = load_manifest(live)
+    assert m.version == before.version + 1 and not m.tombstones
+    assert m.counts["passages"] == load_manifest(scratch).counts["passages"] == m.counts["live_passages"]
+    assert m.ann["tokens"]["passages"] == m.counts["passages"] and m.ann["tokens"]["laid_out_passages"] == m.counts["passages"]
+    assert verify_index(live).ok
+    got, want = _top10(live, queries, exact=True), _top10(scratch, queries, exact=True)
+    assert all(_same_ties_aside(got[q], want[q]) for q in queries)
+    ann = _top10(live, queries, exact=False)
+    assert np.mean([len({d for d, _ in ann[q]} & {d for d, _ in want[q]}) / 10 for q in queries]) >= 0.9
+    # a reader of the previous version still answers from its files (retention keeps them)
+    old = read_manifest(live, before.version)
+    assert len(exact_partition(live, old, "tokens", load_codecs(live, old.codecs))) == before.counts["passages"]
+    q = next(iter(queries))
+    assert old_reader.search([queries[q]], 10, "maxsim")[0].hits() == got[q] or _same_ties_aside(old_reader.search([queries[q]], 10, "maxsim")[0].hits(), got[q])
+
+
 def test_rerunning_an_add_changes_nothing(updated, tmp_path):
     from pipeline.updates import add_documents
     from storage.manifest import load_manifest
