@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
+import sys
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
@@ -299,6 +301,19 @@ def commit_manifest(index_url: str, manifest: Manifest, based_on: Optional[int] 
     return manifest
 
 
+PAUSE_ENV = "MVR_PAUSE_BEFORE_COMMIT"
+
+
+def _fault_pause(version: int) -> None:
+    """Fault injection for tests (``MVR_PAUSE_BEFORE_COMMIT=seconds``): announce on stderr and
+    sleep after a writer has written everything of its change and before it creates the
+    version file, so a test can kill it there or let a concurrent writer win the race."""
+    seconds = os.environ.get(PAUSE_ENV)
+    if seconds:
+        print(f"{PAUSE_ENV}: pausing {float(seconds):g} s before committing version {version}", file=sys.stderr, flush=True)
+        time.sleep(float(seconds))
+
+
 def commit_update(
     index_url: str,
     change: Callable[[Manifest], Manifest],
@@ -317,6 +332,7 @@ def commit_update(
         copy = current.model_copy(deep=True)
         copy.shards = current.shards = shards
         new = change(copy)
+        _fault_pause(current.version + 1)
         try:
             return commit_manifest(index_url, new, current.version, operation, summary(new))
         except CommitConflict as exc:

@@ -1,0 +1,118 @@
+"""Two writers at once and a writer killed mid-commit (issue 17), with real `mvr add`
+processes on a small real index (tests/conftest.py's msmarco_100: FAISS tokens and pooled,
+BM25). ``MVR_PAUSE_BEFORE_COMMIT`` holds a writer after it has written every file of its
+change and before it creates the version file (storage/manifest.py), so the race and the kill
+happen where they hurt most."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import read_jsonl
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _corpus(path: Path, docs: list[dict]) -> str:
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return str(path)
+
+
+def _add(index: str, corpus: str, pause: float | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    if pause is not None:
+        env["MVR_PAUSE_BEFORE_COMMIT"] = str(pause)
+    return subprocess.Popen([sys.executable, "-m", "jobs.add", index, corpus], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+@pytest.fixture
+def small(msmarco_100, tmp_path, datasets):
+    url = tmp_path / "index"
+    shutil.copytree(msmarco_100, url)
+    docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")
+    return str(url), docs
+
+
+def _doc_ids_present(index: str, ids: list[str]) -> set[str]:
+    from storage.catalog import Catalog
+
+    cat = Catalog(index)
+    try:
+        return set(cat.doc_ids_present(ids))
+    finally:
+        cat.close()
+
+
+def test_two_concurrent_adds_both_land(small, tmp_path):
+    from storage.manifest import load_manifest
+    from storage.verify import verify_index
+
+    index, docs = small
+    before = load_manifest(index).version
+    first, second = docs[100:140], docs[140:180]
+    # both pause 25 s after reading version `before` and writing their files: both race for before + 1
+    procs = [_add(index, _corpus(tmp_path / f"add{i}.jsonl", d), pause=25) for i, d in enumerate((first, second))]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert sum("applying the change again" in o for o in outs) == 1, outs  # exactly one lost the race and re-applied
+    m = load_manifest(index)
+    assert m.version == before + 2 and [h["operation"] for h in m.history[-2:]] == ["add", "add"]
+    want = [d["_id"] for d in first + second]
+    assert _doc_ids_present(index, want) == set(want)
+    assert m.counts["indexed_documents"] == 180 and m.counts["passages"] == m.ann["tokens"]["passages"] == m.ann["pooled"]["passages"]
+    assert verify_index(index).ok
+    # the documents of both writers are found by search through the ANN partitions
+    from pipeline.search import Searcher
+
+    s = Searcher(index, ["maxsim"])
+    for d in (first[0], second[-1]):
+        assert d["_id"] in [h[0] for h in s.search([d["text"][:300]], 5, "maxsim")[0].hits()]
+
+
+def test_a_writer_killed_before_its_commit_leaves_the_previous_version(small, tmp_path):
+    from pipeline.search import Searcher
+    from storage.manifest import load_manifest
+    from storage.retention import collect
+    from storage.verify import verify_index
+
+    index, docs = small
+    before = load_manifest(index)
+    s0 = Searcher(index, ["maxsim"]).search([docs[0]["text"][:200]], 10, "maxsim")[0].hits()
+    corpus = _corpus(tmp_path / "add.jsonl", docs[100:130])
+    proc = _add(index, corpus, pause=600)
+    deadline = time.monotonic() + 600
+    seen = ""
+    while time.monotonic() < deadline and "MVR_PAUSE_BEFORE_COMMIT" not in seen:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        seen += line
+    assert "MVR_PAUSE_BEFORE_COMMIT" in seen, seen[-3000:]
+    os.killpg(proc.pid, signal.SIGKILL)  # the job and its Ray processes
+    proc.wait(timeout=60)
+    m = load_manifest(index)
+    assert m.version == before.version and m.shard_list == before.shard_list and m.ann == before.ann
+    assert verify_index(index).ok
+    assert Searcher(index, ["maxsim"]).search([docs[0]["text"][:200]], 10, "maxsim")[0].hits() == s0
+    # the dead writer's files (workspace, partitions, tombstones, catalog) are collectable
+    collected = collect(index, grace_s=0)
+    assert any(f.startswith("adds/") for f in collected.files) and any(f.startswith("ann/") for f in collected.files)
+    assert verify_index(index).ok and load_manifest(index).version == before.version
+    # and the add, run again, lands
+    proc = _add(index, corpus)
+    out = proc.communicate(timeout=900)[0]
+    assert proc.returncode == 0, out
+    assert load_manifest(index).version == before.version + 1
+    assert _doc_ids_present(index, [d["_id"] for d in docs[100:130]]) == {d["_id"] for d in docs[100:130]}
