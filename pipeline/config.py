@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from operators import codecs
 from operators.candidates import FirstStage
@@ -118,6 +118,9 @@ class CompressConfig(_Section):
     pooled_codec: str = Field("int8", description="codec of the vectors scored against the pooled query (pooled, first-m, centroids)")
     codec_sample_vectors: int = Field(65_536, ge=256, description="token vectors the codecs are trained on, at most")
     codec_seed: int = 0
+    pool_factor: int = Field(
+        1, ge=1, strict=True, description="token pooling (operators/token_pooling.py): a passage keeps max(1, n // pool_factor) token vectors; 1: off"
+    )
 
     @field_validator("codec", "pooled_codec")
     @classmethod
@@ -125,6 +128,16 @@ class CompressConfig(_Section):
         if name != codecs.AUTO:
             codecs.parse_name(name)  # ValueError naming what is wrong
         return name
+
+    @model_serializer(mode="wrap")
+    def _omit_added_defaults(self, handler: Any) -> dict:
+        """``pool_factor`` is left out of the dump at its default (1): an index written before
+        the field existed keeps its resume key and manifest config (``vector_settings``); any
+        other factor is dumped, so the manifest records it and a rerun reuses it."""
+        data = handler(self)
+        if data.get("pool_factor") == 1:
+            data.pop("pool_factor")
+        return data
 
 
 class RuntimeConfig(_Section):
