@@ -14,6 +14,7 @@ from operators import codecs
 from operators.compress import Compressor, l2_normalize, projection_matrix
 from operators.encoder import TokenEncoder, set_threads
 from operators.packed import Packed
+from operators.token_pooling import pool_passages
 from operators.tokenizer import PassageTokenizer
 from storage.schema import codes_to_arrow, packed_to_arrow, shard_schema
 
@@ -37,6 +38,7 @@ class _Encoder:
         if compress["projection_dim"]:
             self.projection = projection_matrix(self.encoder.dim, compress["projection_dim"], compress["projection_seed"])
         self.dim = compress["projection_dim"] or self.encoder.dim
+        self.pool_factor = compress.get("pool_factor", 1)  # left out of the config's dump at 1
         self.batch_size = batch_size
 
     def encode(self, batch: pa.Table) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -47,7 +49,8 @@ class _Encoder:
 
 class EncodeSample(_Encoder):
     """Sample actor: passages with token ids → ``block_id``, ``seq`` and their stored token
-    vectors (projected, L2-normalised, kept tokens only; float16), the codec's training data."""
+    vectors (projected, L2-normalised, kept tokens only, pooled by ``compress.pool_factor``;
+    float16), the codec's training data."""
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         schema = pa.schema([("block_id", pa.string()), ("seq", pa.int32()), ("tokens", packed_to_arrow([], self.dim).type)])
@@ -56,13 +59,14 @@ class EncodeSample(_Encoder):
         raw, ids = self.encode(batch)
         if self.projection is not None:
             raw = [r @ self.projection for r in raw]
-        tokens = [l2_normalize(r)[self.tokenizer.keep_mask(i)] for r, i in zip(raw, ids)]
+        tokens = pool_passages([l2_normalize(r)[self.tokenizer.keep_mask(i)] for r, i in zip(raw, ids)], self.pool_factor)
         return pa.table({"block_id": batch["block_id"], "seq": batch["seq"], "tokens": packed_to_arrow(tokens, self.dim)}, schema=schema)
 
 
 class EncodeCompress(_Encoder):
     """Encode actor: passages with token ids → rows of the shard schema with every
-    representation as codes of the index's codecs (``codec_files``: {group: file bytes},
+    representation as codes of the index's codecs (token vectors pooled first when
+    ``compress.pool_factor`` > 1: ``n_tokens`` counts the stored vectors) (``codec_files``: {group: file bytes},
     ``storage/codec_file.py``: tokens in the ``tokens`` codec, the rest in ``pooled``)."""
 
     def __init__(
@@ -87,6 +91,7 @@ class EncodeCompress(_Encoder):
         if self.projection is not None:
             raw = [r @ self.projection for r in raw]
         reps = self.compressor(raw, [self.tokenizer.keep_mask(i) for i in ids])
+        reps["tokens"] = pool_passages(reps["tokens"], self.pool_factor)  # token vectors only: the others are computed before
         meta = batch.drop_columns(["input_ids"])
         return pa.table(
             {

@@ -295,7 +295,7 @@ def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, place
         log(f"codecs {', '.join(f'{g} {n}' for g, n in wanted.items())}: no training needed ({dim} dimensions)")
         return files
     docs = catalog.scan_counts(index_url, blocks)["valid_rows"]
-    fraction = min(1.0, c.codec_sample_vectors / max(1, docs * SAMPLE_TOKENS_PER_DOCUMENT))
+    fraction = min(1.0, c.codec_sample_vectors / max(1, docs * SAMPLE_TOKENS_PER_DOCUMENT / c.pool_factor))  # stored (pooled) vectors
     ds = _tokenized(index_url, blocks, config, placement)
     ds = ds.map_batches(select_sample, batch_format="pyarrow", fn_kwargs={"fraction": fraction, "seed": c.codec_seed}, num_cpus=placement.io_cpus)
     ds = _encoded(ds, EncodeSample, config, placement)

@@ -77,3 +77,35 @@ def arrow_to_packed_column(arrays):
     from storage.schema import packed_to_arrow
 
     return packed_to_arrow(arrays, arrays[0].shape[1])
+
+
+def test_pool_factor_pools_token_vectors_only_and_n_tokens_counts_what_is_stored():
+    """compress.pool_factor = 2: the token codes are the operator's pooling of the unpooled
+    stage's vectors (n_tokens = n // 2 a passage), the sample stage pools the same way (the
+    codec trains on what it stores), and first-m, centroids and pooled are unchanged."""
+    from operators.token_pooling import pool_passages
+
+    batch, passages = _batch()
+    plain, pooled = _args(projection_dim=64), _args(projection_dim=64, pool_factor=2)
+    assert pooled[2]["pool_factor"] == 2 and "pool_factor" not in plain[2]
+    f16 = codecs.train("float16", np.zeros((1, 64), np.float32)).to_bytes()
+    files = {"tokens": f16, "pooled": f16}
+    a, b = EncodeCompress(*plain, codec_files=files)(batch), EncodeCompress(*pooled, codec_files=files)(batch)
+    lengths = [len(p.input_ids) for p in passages]
+    assert b["n_tokens"].to_pylist() == [n // 2 for n in lengths] and a["n_tokens"].to_pylist() == lengths
+    codec = codecs.from_bytes(f16)
+    unpooled = arrow_to_packed_tokens(a, codec)
+    want = np.concatenate(pool_passages(unpooled, 2))
+    got = codec.decode(arrow_to_codes(b["tokens"])[0])
+    np.testing.assert_allclose(got, want, atol=2e-3)  # float16 codes
+    for column in ("first_m", "centroids", "pooled"):
+        np.testing.assert_array_equal(arrow_to_codes(a[column])[0], arrow_to_codes(b[column])[0])
+    sample, _ = sample_vectors([EncodeSample(*pooled)(batch)], cap=10_000, seed=0)
+    assert len(sample) == sum(n // 2 for n in lengths)
+    np.testing.assert_allclose(np.sort(sample, axis=0), np.sort(got, axis=0), atol=2e-3)
+
+
+def arrow_to_packed_tokens(table, codec):
+    codes, offsets = arrow_to_codes(table["tokens"])
+    decoded = codec.decode(codes)
+    return [decoded[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
