@@ -22,8 +22,10 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     m = MEASURED
     p.add_argument("--passages", type=int, required=True, help="passages after splitting documents")
     p.add_argument("--tokens-per-passage", type=float, default=m["tokens_per_passage"].value,
-                   help=f"mean stored token vectors a passage (default {m['tokens_per_passage'].value}: msmarco-sample, reference config; "
+                   help=f"mean token vectors a passage before any pooling (default {m['tokens_per_passage'].value}: msmarco-sample, reference config; "
                         f"{m['tokens_per_passage_colbert'].value} with configs/colbert.yaml)")
+    p.add_argument("--pool-factor", type=int, default=1,
+                   help="token pooling (CompressConfig.pool_factor): a passage stores tokens-per-passage ÷ factor token vectors (default 1: none)")
     p.add_argument("--dim", type=int, default=384, help="stored vector dimension (384: packaged MiniLM; 128: a ColBERT checkpoint's projection)")
     p.add_argument("--codec", default=codecs.AUTO,
                    help="the index codec (CompressConfig.codec): an operators/codecs name, e.g. " + ", ".join(codecs.EXAMPLES)
@@ -65,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         w = Workload(
             passages=args.passages, tokens_per_passage=args.tokens_per_passage, dim=args.dim, codec=args.codec, pooled_codec=args.pooled_codec,
             first_m=args.first_m, centroids=args.centroids, text_bytes_per_passage=args.text_bytes_per_passage, doc_id_chars=args.doc_id_chars,
-            rows_per_shard=args.rows_per_shard,
+            rows_per_shard=args.rows_per_shard, pool_factor=args.pool_factor,
         )
         ann = AnnSettings(args.ann, tuple(k.strip() for k in args.kinds.split(",") if k.strip()), args.pq_m, args.nbits, args.dims_per_block)
         serve = ServeSettings(not args.no_bm25, args.partitions, args.ram_per_partition_gb, args.size_by, args.codes_hot_fraction)
@@ -93,7 +95,7 @@ def print_plan(plan) -> None:
     inputs.add_column(justify="left", overflow="fold")
     for key, value in (
         ("passages", f"{w.passages:,}"),
-        ("token vectors a passage", f"{w.tokens_per_passage:g}"),
+        ("token vectors a passage", f"{w.tokens_per_passage:g}" + (f", pooled ÷ {w.pool_factor}: {w.stored_tokens_per_passage:g} stored" if w.pool_factor > 1 else "")),
         ("dim, token codec", f"{w.dim}, {w.codec_name}{' (auto)' if w.codec == 'auto' else ''}: {w.bytes_per_vector} B a vector, decoded dim {w.codec_dim}"),
         ("pooled/first-m/centroids codec", f"{w.pooled_codec_name}: {w.bytes_per_vector_of('pooled')} B a vector, decoded dim {w.dim_of('pooled')}"),
         ("first-m, centroids", f"{w.first_m}, {w.centroids}"),

@@ -177,9 +177,10 @@ class Workload:
     doc_id_chars: float = MEASURED["doc_id_chars"].value
     codec_sample_vectors: int = CODEC_SAMPLE_VECTORS
     rows_per_shard: int = ROWS_PER_SHARD
+    pool_factor: int = 1  # CompressConfig.pool_factor: token vectors stored a passage = tokens_per_passage / pool_factor
 
     def __post_init__(self) -> None:
-        for name in ("passages", "dim", "first_m", "centroids", "codec_sample_vectors", "rows_per_shard"):
+        for name in ("passages", "dim", "first_m", "centroids", "codec_sample_vectors", "rows_per_shard", "pool_factor"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -225,8 +226,17 @@ class Workload:
         return self._decoded_dim(self.codec_of(kind))
 
     @property
+    def stored_tokens_per_passage(self) -> float:
+        """Token vectors a passage stores: ``tokens_per_passage`` (the encoder's kept vectors)
+        ÷ ``pool_factor``. Token pooling keeps max(1, n // factor) of a passage's n, so the
+        mean is a little less (the floor: at most (factor − 1) / factor a passage, ~0.5 of
+        ~40 at factor 2 on msmarco-sample: docs/codecs.md); the plan keeps the quotient."""
+        return self.tokens_per_passage / self.pool_factor
+
+    @property
     def token_vectors(self) -> float:
-        return self.passages * self.tokens_per_passage
+        """Token vectors stored in the whole index (after pooling)."""
+        return self.passages * self.stored_tokens_per_passage
 
     def residual_centroids(self, name: Optional[str] = None) -> Optional[int]:
         """Codebook size of a residual codec ``name`` (default the tokens codec; None for
@@ -250,10 +260,11 @@ class Workload:
         return self.bytes_per_vector_of("tokens")
 
     def vectors_per_passage(self, kind: str) -> float:
-        """Mean vectors a passage of ``kind`` (first-m and centroids: min(m, tokens); the mean
-        of the min is taken as the min of the mean, exact when no passage is shorter than m)."""
+        """Mean vectors a passage of ``kind`` (tokens: after pooling; first-m and centroids:
+        min(m, tokens) of the unpooled tokens, computed before pooling; the mean of the min is
+        taken as the min of the mean, exact when no passage is shorter than m)."""
         t = self.tokens_per_passage
-        per = {"tokens": t, "first-m": min(self.first_m, t), "centroids": min(self.centroids, t), "pooled": 1.0}
+        per = {"tokens": self.stored_tokens_per_passage, "first-m": min(self.first_m, t), "centroids": min(self.centroids, t), "pooled": 1.0}
         if kind not in per:
             raise ValueError(f"unknown vector kind {kind!r}; choose from {', '.join(VECTOR_KINDS)}")
         return per[kind]

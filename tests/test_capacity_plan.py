@@ -68,6 +68,24 @@ def test_shard_bytes_follow_the_schema():
     assert short.vectors_per_passage("first-m") == 3 and short.vectors_per_passage("centroids") == 3
 
 
+def test_pool_factor_divides_the_stored_token_vectors_only():
+    """compress.pool_factor = 2 (mvr plan --pool-factor 2): half the token vectors a passage
+    in the codes, the tokens ANN index and the residual codebook's count; first-m, centroids
+    (computed before pooling) and pooled as without it."""
+    w1 = Workload(passages=2048, tokens_per_passage=80, dim=8, codec="float16", pooled_codec="float16")
+    w2 = Workload(passages=2048, tokens_per_passage=80, dim=8, codec="float16", pooled_codec="float16", pool_factor=2)
+    a, b = ({x.item: x.bytes for x in shard_storage(w)} for w in (w1, w2))
+    assert b["shards: token codes"] == pytest.approx(2048 * (40 * 16 + 4)) and a["shards: token codes"] == pytest.approx(2048 * (80 * 16 + 4))
+    for item in ("shards: first-8 codes", "shards: 4-centroid codes", "shards: pooled codes"):
+        assert a[item] == b[item]
+    assert w2.token_vectors == 2048 * 40 and w2.vectors_per_passage("first-m") == 8
+    plan = make_plan(w2, AnnSettings(kinds=("tokens",)), ServeSettings(partitions=1))
+    assert plan.ann_indexes["tokens"].vectors == 2048 * 40
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="pool_factor"):
+            Workload(passages=10, pool_factor=bad)
+
+
 def test_codecs_resolve_as_the_index_does():
     from operators import codecs
 
