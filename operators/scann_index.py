@@ -87,8 +87,9 @@ def default_params(dim: int, n_vectors: int, overrides: Optional[dict[str, Any]]
         "spherical": True,
     }
     p.update(o)
-    for name in ("num_leaves", "leaves_to_search", "reorder_k", "dims_per_block", "training_sample_size"):
+    for name in ("num_leaves", "leaves_to_search", "dims_per_block", "training_sample_size"):
         p[name] = check_positive_int(name, p[name])
+    p["reorder_k"] = check_reorder_k(p["reorder_k"])
     if p["dims_per_block"] > dim:
         raise ValueError(f"dims_per_block={p['dims_per_block']} exceeds dim={dim}")
     p["brute_force"] = bool(p["brute_force"])
@@ -96,6 +97,13 @@ def default_params(dim: int, n_vectors: int, overrides: Optional[dict[str, Any]]
     aq = p["anisotropic_quantization_threshold"]
     p["anisotropic_quantization_threshold"] = None if aq is None or aq != aq else float(aq)  # None: plain AH
     return p
+
+
+def check_reorder_k(value: Any) -> int:
+    """A build's ``reorder_k``: a non-negative int (0: no reorder stage, no float32 copy)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"reorder_k must be a non-negative integer (0: no exact reorder), got {value!r}")
+    return int(value)
 
 
 def _nan_if_none(value: Optional[float]) -> float:
@@ -190,8 +198,9 @@ class ScannIndex(AnnIndex):
                     anisotropic_quantization_threshold=_nan_if_none(p["anisotropic_quantization_threshold"]),
                     training_sample_size=sample,
                 )
-                .reorder(p["reorder_k"])
             )
+            if p["reorder_k"] > 0:  # keeps a float32 copy of every vector (dataset.npy) to rescore AH candidates
+                builder = builder.reorder(p["reorder_k"])
             if build_threads():
                 builder.set_n_training_threads(build_threads())
             self._searcher = builder.build()
@@ -201,9 +210,13 @@ class ScannIndex(AnnIndex):
         self._build()
         p = self._params
         leaves = check_positive_int("leaves_to_search", knobs.get("leaves_to_search", p["leaves_to_search"]))
-        reorder_k = check_positive_int("reorder_k", knobs.get("reorder_k", p["reorder_k"]))
+        reorder_k = knobs.get("reorder_k", p["reorder_k"])
+        if reorder_k != p["reorder_k"]:
+            check_positive_int("reorder_k", reorder_k)
         if p["brute_force"]:  # exact: the tree and reorder knobs do not apply
             leaves, pre_reorder = None, None
+        elif p["reorder_k"] == 0:  # built without a reorder stage: AH scores, the knob has nothing to reorder with
+            leaves, pre_reorder = min(leaves, p["num_leaves"]), None
         else:
             leaves, pre_reorder = min(leaves, p["num_leaves"]), max(reorder_k, k)
         s = self._searcher
