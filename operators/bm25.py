@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 from bm25s import scoring as bm25_scoring
 
-from operators.partition import PartitionResult
+from operators.partition import PartitionResult, in_allowed
 from operators.ranking import Ranked, top_documents
 
 # methods whose scores need no non-occurrence term (BM25L and BM25+ add one per query term,
@@ -147,12 +147,15 @@ class BM25Partition:
             out[~self.live] = 0.0
         return out
 
-    def rank(self, terms: Sequence[str], k: int) -> PartitionResult:
+    def rank(self, terms: Sequence[str], k: int, allowed: Optional[np.ndarray] = None) -> PartitionResult:
         """This partition's top-``k`` documents (a document scores as its best passage) among
-        the passages matching at least one query term."""
+        the passages matching at least one query term (and ``allowed``: sorted rows or a bool
+        mask, ``operators.partition.in_allowed``; None: all)."""
         t0 = time.perf_counter()
         s = self.scores(terms)
         rows = np.flatnonzero(s > 0)
+        if allowed is not None:
+            rows = rows[in_allowed(rows, allowed)]
         if len(rows) == 0:
             return PartitionResult(Ranked(), 0, (time.perf_counter() - t0) * 1e3)
         rows = top_rows(s, rows, k, self.doc_ids)

@@ -61,11 +61,21 @@ class CandidateRounds:
     from Serve replicas with ``await``): ask every partition for ``k_prime`` hits, ``offer``
     them; ``offer`` returns the candidate rows per partition, or None after raising
     ``k_prime`` because fewer than min(k, n_passages) passages were hit (k' stops growing
-    once it covers all ``n_vectors`` indexed vectors)."""
+    once it covers all ``n_vectors`` indexed vectors).
 
-    def __init__(self, first_stage: FirstStage, k: int, n_passages: int, n_vectors: int) -> None:
+    ``allowed_passages``: with a filter, how many passages it allows (the partitions drop hits
+    outside it, ``Partition.hits``): k passages are asked of those, and the first round's k'
+    is the configured one scaled by ``n_passages / allowed_passages`` (a filter allowing 10 %
+    of the passages keeps about 10 % of the hits), so a selective filter does not need many
+    doubling rounds."""
+
+    def __init__(self, first_stage: FirstStage, k: int, n_passages: int, n_vectors: int, allowed_passages: Optional[int] = None) -> None:
         self.max_vectors = max(1, n_vectors)
-        self.k_prime = max(1, min(first_stage.k_prime, self.max_vectors))
+        k_prime = first_stage.k_prime
+        if allowed_passages is not None:
+            k_prime = -(-k_prime * max(1, n_passages) // max(1, allowed_passages))
+            n_passages = min(n_passages, allowed_passages)
+        self.k_prime = max(1, min(k_prime, self.max_vectors))
         self.cap = max(first_stage.candidate_cap, k)
         self.need = min(k, n_passages)
 
@@ -79,11 +89,12 @@ class CandidateRounds:
 
 
 def candidates(
-    gather: Callable[[int], Sequence[Hits]], first_stage: FirstStage, k: int, n_passages: int, n_vectors: int
+    gather: Callable[[int], Sequence[Hits]], first_stage: FirstStage, k: int, n_passages: int, n_vectors: int, allowed_passages: Optional[int] = None
 ) -> tuple[list[np.ndarray], int]:
     """Run the first stage in process: ``gather(k_prime)`` asks every partition for its hits
-    (``CandidateRounds``). Returns (candidate rows per partition, the k' finally used)."""
-    rounds = CandidateRounds(first_stage, k, n_passages, n_vectors)
+    (``CandidateRounds``; ``allowed_passages``: see there). Returns (candidate rows per
+    partition, the k' finally used)."""
+    rounds = CandidateRounds(first_stage, k, n_passages, n_vectors, allowed_passages)
     while (rows := rounds.offer(gather(rounds.k_prime))) is None:
         pass
     return rows, rounds.k_prime

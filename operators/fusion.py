@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from operators.partition import Partition
+from operators.partition import Partition, allowed_as_rows, in_allowed
 from operators.ranking import Ranked, top_documents
 from operators.scoring import MODES, QueryVectors
 
@@ -97,11 +97,19 @@ def n_best(scores: np.ndarray, n: int, positive: bool = False) -> np.ndarray:
 
 
 def side_by_side(
-    dense: Partition, sparse: np.ndarray, first_passage: int, mode: str, query: QueryVectors, rows: Optional[np.ndarray], n: int
+    dense: Partition, sparse: np.ndarray, first_passage: int, mode: str, query: QueryVectors, rows: Optional[np.ndarray], n: int,
+    allowed: Optional[np.ndarray] = None,
 ) -> ScoredPassages:
     """A partition's part of the union: its local dense n-best among ``rows`` (None: every
     passage) and its local BM25 n-best, with both exact scores. ``sparse``: (len(dense),)
-    BM25 scores of the partition's passages; ``first_passage``: global number of row 0."""
+    BM25 scores of the partition's passages; ``first_passage``: global number of row 0.
+    ``allowed`` (sorted rows or a bool mask; None: all): both sides keep those passages only."""
+    if allowed is not None:
+        keep = allowed_as_rows(allowed)
+        rows = keep if rows is None else np.asarray(rows, np.int64)[in_allowed(rows, allowed)]
+        masked = np.zeros_like(sparse)
+        masked[keep] = sparse[keep]
+        sparse = masked
     cand = np.arange(len(dense), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     # rows=None scores the partition's vectors in place (taking every row would copy them all)
     dense_scores = dense.rescore(mode, query, None if rows is None else cand) if len(cand) else np.zeros(0, np.float32)

@@ -7,7 +7,14 @@ rescores), their document ids, and optionally an ANN index over those vectors. A
 2. ``rank``: exact rescoring of the candidate passages chosen from every partition's hits
    (``operators/candidates.py``) and the partition's top-k documents.
 
-Without an ANN index the partition is exact: ``rank`` scores every passage (brute force)."""
+Without an ANN index the partition is exact: ``rank`` scores every passage (brute force).
+
+Both trips take ``allowed``, a per-query restriction to some of the partition's passages
+(rows): a metadata filter (docs/filters.md), or any other set of passages a caller wants
+(deleted ones are the partition's ``live`` mask, fixed at load). ``hits`` drops hits outside
+it before candidates are chosen; ``rank`` scores only allowed rows. ``allowed`` is either
+sorted unique int64 rows or an (n,) bool mask (``allowed_rows`` turns global passage numbers
+into the former); membership is vectorised (``in_allowed``)."""
 
 from __future__ import annotations
 
@@ -50,6 +57,32 @@ class PartitionResult:
     ranked: Ranked
     candidates: int
     rescore_ms: float
+
+
+def allowed_rows(passages: np.ndarray, first_passage: int, count: int) -> np.ndarray:
+    """The rows (sorted int64) of a partition holding global passages [first_passage,
+    first_passage + count) that are among ``passages`` (sorted global passage numbers, e.g.
+    ``storage.catalog.Catalog.allowed_passages``): two binary searches and a subtraction."""
+    passages = np.asarray(passages, np.int64)
+    lo, hi = np.searchsorted(passages, [first_passage, first_passage + count])
+    return passages[lo:hi] - np.int64(first_passage)
+
+
+def in_allowed(rows: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """(len(rows),) bool: which ``rows`` are allowed (``allowed``: sorted unique int rows, or
+    a bool mask over the partition's rows)."""
+    rows = np.asarray(rows, np.int64)
+    if allowed.dtype == bool:
+        return allowed[rows]
+    if not len(allowed):
+        return np.zeros(len(rows), bool)
+    i = np.minimum(np.searchsorted(allowed, rows), len(allowed) - 1)
+    return allowed[i] == rows
+
+
+def allowed_as_rows(allowed: np.ndarray) -> np.ndarray:
+    """``allowed`` (rows or a bool mask) as sorted int64 rows."""
+    return np.flatnonzero(allowed).astype(np.int64) if allowed.dtype == bool else np.asarray(allowed, np.int64)
 
 
 class Partition:
@@ -105,11 +138,13 @@ class Partition:
     def exact(self) -> bool:
         return self.ann is None
 
-    def hits(self, query_vectors: np.ndarray, k_prime: int, knobs: Optional[dict[str, Any]] = None) -> Hits:
+    def hits(self, query_vectors: np.ndarray, k_prime: int, knobs: Optional[dict[str, Any]] = None, allowed: Optional[np.ndarray] = None) -> Hits:
         """First stage for (n_q, dim) query vectors: each one's ``k_prime`` nearest indexed
-        vectors (ANN scores) mapped to their passages. ``knobs``: backend knobs (those the
-        backend does not take, e.g. ``nprobe`` for ScaNN, are ignored) and ``probe_fraction``
-        (share of cells visited, unless the backend's own probe knob is given)."""
+        vectors (ANN scores) mapped to their passages, minus deleted passages and passages
+        outside ``allowed`` (sorted rows or a bool mask; None: all). ``knobs``: backend knobs
+        (those the backend does not take, e.g. ``nprobe`` for ScaNN, are ignored) and
+        ``probe_fraction`` (share of cells visited, unless the backend's own probe knob is
+        given)."""
         if self.ann is None:
             raise ValueError("an exact partition has no first stage: rank every passage instead")
         k_prime = max(1, min(int(k_prime), self.ann.ntotal))
@@ -126,6 +161,9 @@ class Partition:
         if self.live is not None:  # deleted passages are no candidates
             alive = self.live[rows]
             qi, rows, s = qi[alive], rows[alive], s[alive]
+        if allowed is not None:  # a filter: passages outside it are no candidates
+            keep = in_allowed(rows, allowed)
+            qi, rows, s = qi[keep], rows[keep], s[keep]
         return Hits(qi, rows, s.astype(np.float32))
 
     def rescore(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray] = None) -> np.ndarray:
@@ -138,17 +176,31 @@ class Partition:
             out[start : start + len(block)] = scoring.score(mode, query, block)
         return out
 
-    def rank(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray], k: int) -> PartitionResult:
-        """The top-``k`` documents among the passages at ``rows`` (None: every passage) by
-        exact ``mode`` scores (this partition must hold the mode's vectors); a document scores
-        as its best passage."""
+    def rank(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray], k: int, allowed: Optional[np.ndarray] = None) -> PartitionResult:
+        """The top-``k`` documents among the passages at ``rows`` (None: every passage) that
+        are live and ``allowed`` (sorted rows or a bool mask; None: all) by exact ``mode``
+        scores (this partition must hold the mode's vectors); a document scores as its best
+        passage. With ``rows`` None and ``allowed`` given, only allowed passages are decoded
+        and scored, unless they are over a quarter of the partition: then every block is
+        scored in place and the others are masked (no gathered copy of most vectors)."""
         if scoring.MODE_VECTORS[scoring.check_mode(mode)] != self.kind:
             raise ValueError(f"mode {mode} scores {scoring.MODE_VECTORS[mode]} vectors; this partition holds {self.kind}")
         t0 = time.perf_counter()
+        if allowed is not None:
+            if rows is not None:
+                rows = np.asarray(rows, np.int64)[in_allowed(rows, allowed)]
+            else:
+                allowed_rows_ = allowed_as_rows(allowed)
+                if 4 * len(allowed_rows_) <= len(self):
+                    rows = allowed_rows_
+                else:
+                    return self._rank_masked(mode, query, k, allowed, t0)
         if rows is not None and len(rows) == 0:
             return PartitionResult(Ranked(), 0, 0.0)
         if rows is not None and self.live is not None:
             rows = rows[self.live[rows]]
+            if not len(rows):
+                return PartitionResult(Ranked(), 0, 0.0)
         scores = self.rescore(mode, query, rows)
         if rows is None:
             if self.live is not None:
@@ -160,3 +212,14 @@ class Partition:
             ranked = top_documents(scores, [self.doc_ids[r] for r in rows], self.passage_idx[rows], k)
         n = (len(self) if self.live is None else int(self.live.sum())) if rows is None else len(rows)
         return PartitionResult(ranked, n, (time.perf_counter() - t0) * 1e3)
+
+    def _rank_masked(self, mode: str, query: scoring.QueryVectors, k: int, allowed: np.ndarray, t0: float) -> PartitionResult:
+        """``rank`` of every passage, those not allowed (or deleted) scored -inf and dropped."""
+        keep = np.zeros(len(self), bool)
+        keep[allowed_as_rows(allowed)] = True
+        if self.live is not None:
+            keep &= self.live
+        scores = self.rescore(mode, query, None)
+        scores[~keep] = -np.inf
+        ranked = top_documents(scores, self.doc_ids, self.passage_idx, k).finite()
+        return PartitionResult(ranked, int(keep.sum()), (time.perf_counter() - t0) * 1e3)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as _dt
+import decimal
 import json
+import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 
 @dataclass(frozen=True)
@@ -16,6 +19,7 @@ class Document:
     doc_id: str
     title: str
     text: str
+    metadata: Optional[str] = None  # the document's metadata object as compact JSON text (None: none)
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,14 @@ MALFORMED_TSV = "malformed TSV"
 EMPTY_LINE = "empty line"
 INVALID_UNICODE = "invalid unicode"
 NESTED_JSON = "JSON nested too deeply"
+BAD_METADATA = "bad metadata"
+
+# What a document's metadata may be (docs/filters.md): a JSON object (BEIR ``metadata``; a
+# Parquet file's extra columns; a headed TSV file's extra columns), stored as compact JSON.
+MAX_METADATA_BYTES = 65_536  # of the compact JSON text
+MAX_METADATA_DEPTH = 8  # nesting of objects and arrays, the metadata object itself is level 1
+MAX_METADATA_KEYS = 256  # top-level keys
+MAX_METADATA_KEY_CHARS = 256
 
 ID_KEYS = ("_id", "id", "doc_id", "docid")
 TEXT_KEYS = ("text", "contents", "body")
@@ -96,9 +108,79 @@ def _first(obj: dict, keys: tuple[str, ...]) -> Any:
     return None
 
 
-def validate_fields(index: int, doc_id: Any, text: Any, title: Any = None) -> Row:
+class _BadMetadata(ValueError):
+    pass
+
+
+def _meta_value(v: Any, depth: int, where: str) -> Any:
+    """A metadata value as JSON can hold it (see ``normalize_metadata``)."""
+    if v is None or isinstance(v, (bool, str)):
+        if isinstance(v, str) and _surrogate(v):
+            raise _BadMetadata(f"lone surrogate {_surrogate(v)} in {where}")
+        return v
+    if isinstance(v, int):
+        return v if -(1 << 63) <= v < (1 << 63) else float(v)  # beyond 64 bits: a float
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None  # NaN / inf: JSON has no such number
+    if isinstance(v, decimal.Decimal):
+        return _meta_value(float(v), depth, where)
+    if isinstance(v, (bytes, bytearray)):
+        try:
+            return _meta_value(bytes(v).decode("utf-8"), depth, where)
+        except UnicodeDecodeError as exc:
+            raise _BadMetadata(f"invalid UTF-8 (byte {exc.start}) in {where}") from None
+    if isinstance(v, (_dt.date, _dt.datetime, _dt.time)):
+        return v.isoformat()
+    if isinstance(v, _dt.timedelta):
+        return v.total_seconds()
+    if isinstance(v, (dict, list, tuple)):
+        if depth >= MAX_METADATA_DEPTH:
+            raise _BadMetadata(f"nested more than {MAX_METADATA_DEPTH} levels deep at {where}")
+        if isinstance(v, dict):
+            out = {}
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    raise _BadMetadata(f"a key of {where} is {type(k).__name__}, not a string")
+                if _surrogate(k):
+                    raise _BadMetadata(f"lone surrogate {_surrogate(k)} in a key of {where}")
+                out[k] = _meta_value(x, depth + 1, f"{where}.{k[:40]}")
+            return out
+        return [_meta_value(x, depth + 1, f"{where}[{i}]") for i, x in enumerate(v)]
+    raise _BadMetadata(f"{where} is a {type(v).__name__}, which JSON cannot hold")
+
+
+def normalize_metadata(value: Any) -> Optional[str]:
+    """A document's metadata as compact JSON text, or None when it has none (absent, null or
+    an empty object). Integers beyond 64 bits become floats, NaN and infinities null, dates
+    and times ISO text, bytes UTF-8 text. ``ValueError`` (the reject's reason without its
+    prefix) when it is not an object, is nested deeper than ``MAX_METADATA_DEPTH``, has more
+    than ``MAX_METADATA_KEYS`` keys, an empty or over-long key, a lone surrogate, bytes that
+    are not UTF-8, or is over ``MAX_METADATA_BYTES`` as JSON."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _BadMetadata(f"metadata is a {type(value).__name__}, not an object")
+    if not value:
+        return None
+    if len(value) > MAX_METADATA_KEYS:
+        raise _BadMetadata(f"{len(value)} metadata keys; at most {MAX_METADATA_KEYS} are accepted")
+    for k in value:
+        if isinstance(k, str) and not k.strip():
+            raise _BadMetadata("a metadata key is empty")
+        if isinstance(k, str) and len(k) > MAX_METADATA_KEY_CHARS:
+            raise _BadMetadata(f"a metadata key has {len(k)} characters; at most {MAX_METADATA_KEY_CHARS} are accepted")
+    obj = _meta_value(value, 1, "metadata")
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    size = len(text.encode("utf-8"))
+    if size > MAX_METADATA_BYTES:
+        raise _BadMetadata(f"metadata is {size} bytes as JSON; at most {MAX_METADATA_BYTES} are accepted")
+    return text
+
+
+def validate_fields(index: int, doc_id: Any, text: Any, title: Any = None, metadata: Any = None) -> Row:
     """Check one row's fields: id and text present, strings (ids may be ints), text not blank,
-    no lone surrogate in any of them. Bytes values are decoded as UTF-8 (Parquet)."""
+    no lone surrogate in any of them, metadata storable (``normalize_metadata``). Bytes
+    values are decoded as UTF-8 (Parquet)."""
     decoded = [_decode_value(v, index, what) for v, what in ((doc_id, "id"), (text, "text"), (title, "title"))]
     bad = next((d for d in decoded if isinstance(d, Reject)), None)
     if bad is not None:
@@ -121,7 +203,13 @@ def validate_fields(index: int, doc_id: Any, text: Any, title: Any = None) -> Ro
         where = _surrogate(value) if value else None
         if where:
             return Reject(index, doc_id, f"{INVALID_UNICODE}: lone surrogate {where} of the {what}")
-    return Document(index, doc_id, title or "", text)
+    try:
+        meta = normalize_metadata(metadata)
+    except _BadMetadata as exc:
+        return Reject(index, doc_id, f"{BAD_METADATA}: {exc}")
+    except RecursionError:
+        return Reject(index, doc_id, f"{BAD_METADATA}: nested too deeply")
+    return Document(index, doc_id, title or "", text, meta)
 
 
 def parse_jsonl_line(raw: bytes, index: int) -> Row:
@@ -139,37 +227,94 @@ def parse_jsonl_line(raw: bytes, index: int) -> Row:
         return Reject(index, None, f"{MALFORMED_JSON}: {str(exc)[:200]}")
     if not isinstance(obj, dict):
         return Reject(index, None, f"{MALFORMED_JSON}: row is a {type(obj).__name__}, not an object")
-    return validate_fields(index, _first(obj, ID_KEYS), _first(obj, TEXT_KEYS), obj.get("title"))
+    return validate_fields(index, _first(obj, ID_KEYS), _first(obj, TEXT_KEYS), obj.get("title"), obj.get("metadata"))
 
 
-def parse_tsv_line(raw: bytes, index: int) -> Row:
-    """One TSV row: ``id<TAB>text`` or ``id<TAB>text<TAB>title``."""
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?")
+
+
+def tsv_value(field: str) -> Any:
+    """A TSV metadata field as a typed value: empty → null, a JSON number → int or float,
+    ``true`` / ``false`` → boolean, anything else the text itself (so ``007`` stays text)."""
+    if field == "":
+        return None
+    if field in ("true", "false"):
+        return field == "true"
+    m = _JSON_NUMBER.fullmatch(field)
+    if m is None:
+        return field
+    return float(field) if m.group(1) or m.group(2) else int(field)
+
+
+@dataclass(frozen=True)
+class TsvHeader:
+    """A TSV file's header: its column names (as written) and which is the title (None: no
+    title column). Column 0 is the id and column 1 the text; every other column but the
+    title is a metadata key."""
+
+    names: tuple[str, ...]
+    title: Optional[int]
+
+    @classmethod
+    def of(cls, names: Sequence[str]) -> "TsvHeader":
+        lower = [n.lower() for n in names]
+        title = lower.index("title", 2) if "title" in lower[2:] else (2 if len(names) == 3 else None)
+        return cls(tuple(names), title)
+
+    @property
+    def metadata_columns(self) -> list[int]:
+        return [i for i in range(2, len(self.names)) if i != self.title]
+
+
+def parse_tsv_line(raw: bytes, index: int, header: Optional[TsvHeader] = None) -> Row:
+    """One TSV row: ``id<TAB>text`` or ``id<TAB>text<TAB>title``; under a header with metadata
+    columns (``TsvHeader``), exactly the header's fields, the extra ones typed by ``tsv_value``."""
     line = _decode(raw, index)
     if isinstance(line, Reject):
         return line
     parts = line.rstrip("\r").split("\t")
+    if header is not None and header.metadata_columns:
+        if len(parts) != len(header.names):
+            doc_id = safe_text(parts[0], MAX_REJECT_ID_CHARS) if len(parts) > 1 and parts[0] else None
+            return Reject(index, doc_id, f"{MALFORMED_TSV}: {len(parts)} fields, the header has {len(header.names)}")
+        meta = {header.names[i]: tsv_value(parts[i]) for i in header.metadata_columns}
+        return validate_fields(index, parts[0], parts[1], parts[header.title] if header.title is not None else None, meta)
     if len(parts) < 2 or len(parts) > 3:
         doc_id = safe_text(parts[0], MAX_REJECT_ID_CHARS) if len(parts) > 1 and parts[0] else None
         return Reject(index, doc_id, f"{MALFORMED_TSV}: {len(parts)} fields, expected id<TAB>text[<TAB>title]")
     return validate_fields(index, parts[0], parts[1], parts[2] if len(parts) == 3 else None)
 
 
-def is_tsv_header(raw: bytes) -> bool:
-    """True for a header line such as ``id<TAB>text`` or ``_id<TAB>text<TAB>title`` (a UTF-8
-    BOM before it allowed): 2 or 3 fields, the first an id column name (``HEADER_ID_COLUMNS``),
-    the others one-word column names. A header is skipped, not counted as a row."""
+def tsv_header(raw: bytes) -> Optional[TsvHeader]:
+    """The header of a line such as ``id<TAB>text``, ``_id<TAB>text<TAB>title`` or
+    ``id<TAB>text<TAB>title<TAB>year<TAB>source`` (a UTF-8 BOM before it allowed): at least 2
+    fields (at most 3 + ``MAX_METADATA_KEYS``), the first an id column name
+    (``HEADER_ID_COLUMNS``), the others distinct one-word column names; None for a line that
+    is not a header. A header is skipped, not counted as a row."""
     if raw.startswith(BOM):
         raw = raw[len(BOM) :]
     try:
-        fields = [f.strip().lower() for f in raw.decode("utf-8").rstrip("\r").split("\t")]
+        names = [f.strip() for f in raw.decode("utf-8").rstrip("\r").split("\t")]
     except UnicodeDecodeError:
-        return False
-    return 2 <= len(fields) <= 3 and fields[0] in HEADER_ID_COLUMNS and all(_COLUMN_NAME.fullmatch(f) for f in fields[1:])
+        return None
+    lower = [n.lower() for n in names]
+    if not 2 <= len(names) <= 3 + MAX_METADATA_KEYS or lower[0] not in HEADER_ID_COLUMNS:
+        return None
+    if not all(_COLUMN_NAME.fullmatch(f) for f in lower[1:]) or len(set(lower)) != len(lower):
+        return None
+    return TsvHeader.of(names)
+
+
+def is_tsv_header(raw: bytes) -> bool:
+    """True for a header line (``tsv_header``)."""
+    return tsv_header(raw) is not None
 
 
 def parse_record(obj: dict, index: int, id_field: str, text_field: str, title_field: Optional[str]) -> Row:
-    """One row of a columnar input (Parquet) given as a dict."""
-    return validate_fields(index, obj.get(id_field), obj.get(text_field), obj.get(title_field) if title_field else None)
+    """One row of a columnar input (Parquet) given as a dict; every other column of it is a
+    metadata key."""
+    meta = {k: v for k, v in obj.items() if k not in (id_field, text_field, title_field)}
+    return validate_fields(index, obj.get(id_field), obj.get(text_field), obj.get(title_field) if title_field else None, meta)
 
 
 def parse_rows(
@@ -177,12 +322,14 @@ def parse_rows(
     fmt: str,
     first_block_of_file: bool,
     fields: Optional[tuple[str, str, Optional[str]]] = None,
+    header: Optional[TsvHeader] = None,
 ) -> list[Row]:
     """Parse a block's raw rows (from ``storage.corpus.read_block``) in order.
 
     ``fmt`` is ``jsonl``, ``tsv`` or ``parquet`` (then ``fields`` = id, text, title columns).
     A UTF-8 byte order mark at the start of a file is dropped; a TSV header on the file's
-    first line is not a row; a blank line is a reject."""
+    first line is not a row; a blank line is a reject. ``header``: the TSV file's header
+    (``tsv_header`` of its first line), for blocks after the first."""
     out: list[Row] = []
     for index, raw in rows:
         if fmt == "parquet":
@@ -191,12 +338,15 @@ def parse_rows(
             continue
         if first_block_of_file and index == 0 and raw.startswith(BOM):
             raw = raw[len(BOM) :]
-        if fmt == "tsv" and first_block_of_file and index == 0 and is_tsv_header(raw):
-            continue
+        if fmt == "tsv" and first_block_of_file and index == 0:
+            found = tsv_header(raw)
+            if found is not None:
+                header = found
+                continue
         if not raw.strip():
             out.append(Reject(index, None, f"{EMPTY_LINE}: blank line"))
         elif fmt == "tsv":
-            out.append(parse_tsv_line(raw, index))
+            out.append(parse_tsv_line(raw, index, header))
         else:
             out.append(parse_jsonl_line(raw, index))
     return out

@@ -7,12 +7,18 @@ A dense mode is answered by its ANN partitions when the manifest lists them (``m
 build-ann``), and otherwise, or with ``SearchConfig.exact``, by brute force over every passage
 (the exact reference); ``SearchResult.path`` says which. ``bm25`` is answered by the BM25
 partitions (exact: their scores are the collection's); ``hybrid`` by a dense mode's
-partitions and the BM25 partitions over the same passages (``operators/fusion.py``)."""
+partitions and the BM25 partitions over the same passages (``operators/fusion.py``).
+
+A metadata filter (``filter`` expression and / or ``doc_ids``, docs/filters.md) becomes the
+sorted global numbers of the passages it allows (the catalog, ``Restriction``), each
+partition's share of them its allowed rows, applied in candidate generation
+(``filtered_search``)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from collections import OrderedDict
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -25,13 +31,14 @@ from operators.encoder import TokenEncoder
 from operators import candidates as first_stage_ops
 from operators.candidates import FirstStage
 from operators.fusion import HybridParams, ScoredPassages, fuse, side_by_side
-from operators.partition import Partition, PartitionResult
+from operators.partition import Partition, PartitionResult, allowed_rows
 from operators.query import EncodedQuery, QueryEncoder
 from operators.ranking import Ranked, merge
 from operators.scoring import MODE_VECTORS, MODES, check_mode, check_search_mode, first_stage_vectors
 from operators.tokenizer import PassageTokenizer
 from pipeline.config import BM25Config, FirstStageConfig, HybridConfig, IndexConfig, SearchConfig
 from storage.bm25_partitions import load_bm25_partition, tiling
+from storage.catalog import Catalog
 from storage.codec_file import load_codecs
 from storage.manifest import Manifest, load_manifest
 from storage.partitions import exact_partition, load_partition
@@ -40,6 +47,38 @@ MAX_K = 1000
 MAX_QUERY_CHARS = 4096
 KNOBS = ("k_prime", "candidate_cap", "probe_fraction", "nprobe", "leaves_to_search", "reorder_k")
 HYBRID_KNOBS = ("dense", "fusion", "lam", "rrf_k", "n_best")
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """What a filter allows: ``passages``, the sorted global numbers of the passages of the
+    documents that pass it (the catalog's answer, ``Catalog.allowed_passages``)."""
+
+    passages: np.ndarray
+    filter: Optional[str] = None
+    doc_ids: Optional[tuple[str, ...]] = None
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def rows(self, first_passage: int, count: int) -> np.ndarray:
+        """The allowed rows of a partition of passages [first_passage, first_passage + count)."""
+        return allowed_rows(self.passages, first_passage, count)
+
+
+def resolve_restriction(catalog: Catalog, filter: Optional[str] = None, doc_ids: Optional[Sequence[str]] = None) -> Optional[Restriction]:
+    """The passages a request's ``filter`` and ``doc_ids`` allow (None when it has neither);
+    ``FilterError`` (a ValueError) for an invalid filter."""
+    if filter is None and doc_ids is None:
+        return None
+    return Restriction(catalog.allowed_passages(filter, doc_ids), filter, tuple(doc_ids) if doc_ids is not None else None)
+
+
+def filtered_exact(n_allowed: int, fs: FirstStage, k: int) -> bool:
+    """Whether a filter allowing ``n_allowed`` passages goes straight to exact scoring of
+    them: when they are no more than the passages the ANN path would rescore anyway
+    (``candidate_cap``, at least k)."""
+    return n_allowed <= max(fs.candidate_cap, k)
 
 
 @dataclass
@@ -56,6 +95,7 @@ class SearchResult:
     partitions_answered: int
     partitions: int
     timings_ms: dict[str, float] = field(default_factory=dict)
+    allowed_passages: Optional[int] = None  # with a filter: the passages it allows
 
     def hits(self) -> list[tuple[str, float]]:
         return [(d, float(s)) for d, s in zip(self.ranked.doc_ids, self.ranked.scores)]
@@ -197,6 +237,41 @@ def merge_partition_results(
     return SearchResult(query, mode, ranked, path, sum(r.candidates for r in results), len(results), partitions, {n: round(v, 3) for n, v in t.items()})
 
 
+def filtered_search(
+    partitions: Sequence[Partition], mode: str, query: EncodedQuery, k: int, fs: FirstStage, allowed: Sequence[np.ndarray]
+) -> tuple[list[PartitionResult], dict[str, float], str]:
+    """Both stages under a filter: ``allowed``, each partition's allowed rows (sorted).
+    Returns each partition's result, the candidate / rescore milliseconds, and the path:
+
+    - "exact" when the partitions are exact, or the filter allows few passages
+      (``filtered_exact``): only the allowed passages are scored;
+    - "ann" otherwise: each partition drops hits outside its allowed rows before the
+      candidates are chosen (``Partition.hits``), k' starting scaled by the filter's
+      selectivity (``CandidateRounds``), and rescores allowed candidates only;
+    - "exact" again when that found fewer than k documents while some allowed passage was
+      not rescored: then the allowed passages are scored exactly, so k results come back
+      whenever k matching documents exist."""
+    n_allowed = int(sum(len(a) for a in allowed))
+    t0 = time.perf_counter()
+
+    def exact() -> list[PartitionResult]:
+        return [p.rank(mode, query, None, k, allowed=a) if len(a) else PartitionResult(Ranked(), 0, 0.0) for p, a in zip(partitions, allowed)]
+
+    if all(p.exact for p in partitions) or filtered_exact(n_allowed, fs, k):
+        results = exact()
+        return results, {"candidates": 0.0, "rescore": (time.perf_counter() - t0) * 1e3}, "exact"
+    qv = first_stage_vectors(mode, query)
+    n = sum(len(p) for p in partitions)
+    gather = lambda kp: [p.hits(qv, kp, fs.ann, allowed=a) for p, a in zip(partitions, allowed)]  # noqa: E731
+    rows, _ = first_stage_ops.candidates(gather, fs, k, n, sum(p.n_vectors for p in partitions), n_allowed)
+    t1 = time.perf_counter()
+    results = [p.rank(mode, query, r, k, allowed=a) for p, r, a in zip(partitions, rows, allowed)]
+    path = "ann"
+    if len(merge([r.ranked for r in results], k)) < k and sum(r.candidates for r in results) < n_allowed:
+        results, path = exact(), "exact"
+    return results, {"candidates": (t1 - t0) * 1e3, "rescore": (time.perf_counter() - t1) * 1e3}, path
+
+
 def search_partitions(partitions: Sequence[Partition], mode: str, query: EncodedQuery, k: int, fs: FirstStage) -> tuple[list[PartitionResult], dict[str, float]]:
     """Both stages over in-process partitions: each partition's result, and the wall-clock
     milliseconds of the candidate and rescoring stages."""
@@ -242,6 +317,37 @@ class Searcher:
                 self._hybrid_tiles(self.config.hybrid.dense)  # fail now when the partitions do not line up
                 self.paths["hybrid"] = self.paths[self.config.hybrid.dense]
         self.query_encoder = load_query_encoder(self.manifest.config, encoder, codecs)
+        self._catalog: Optional[Catalog] = None
+        self._restrictions: "OrderedDict[tuple, Restriction]" = OrderedDict()
+
+    RESTRICTIONS_KEPT = 16  # filters remembered (a run of queries usually repeats one)
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog of the version searched (opened on first use: filters)."""
+        if self._catalog is None:
+            self._catalog = Catalog(self.index_url, self.manifest.catalog)
+        return self._catalog
+
+    def restriction(self, filter: Optional[str] = None, doc_ids: Optional[Sequence[str]] = None) -> Optional[Restriction]:
+        """``resolve_restriction`` over this version's catalog, the last few remembered."""
+        if filter is None and doc_ids is None:
+            return None
+        key = (filter, tuple(doc_ids) if doc_ids is not None else None)
+        hit = self._restrictions.get(key)
+        if hit is None:
+            hit = resolve_restriction(self.catalog, filter, doc_ids)
+            self._restrictions[key] = hit
+            while len(self._restrictions) > self.RESTRICTIONS_KEPT:
+                self._restrictions.popitem(last=False)
+        else:
+            self._restrictions.move_to_end(key)
+        return hit
+
+    def close(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+            self._catalog = None
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -270,57 +376,93 @@ class Searcher:
             self._tiles[dense] = tiling(ranges, self.manifest.bm25["partitions"])
         return self._tiles[dense]
 
-    def hybrid_passages(self, query: EncodedQuery, params: HybridParams, fs: FirstStage) -> tuple[list[ScoredPassages], dict[str, float]]:
+    def hybrid_passages(
+        self, query: EncodedQuery, params: HybridParams, fs: FirstStage, restriction: Optional[Restriction] = None
+    ) -> tuple[list[ScoredPassages], dict[str, float]]:
         """Each partition's part of the hybrid union (``operators.fusion.side_by_side``) and
-        the candidate / rescore milliseconds; ``fuse`` them for any fusion setting."""
+        the candidate / rescore milliseconds; ``fuse`` them for any fusion setting. With a
+        ``restriction`` both sides keep allowed passages only (the dense side's candidates as
+        in ``filtered_search``: exact over the allowed passages when they are few)."""
         terms = self.analyzer([query.text])[0]
         parts = self.partitions[params.dense]
         tiles = self._hybrid_tiles(params.dense)
-        t0 = time.perf_counter()
-        rows = dense_rows(parts, params.dense, query, params.n_best, fs)
-        t1 = time.perf_counter()
         ranges = dense_ranges(self.manifest, params.dense, self.paths[params.dense] == "exact")
+        allowed = [restriction.rows(first, n) for first, n in ranges] if restriction is not None else [None] * len(parts)
+        t0 = time.perf_counter()
+        if restriction is None:
+            rows = dense_rows(parts, params.dense, query, params.n_best, fs)
+        elif all(p.exact for p in parts) or filtered_exact(len(restriction), fs, params.n_best):
+            rows = list(allowed)
+        else:
+            qv = first_stage_vectors(params.dense, query)
+            gather = lambda kp: [p.hits(qv, kp, fs.ann, allowed=a) for p, a in zip(parts, allowed)]  # noqa: E731
+            rows, _ = first_stage_ops.candidates(gather, fs, params.n_best, sum(len(p) for p in parts), sum(p.n_vectors for p in parts), len(restriction))
+        t1 = time.perf_counter()
         out = []
-        for part, r, tile, (first, _) in zip(parts, rows, tiles, ranges):
+        for part, r, tile, (first, _), a in zip(parts, rows, tiles, ranges, allowed):
             sparse = np.concatenate([self.bm25[i].scores(terms) for i in tile])
-            out.append(side_by_side(part, sparse, first, params.dense, query, r, params.n_best))
+            out.append(side_by_side(part, sparse, first, params.dense, query, r, params.n_best, allowed=a))
         return out, {"candidates": (t1 - t0) * 1e3, "rescore": (time.perf_counter() - t1) * 1e3}
 
-    def search_encoded(self, query: EncodedQuery, k: int = 10, mode: str = "maxsim", encode_ms: float = 0.0, **knobs: Any) -> SearchResult:
+    def search_encoded(
+        self, query: EncodedQuery, k: int = 10, mode: str = "maxsim", encode_ms: float = 0.0, restriction: Optional[Restriction] = None, **knobs: Any
+    ) -> SearchResult:
         """Answer an already encoded query (knobs: ``KNOBS``, overriding the config's; for
-        ``hybrid`` also ``HYBRID_KNOBS``)."""
+        ``hybrid`` also ``HYBRID_KNOBS``), among the passages ``restriction`` allows (None:
+        all; ``Searcher.restriction`` makes one from a filter)."""
         self.check(query.text, k, mode)
         fs, hybrid = request_settings(self.config, mode, knobs)
+        n_allowed = len(restriction) if restriction is not None else None
         if mode == "bm25":
             t0 = time.perf_counter()
             terms = self.analyzer([query.text])[0]
-            results = [p.rank(terms, k) for p in self.bm25]
+            entries = self.manifest.bm25["partitions"]
+            if restriction is None:
+                results = [p.rank(terms, k) for p in self.bm25]
+            else:
+                results = [p.rank(terms, k, allowed=restriction.rows(e["first_passage"], e["passages"])) for p, e in zip(self.bm25, entries)]
             timings = {"encode": encode_ms, "candidates": 0.0, "rescore": (time.perf_counter() - t0) * 1e3}
-            return merge_partition_results(query.text, mode, "bm25", k, results, len(results), timings)
+            result = merge_partition_results(query.text, mode, "bm25", k, results, len(results), timings)
+            result.allowed_passages = n_allowed
+            return result
         if mode == "hybrid":
-            parts, timings = self.hybrid_passages(query, hybrid, fs)
+            parts, timings = self.hybrid_passages(query, hybrid, fs, restriction)
             t0 = time.perf_counter()
             ranked, n = fuse(parts, hybrid, k)
             timings["rescore"] += (time.perf_counter() - t0) * 1e3
             fused = [PartitionResult(ranked, n, 0.0)]
             result = merge_partition_results(query.text, mode, self.paths[hybrid.dense], k, fused, len(parts), {"encode": encode_ms, **timings})
             result.partitions_answered = len(parts)  # every partition's part is in the one fused list
+            result.allowed_passages = n_allowed
             return result
         parts = self.partitions[mode]
-        results, timings = search_partitions(parts, mode, query, k, fs)
-        return merge_partition_results(query.text, mode, self.paths[mode], k, results, len(parts), {"encode": encode_ms, **timings})
+        path = self.paths[mode]
+        if restriction is None:
+            results, timings = search_partitions(parts, mode, query, k, fs)
+        else:
+            ranges = dense_ranges(self.manifest, mode, path == "exact")
+            results, timings, path = filtered_search(parts, mode, query, k, fs, [restriction.rows(first, n) for first, n in ranges])
+        result = merge_partition_results(query.text, mode, path, k, results, len(parts), {"encode": encode_ms, **timings})
+        result.allowed_passages = n_allowed
+        return result
 
-    def search(self, queries: Sequence[str], k: int = 10, mode: str = "maxsim", **knobs: Any) -> list[SearchResult]:
+    def search(
+        self, queries: Sequence[str], k: int = 10, mode: str = "maxsim", filter: Optional[str] = None, doc_ids: Optional[Sequence[str]] = None, **knobs: Any
+    ) -> list[SearchResult]:
         """Answer each query on its own (encoded one at a time, as a service would), so the
-        timings are per-query latencies. ``bm25`` needs no encoding."""
+        timings are per-query latencies. ``bm25`` needs no encoding. ``filter`` (an
+        expression, docs/filters.md) and ``doc_ids``: only documents passing both are
+        returned (``FilterError``, a ValueError, for an invalid one, before any query is
+        encoded)."""
         for q in queries:
             self.check(q, k, mode)
         request_settings(self.config, mode, knobs)  # validate knobs before any work
+        restriction = self.restriction(filter, doc_ids)
         out = []
         for q in queries:
             t0 = time.perf_counter()
             (encoded,) = [text_only(q)] if mode == "bm25" else self.encode([q])
-            out.append(self.search_encoded(encoded, k, mode, (time.perf_counter() - t0) * 1e3, **knobs))
+            out.append(self.search_encoded(encoded, k, mode, (time.perf_counter() - t0) * 1e3, restriction, **knobs))
         return out
 
 

@@ -20,7 +20,7 @@ from operators.packed import Packed
 from operators.tokenizer import PassageTokenizer
 from operators.validation import Document, Reject, parse_rows
 from storage import staging
-from storage.corpus import InputBlock, parquet_fields, read_block
+from storage.corpus import InputBlock, parquet_fields, read_block, read_tsv_header
 from storage.schema import PASSAGE_FIELDS, arrow_to_packed
 from storage.shards import committed_in_block, covered_seqs, write_shard
 
@@ -29,10 +29,13 @@ PASSAGE_SCHEMA = pa.schema(PASSAGE_FIELDS + [pa.field("input_ids", pa.list_(pa.i
 
 def parse_block(block: InputBlock) -> tuple[list, int]:
     """(parsed rows: Document | Reject, raw lines or rows read) of one block, rows capped at
-    ``block.max_rows``."""
+    ``block.max_rows``. A Parquet file's columns are all read (the ones besides id, text and
+    title are the documents' metadata); a TSV block after the file's first gets the file's
+    header (its metadata columns)."""
     fields = parquet_fields(block.url) if block.format == "parquet" else None
-    raw = list(read_block(block, [c for c in fields if c] if fields else None))
-    rows = parse_rows(raw, block.format, block.start == 0, fields)
+    header = read_tsv_header(block) if block.format == "tsv" and block.start > 0 else None
+    raw = list(read_block(block))
+    rows = parse_rows(raw, block.format, block.start == 0, fields, header)
     return (rows if block.max_rows is None else rows[: block.max_rows]), len(raw)
 
 
@@ -84,6 +87,7 @@ def _block_passages(block: InputBlock, index_url: str, tokenizer: PassageTokeniz
             "text": [p.text for p in rows],
             "char_start": [p.char_start for p in rows],
             "char_end": [p.char_end for p in rows],
+            "metadata": [doc_of[p.doc_id].metadata for p in rows],
             "input_ids": [p.input_ids for p in rows],
         },
         schema=PASSAGE_SCHEMA,

@@ -1,12 +1,15 @@
 """DuckDB over the index: duplicate-id detection across blocks, the rejects file, and the
-catalog (``catalog.duckdb``: passages without vectors, shards, rejects) for lookups and stats."""
+catalog (``catalog.duckdb``: passages without vectors, documents with their metadata as typed
+columns, rejects) for lookups, stats and metadata filters (docs/filters.md)."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import re
 import tempfile
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -14,6 +17,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from operators.filter_expr import CompiledFilter, FilterError, check_doc_ids, compile_filter, quote_identifier
 from storage import fs
 from storage.corpus import InputBlock
 from storage.staging import duplicates_url, raw_rows, scan_urls, write_duplicates
@@ -33,6 +37,13 @@ def connect(url: str, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
 def _arrow(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     """Run ``sql`` and fetch an Arrow table (DuckDB 1.x and 2.x spell this differently)."""
     rel = con.sql(sql)
+    fetch = getattr(rel, "to_arrow_table", None) or getattr(rel, "arrow")
+    return fetch()
+
+
+def _arrow_params(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any]) -> pa.Table:
+    """Run ``sql`` with ``?`` parameters bound to ``params`` and fetch an Arrow table."""
+    rel = con.sql(sql, params=list(params))
     fetch = getattr(rel, "to_arrow_table", None) or getattr(rel, "arrow")
     return fetch()
 
@@ -102,13 +113,15 @@ def scan_counts(index_url: str, blocks: Sequence[InputBlock]) -> dict:
 def build_catalog(
     index_url: str, shard_paths: Sequence[str], shard_rows: Optional[Sequence[int]] = None, dead: Optional[np.ndarray] = None, out: str = CATALOG_FILE
 ) -> dict:
-    """Write ``catalog.duckdb`` (tables passages, shards, rejects) and return the counts it
+    """Write ``catalog.duckdb`` (tables passages, documents, rejects) and return the counts it
     reconciles: passages, documents, tokens, distinct (block, seq) and (block, row) keys.
     ``passages.passage`` is each passage's global number: the shards in ``shard_paths``'
     order (the manifest's), rows in shard order; ``shard_rows``, the shards' passage counts
     when known, saves reading the shards' footers. ``dead``: deleted passages' global numbers
     (the version's tombstones), left out of the catalog. ``out``: the file, relative to the
-    index (a version of a live index has its own, ``catalogs/``)."""
+    index (a version of a live index has its own, ``catalogs/``). ``documents``: one row a
+    live document, ``doc_id`` and one typed column a top-level metadata key
+    (``build_documents``)."""
     urls = [fs.join(index_url, p) for p in shard_paths]
     with tempfile.TemporaryDirectory() as tmp:
         local = os.path.join(tmp, CATALOG_FILE)
@@ -119,10 +132,14 @@ def build_catalog(
             rows = np.asarray(shard_rows if shard_rows is not None else [_parquet_rows(u) for u in urls], np.int64)
             first = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
             con.register("shard_order", pa.table({"shard_url": urls, "first_passage": first}))
+            # shards written before the metadata column have none: read by name, null there
+            names = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({_list(urls)}, union_by_name=true)").fetchall()}
+            meta = "p.metadata" if "metadata" in names else "NULL::VARCHAR"
             con.execute(
                 f"""CREATE TABLE passages AS SELECT {cols.replace('filename AS shard', 'p.filename AS shard')},
-                    (o.first_passage + p.file_row_number)::BIGINT AS passage
-                    FROM read_parquet({_list(urls)}, filename=true, file_row_number=true) p JOIN shard_order o ON p.filename = o.shard_url
+                    (o.first_passage + p.file_row_number)::BIGINT AS passage, {meta} AS metadata
+                    FROM read_parquet({_list(urls)}, filename=true, file_row_number=true, union_by_name=true) p
+                    JOIN shard_order o ON p.filename = o.shard_url
                     ORDER BY passage"""
             )
             if dead is not None and len(dead):
@@ -133,8 +150,11 @@ def build_catalog(
         else:
             con.execute(
                 "CREATE TABLE passages (doc_id VARCHAR, passage_idx INTEGER, block_id VARCHAR, row_index INTEGER, seq INTEGER,"
-                " title VARCHAR, text VARCHAR, char_start INTEGER, char_end INTEGER, n_tokens INTEGER, shard VARCHAR, passage BIGINT)"
+                " title VARCHAR, text VARCHAR, char_start INTEGER, char_end INTEGER, n_tokens INTEGER, shard VARCHAR, passage BIGINT,"
+                " metadata VARCHAR)"
             )
+        build_documents(con)
+        con.execute("ALTER TABLE passages DROP COLUMN metadata")
         con.execute(f"CREATE TABLE rejects AS SELECT * FROM read_parquet({_list([fs.join(index_url, REJECTS_FILE)])})")
         counts = con.execute(
             """SELECT count(*), count(DISTINCT doc_id), coalesce(sum(n_tokens), 0),
@@ -146,6 +166,76 @@ def build_catalog(
             fs.write_bytes_atomic(fs.join(index_url, out), f.read())
     keys = ("passages", "documents", "tokens", "distinct_passage_keys", "distinct_document_keys")
     return dict(zip(keys, (int(c) for c in counts)))
+
+
+# metadata → typed columns (docs/filters.md, "Types")
+MAX_METADATA_COLUMNS = 1024
+_INTEGER_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"}
+# DuckDB column type → filter type (operators/filter_expr.py TYPES)
+FILTER_TYPES = {"BIGINT": "integer", "DOUBLE": "float", "VARCHAR": "string", "BOOLEAN": "boolean", "DATE": "date", "JSON": "json"}
+_DATE = r"\d{4}-\d{2}-\d{2}"
+
+
+def metadata_columns(structure: dict[str, Any]) -> dict[str, str]:
+    """{key: DuckDB type} of the documents table's metadata columns, from the merged JSON
+    structure of every document's metadata (DuckDB's ``json_group_structure``): integers
+    BIGINT, numbers with a fraction (or integers mixed with them) DOUBLE, text VARCHAR,
+    booleans BOOLEAN; objects, arrays, values of mixed types and keys that are only ever null
+    JSON. A key named ``doc_id`` (any case) is not a column (the document id is), and of keys
+    equal but for case (DuckDB's names are case-insensitive) the first in sorted order is."""
+    out: dict[str, str] = {}
+    seen = {"doc_id"}
+    for key in sorted(structure):
+        if key.lower() in seen or len(out) >= MAX_METADATA_COLUMNS:
+            continue
+        seen.add(key.lower())
+        t = structure[key]
+        if isinstance(t, str) and t in _INTEGER_TYPES:
+            out[key] = "BIGINT"
+        elif t in ("DOUBLE", "FLOAT", "VARCHAR", "BOOLEAN"):
+            out[key] = "DOUBLE" if t == "FLOAT" else t
+        else:
+            out[key] = "JSON"
+    return out
+
+
+def build_documents(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """Create the ``documents`` table from ``passages`` (with its ``metadata`` JSON column):
+    one row a document (its metadata from its first passage), ``doc_id`` and the
+    ``metadata_columns``; a text column whose every value is an ISO date (YYYY-MM-DD) becomes
+    DATE. Returns {column: filter type}."""
+    con.execute("CREATE TEMP TABLE doc_meta AS SELECT doc_id, arg_min(metadata, passage) AS metadata FROM passages GROUP BY doc_id")
+    (structure,) = con.execute("SELECT json_group_structure(metadata::JSON) FROM doc_meta WHERE metadata IS NOT NULL").fetchone()
+    parsed = json.loads(structure) if structure else {}
+    columns = metadata_columns(parsed if isinstance(parsed, dict) else {})
+    if columns:
+        con.execute(
+            "CREATE TABLE documents AS SELECT doc_id, unnest(json_transform(metadata::JSON, ?)) FROM doc_meta ORDER BY doc_id",
+            [json.dumps(columns)],
+        )
+        for key, t in columns.items():
+            if t != "VARCHAR":
+                continue
+            q = quote_identifier(key)
+            n, all_dates = con.execute(
+                f"SELECT count({q}), bool_and({q} IS NULL OR (regexp_full_match({q}, '{_DATE}') AND TRY_CAST({q} AS DATE) IS NOT NULL)) FROM documents"
+            ).fetchone()
+            if n and all_dates:
+                con.execute(f"ALTER TABLE documents ALTER {q} TYPE DATE USING CAST({q} AS DATE)")
+    else:
+        con.execute("CREATE TABLE documents AS SELECT doc_id FROM doc_meta ORDER BY doc_id")
+    con.execute("DROP TABLE doc_meta")
+    con.execute("CREATE INDEX documents_doc ON documents (doc_id)")
+    return table_filter_columns(con)
+
+
+def table_filter_columns(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """{column: filter type} of the ``documents`` table (``{"doc_id": "string"}`` for a catalog
+    written before it existed)."""
+    tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    if "documents" not in tables:
+        return {"doc_id": "string"}
+    return {name: FILTER_TYPES.get(str(t).upper(), "json") for name, t, *_ in con.execute("DESCRIBE documents").fetchall()}
 
 
 def _parquet_rows(url: str) -> int:
@@ -176,6 +266,53 @@ class Catalog:
             with open(path, "wb") as f:
                 f.write(fs.read_bytes(url))
         self.con = duckdb.connect(path, read_only=True)
+        self._columns: Optional[dict[str, str]] = None
+
+    def filter_columns(self) -> dict[str, str]:
+        """{column: filter type} a filter may name: ``doc_id`` and the metadata columns."""
+        if self._columns is None:
+            with self.con.cursor() as cur:
+                self._columns = table_filter_columns(cur)
+        return dict(self._columns)
+
+    def compile_filter(self, expr: str) -> CompiledFilter:
+        """``expr`` parsed, validated against this catalog's columns and compiled
+        (``FilterError`` naming the problem)."""
+        return compile_filter(expr, self.filter_columns())
+
+    def _documents_source(self) -> str:
+        return "documents" if "documents" in self._tables() else "(SELECT DISTINCT doc_id FROM passages)"
+
+    def _tables(self) -> set[str]:
+        with self.con.cursor() as cur:
+            return {r[0] for r in cur.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+
+    def _select(self, what: str, where: Optional[CompiledFilter], doc_ids: Optional[Sequence[str]], order: str) -> pa.Table:
+        """``SELECT {what}`` over the passages of the documents that pass ``where`` and are
+        among ``doc_ids`` (each None: no condition). The filter's SQL holds quoted column names
+        and ``?`` only; its values go to DuckDB as parameters, ``doc_ids`` as an Arrow table."""
+        chosen = f"SELECT doc_id FROM {self._documents_source()}" + (f" WHERE {where.sql}" if where is not None else "")
+        join_ids = " JOIN wanted USING (doc_id)" if doc_ids is not None else ""
+        sql = f"WITH chosen AS ({chosen}) SELECT {what} FROM passages JOIN chosen USING (doc_id){join_ids} ORDER BY {order}"
+        with self.con.cursor() as cur:
+            if doc_ids is not None:
+                cur.register("wanted", pa.table({"doc_id": pa.array(list(doc_ids), pa.string())}))
+            return _arrow_params(cur, sql, list(where.params) if where is not None else [])
+
+    def allowed_passages(self, expr: Optional[str] = None, doc_ids: Optional[Sequence[str]] = None) -> np.ndarray:
+        """The global numbers (sorted int64) of this version's passages whose documents pass
+        the filter ``expr`` and are among ``doc_ids`` (both given: both hold; ``FilterError``
+        for an invalid filter)."""
+        where = self.compile_filter(expr) if expr is not None else None
+        ids = check_doc_ids(doc_ids) if doc_ids is not None else None
+        t = self._select("passage", where, ids, "passage")
+        return t["passage"].to_numpy().astype(np.int64, copy=False)
+
+    def filter_doc_ids(self, expr: str) -> list[str]:
+        """The ids of this version's documents that pass the filter ``expr`` (sorted)."""
+        where = self.compile_filter(expr)
+        t = self._select("DISTINCT doc_id", where, None, "doc_id")
+        return t["doc_id"].to_pylist()
 
     def passages_of(self, doc_ids: Sequence[str]) -> np.ndarray:
         """The global passage numbers (sorted int64) of the documents ``doc_ids`` that this

@@ -15,7 +15,7 @@ from typing import Iterator, Optional, Union
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from operators.validation import ID_KEYS, TEXT_KEYS
+from operators.validation import ID_KEYS, TEXT_KEYS, TsvHeader, tsv_header
 from storage import fs
 
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".tsv": "tsv", ".parquet": "parquet", ".pq": "parquet"}
@@ -180,6 +180,13 @@ def _pylist(column: pa.ChunkedArray) -> list:
         if pa.types.is_string(column.type):
             return column.cast(pa.binary()).to_pylist()
         raise
+
+
+def read_tsv_header(block: InputBlock) -> Optional[TsvHeader]:
+    """The header of the TSV file ``block`` belongs to (its first line), or None when that line
+    is data: blocks after the first need it to name their metadata columns."""
+    with fs.open_file(block.url, "rb", compression=block.compression) as f:
+        return tsv_header(f.readline(1 << 20).rstrip(b"\n"))
 
 
 def parquet_fields(url: str) -> tuple[str, str, Optional[str]]:

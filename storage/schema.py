@@ -14,7 +14,11 @@ Schema version 2. A shard is two files, one row a passage in the same order in b
 | title | string | document title ("" if none) |
 | text | string | the passage's text (a span of title + separator + text) |
 | char_start, char_end | int32 | that span in the document string |
+| metadata | string, nullable | the document's metadata object as compact JSON (null: none), the same on each of its passages (docs/filters.md) |
 | n_tokens | int32 | number of stored token vectors |
+
+``metadata`` came after the codes files (2026-11-24) without a schema bump: it is nullable,
+and a shard written before it is read as if every row held null.
 
 ``{name}.codes.arrow`` (Arrow IPC file format, uncompressed, so that it is memory-mapped
 without a copy), the passage's vectors as codes of the index's codecs (``codecs/*.mvrc``,
@@ -64,6 +68,7 @@ PASSAGE_FIELDS = [
     pa.field("text", pa.string()),
     pa.field("char_start", pa.int32()),
     pa.field("char_end", pa.int32()),
+    pa.field("metadata", pa.string()),  # nullable: compact JSON of the document's metadata
 ]
 
 

@@ -64,7 +64,27 @@ def msmarco_100(tmp_path_factory, datasets) -> str:
     return url
 
 
-SLOW_FIXTURES = {"msmarco_index", "dbpedia_index", "msmarco_100"}
+@pytest.fixture(scope="session")
+def msmarco_meta_index(tmp_path_factory, datasets) -> dict:
+    """msmarco-sample with derived metadata (tests/metadata_corpus.py) and three rows whose
+    metadata cannot be stored, indexed once with the default settings, then FAISS IVFPQ
+    partitions (P = 2) of tokens and pooled and BM25. {"index", "corpus", "docs"}."""
+    from metadata_corpus import write_corpus
+    from pipeline.ann_build import build_ann
+    from pipeline.config import AnnBuildConfig, IndexConfig
+    from pipeline.indexing import index_corpus
+
+    root = tmp_path_factory.mktemp("meta")
+    corpus = root / "corpus" / "corpus.jsonl"
+    docs = write_corpus(datasets / "msmarco-sample" / "corpus.jsonl", corpus)
+    url = str(root / "msmarco-meta")
+    index_corpus(str(corpus), url, IndexConfig(), log=lambda _: None)
+    build = AnnBuildConfig(backend="faiss-ivfpq", partitions=2, vectors=["tokens", "pooled"], params={"training_sample_size": 8192}, cpus_per_task=1)
+    build_ann(url, build, log=lambda _: None)
+    return {"index": url, "corpus": str(corpus), "docs": docs}
+
+
+SLOW_FIXTURES = {"msmarco_index", "dbpedia_index", "msmarco_100", "msmarco_meta_index"}
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:

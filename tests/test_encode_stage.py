@@ -27,7 +27,7 @@ def _batch() -> tuple[pa.Table, list]:
         {
             "doc_id": ["a", "b"], "passage_idx": [0, 0], "block_id": ["b0", "b0"], "row_index": [0, 1], "seq": [0, 1],
             "title": ["", ""], "text": texts, "char_start": [0, 0], "char_end": [len(t) for t in texts],
-            "input_ids": [p.input_ids for p in passages],
+            "metadata": [None, '{"year":2020}'], "input_ids": [p.input_ids for p in passages],
         },
         schema=PASSAGE_SCHEMA,
     )

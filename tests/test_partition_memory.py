@@ -122,7 +122,7 @@ def big_index(tmp_path_factory):
             {
                 "doc_id": [f"s{s}-{i}" for i in range(n)], "passage_idx": pa.array(np.zeros(n, np.int32)), "block_id": [f"b{s}"] * n,
                 "row_index": pa.array(np.arange(n, dtype=np.int32)), "seq": pa.array(np.arange(n, dtype=np.int32)), "title": [""] * n,
-                "text": ["t"] * n, "char_start": pa.array(np.zeros(n, np.int32)), "char_end": pa.array(np.ones(n, np.int32)),
+                "text": ["t"] * n, "char_start": pa.array(np.zeros(n, np.int32)), "char_end": pa.array(np.ones(n, np.int32)), "metadata": [None] * n,
                 "n_tokens": pa.array(np.full(n, TOKENS, np.int32)), "tokens": tokens,
                 "pooled": codes_to_arrow(codec.encode(x[::TOKENS])), "first_m": small, "centroids": small,
             },

@@ -34,7 +34,7 @@ def write_index(url: str, arrays: list[list[np.ndarray]], codec: codecs.Codec) -
         table = pa.table(
             {
                 "doc_id": [f"d{b}-{i}" for i in range(n)], "passage_idx": [0] * n, "block_id": [f"b{b}"] * n, "row_index": list(range(n)),
-                "seq": list(range(n)), "title": [""] * n, "text": ["t"] * n, "char_start": [0] * n, "char_end": [1] * n,
+                "seq": list(range(n)), "title": [""] * n, "text": ["t"] * n, "char_start": [0] * n, "char_end": [1] * n, "metadata": [None] * n,
                 "n_tokens": [len(a) for a in part], "tokens": codes, "pooled": codes_to_arrow(codec.encode(np.stack([a[0] for a in part]))),
                 "first_m": codes, "centroids": codes,
             },

@@ -31,7 +31,7 @@ def _table(n: int, dim: int = 8, seed: int = 0) -> tuple[pa.Table, list[np.ndarr
     cols = {
         "doc_id": [f"d{i}" for i in range(n)], "passage_idx": [0] * n, "block_id": ["00000-000000"] * n,
         "row_index": list(range(n)), "seq": list(range(n)), "title": [""] * n, "text": ["t"] * n,
-        "char_start": [0] * n, "char_end": [1] * n, "n_tokens": [len(t) for t in toks],
+        "char_start": [0] * n, "char_end": [1] * n, "metadata": [None] * n, "n_tokens": [len(t) for t in toks],
         "tokens": packed, "pooled": codes_to_arrow(codec.encode(np.stack([t[0] for t in toks]))),
         "first_m": packed, "centroids": packed,
     }
