@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.common import ArgumentParser, console, load_config, load_index_manifest, number_list, output_console, positive_int, print_config, run_job, write_outputs
+from jobs.common import ArgumentParser, check_utf8, console, load_config, load_index_manifest, number_list, output_console, positive_int, print_config, run_job, write_outputs
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -20,6 +20,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--modes", help=f"comma-separated, out of {','.join(SEARCH_MODES)} (default: the dense ones, {','.join(MODES)})")
     p.add_argument("-k", "--k", type=positive_int, help="documents retrieved a query (default 100)")
     p.add_argument("--exact", action="store_true", help="brute-force search only (the exact reference)")
+    p.add_argument("--filter", metavar="EXPR", help="search only the documents this metadata filter selects (docs/filters.md)")
     p.add_argument("--no-overlap", action="store_true", help="skip the exact run that overlap@10 needs")
     p.add_argument("--sweep", help="comma-separated values of the first-stage knob, e.g. 4,8,16,32,64")
     p.add_argument("--sweep-knob", help="k_prime (default), candidate_cap, probe_fraction, nprobe, leaves_to_search or reorder_k")
@@ -44,13 +45,23 @@ def run(args: argparse.Namespace) -> int:
     if not config.dataset:
         raise ValueError("--dataset is required (a BEIR directory)")
     load_index_manifest(args.index)  # a missing or damaged index refused before any model loads
+    if args.filter is not None:
+        check_utf8("--filter", args.filter)
+        from storage.catalog import Catalog
+
+        catalog = Catalog(args.index)
+        try:  # an invalid filter refused before any model loads
+            catalog.compile_filter(args.filter)
+        finally:
+            catalog.close()
     print_config("mvr eval: configuration", config)
     from rich.table import Table
 
     from pipeline.evaluation import evaluate, plot_sweep
 
-    result = evaluate(args.index, config, log=console.print)
-    table = Table(title=f"{result.collection}: {result.queries} judged queries, k={config.k}")
+    result = evaluate(args.index, config, log=console.print, filter=args.filter)
+    where = f", filter {args.filter} ({result.allowed_passages} passages)" if args.filter is not None else ""
+    table = Table(title=f"{result.collection}: {result.queries} judged queries, k={config.k}{where}")
     columns = ["mode", "path", "partitions", "nDCG@10", "RR@10", "R@100", "p50 ms", "p95 ms", "overlap@10", "exact nDCG@10", "exact p50 ms"]
     for c in columns:
         table.add_column(c, justify="left" if c in ("mode", "path") else "right")

@@ -28,12 +28,15 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--dense", choices=MODES, help="hybrid: the dense mode fused with BM25 (default maxsim)")
     p.add_argument("--fusion", choices=FUSIONS, help="hybrid: weighted (default) or rrf")
     p.add_argument("--lam", type=float, help="hybrid: λ, the dense side's weight in [0, 1] (default 0.8)")
+    p.add_argument("--filter", metavar="EXPR", help="only documents this metadata filter selects, e.g. \"year >= 2010 AND lang = 'en'\" (docs/filters.md)")
     p.add_argument("--json", action="store_true", help="print the response as JSON on stdout")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     check_utf8("query", args.query)  # before any model or index is touched
+    if args.filter is not None:
+        check_utf8("--filter", args.filter)
     if args.url and args.index:
         raise ValueError(f"give INDEX or --url, not both (INDEX {args.index!r}, --url {args.url})")
     if not args.url and not args.index:
@@ -45,18 +48,27 @@ def run(args: argparse.Namespace) -> int:
     config = SearchConfig(exact=args.exact)
     validate_request(args.query, args.k, args.mode)
     request_settings(config, args.mode, knobs)
+    if args.filter is not None:
+        from operators.filter_expr import parse
+
+        parse(args.filter)  # syntax first, before any index or model is read
     if args.url:
-        return show(args, ask_service(args.url, args.token, args.query, args.k, args.mode, knobs))
+        return show(args, ask_service(args.url, args.token, args.query, args.k, args.mode, {**knobs, **({"filter": args.filter} if args.filter is not None else {})}))
     from pipeline.local_search import answer
     from pipeline.search import Searcher
     from storage.catalog import Catalog
 
     if args.dense:
         config.hybrid.dense = args.dense
-    searcher = Searcher(args.index, modes=(args.mode,), config=config)
     catalog = Catalog(args.index)
     try:
-        body = answer(searcher, catalog, args.query, args.k, args.mode, **knobs)
+        if args.filter is not None:
+            catalog.compile_filter(args.filter)  # columns and types, before the model loads
+        searcher = Searcher(args.index, modes=(args.mode,), config=config)
+        try:
+            body = answer(searcher, catalog, args.query, args.k, args.mode, **({"filter": args.filter} if args.filter is not None else {}), **knobs)
+        finally:
+            searcher.close()
     finally:
         catalog.close()
     return show(args, body)
@@ -90,9 +102,10 @@ def show(args: argparse.Namespace, body: dict) -> int:
         print(json.dumps(body, ensure_ascii=False))
         return 0
     t = body["timings_ms"]
+    where = f" · filter: {args.filter}" if getattr(args, "filter", None) is not None else ""
     degraded = f" · DEGRADED: {body['partitions_answered']}/{body['partitions']} partitions answered" if body.get("degraded") else ""
     caption = (
-        f"{body['path']} search · {body['candidates']} passages rescored{degraded} · encode {t['encode']:.1f} ms · "
+        f"{body['path']} search{where} · {body['candidates']} passages rescored{degraded} · encode {t['encode']:.1f} ms · "
         f"candidates {t['candidates']:.1f} ms · rescore {t['rescore']:.1f} ms · total {t['total']:.1f} ms"
     )
     from rich.console import Console

@@ -1,7 +1,9 @@
 """``mvr eval``: a BEIR collection's judged queries through the search core, scored with
 ir-measures (nDCG@10, RR@10, R@100), with per-query latency and, for approximate search, the
 overlap of the top-10 with exact search. An optional sweep of one first-stage knob gives
-quality against latency (``plot_sweep`` draws it)."""
+quality against latency (``plot_sweep`` draws it). With a metadata filter (docs/filters.md)
+every query, the exact reference's too, searches only the documents it allows; the qrels are
+unchanged, so judged documents outside the filter count as not found."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from tqdm import tqdm
 
 from operators.query import EncodedQuery
 from pipeline.config import EvalConfig
-from pipeline.search import SearchResult, Searcher
+from pipeline.search import Restriction, SearchResult, Searcher
 from pipeline.plots import png_bytes, pyplot
 from storage.beir import TestCollection, read_collection
 
@@ -55,6 +57,8 @@ class Evaluation:
     queries: int
     modes: dict[str, dict[str, Any]] = field(default_factory=dict)
     sweep: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    filter: Optional[str] = None
+    allowed_passages: Optional[int] = None
 
     def to_json(self, config: EvalConfig, index_url: str, index_version: int) -> dict[str, Any]:
         return {
@@ -62,29 +66,41 @@ class Evaluation:
             "index_version": index_version,
             "collection": self.collection,
             "queries": self.queries,
+            "filter": self.filter,
+            "allowed_passages": self.allowed_passages,
             "modes": self.modes,
             "sweep": self.sweep,
             "config": config.model_dump(mode="json", by_alias=True),
         }
 
 
-def _run(searcher: Searcher, encoded: dict[str, tuple[EncodedQuery, float]], mode: str, k: int, **knobs: Any) -> dict[str, SearchResult]:
+def _run(
+    searcher: Searcher, encoded: dict[str, tuple[EncodedQuery, float]], mode: str, k: int, restriction: Optional[Restriction] = None, **knobs: Any
+) -> dict[str, SearchResult]:
     """Every query through ``mode``; ``bm25`` is charged no encoding time (it needs no model)."""
-    return {q: searcher.search_encoded(e, k, mode, 0.0 if mode == "bm25" else encode_ms, **knobs) for q, (e, encode_ms) in encoded.items()}
+    return {q: searcher.search_encoded(e, k, mode, 0.0 if mode == "bm25" else encode_ms, restriction, **knobs) for q, (e, encode_ms) in encoded.items()}
 
 
-def evaluate(index_url: str, config: EvalConfig, log: Callable[[str], None] = print, searcher: Optional[Searcher] = None) -> Evaluation:
+def evaluate(
+    index_url: str, config: EvalConfig, log: Callable[[str], None] = print, searcher: Optional[Searcher] = None, filter: Optional[str] = None
+) -> Evaluation:
     """Run the evaluation ``config`` describes. Latency per query covers encoding (one query
-    at a time, as a service sees them) and search; sweep latencies leave encoding out."""
+    at a time, as a service sees them) and search; sweep latencies leave encoding out.
+    ``filter``: a metadata filter every search applies (``FilterError`` before any query is
+    encoded when it is invalid)."""
     collection = read_collection(config.dataset, config.split)
     queries = collection.judged_queries
     if not queries:
         raise ValueError(f"{config.dataset}: no judged queries in split {config.split!r}")
     searcher = searcher or Searcher(index_url, config.modes, config.search)
+    restriction = searcher.restriction(filter) if filter is not None else None
+    if restriction is not None:
+        log(f"filter {filter!r}: {len(restriction)} passages allowed")
     exact = None
     ann_modes = [m for m in config.modes if searcher.paths[m] == "ann"]
     if config.overlap and ann_modes:  # the exact reference, for the modes ANN answers only
         exact = Searcher(index_url, ann_modes, config.search.model_copy(update={"exact": True}), searcher.query_encoder.encoder)
+    exact_restriction = exact.restriction(filter) if exact is not None and filter is not None else None
     for text in queries.values():
         searcher.check(text, config.k, config.modes[0])
     searcher.encode(["warm-up"])
@@ -92,17 +108,18 @@ def evaluate(index_url: str, config: EvalConfig, log: Callable[[str], None] = pr
     for q, text in tqdm(queries.items(), desc="encode queries", unit="query"):
         t0 = time.perf_counter()
         encoded[q] = (searcher.encode([text])[0], (time.perf_counter() - t0) * 1e3)
-    out = Evaluation(collection.name, len(queries))
+    out = Evaluation(collection.name, len(queries), filter=filter, allowed_passages=len(restriction) if restriction is not None else None)
     for mode in config.modes:
-        results = _run(searcher, encoded, mode, config.k)
+        results = _run(searcher, encoded, mode, config.k, restriction)
         figures: dict[str, Any] = {**quality(results, collection)}
         lat = latency(results)
-        figures.update({"latency_ms_p50": lat["p50"], "latency_ms_p95": lat["p95"], "path": searcher.paths[mode]})
+        paths = sorted({r.path for r in results.values()})  # a filter may send some queries to exact scoring
+        figures.update({"latency_ms_p50": lat["p50"], "latency_ms_p95": lat["p95"], "path": "+".join(paths) if restriction is not None else searcher.paths[mode]})
         figures["search_ms_p50"] = _search_ms_p50(results)
         figures["candidates_mean"] = round(float(np.mean([r.candidates for r in results.values()])), 1)
         figures["partitions"] = searcher.partition_count(mode)
         if exact is not None and searcher.paths[mode] == "ann":
-            reference = _run(exact, encoded, mode, config.k)
+            reference = _run(exact, encoded, mode, config.k, exact_restriction)
             figures["overlap@10"] = overlap_at_10(results, reference)
             figures["exact"] = {**quality(reference, collection), "latency_ms_p50": latency(reference)["p50"]}
         out.modes[mode] = figures
@@ -111,7 +128,7 @@ def evaluate(index_url: str, config: EvalConfig, log: Callable[[str], None] = pr
             points = []
             for value in config.sweep:
                 value = value if config.sweep_knob == "probe_fraction" else int(value)
-                swept = _run(searcher, encoded, mode, config.k, **{config.sweep_knob: value})
+                swept = _run(searcher, encoded, mode, config.k, restriction, **{config.sweep_knob: value})
                 point = {config.sweep_knob: value, **quality(swept, collection)}
                 point["search_ms_p50"] = _search_ms_p50(swept)
                 if exact is not None:
