@@ -60,16 +60,25 @@ def run(args: argparse.Namespace) -> int:
 
     if args.dense:
         config.hybrid.dense = args.dense
-    catalog = Catalog(args.index)
-    try:
-        if args.filter is not None:
-            catalog.compile_filter(args.filter)  # columns and types, before the model loads
+    if args.filter is None:
         searcher = Searcher(args.index, modes=(args.mode,), config=config)
+        catalog = Catalog(args.index)
+    else:  # the filter checked against the catalog's columns before the model loads
+        from jobs.common import load_index_manifest
+
+        load_index_manifest(args.index)  # a missing or damaged index named as such, first
+        catalog = Catalog(args.index)
         try:
-            body = answer(searcher, catalog, args.query, args.k, args.mode, **({"filter": args.filter} if args.filter is not None else {}), **knobs)
-        finally:
-            searcher.close()
+            catalog.compile_filter(args.filter)
+            searcher = Searcher(args.index, modes=(args.mode,), config=config)
+        except BaseException:
+            catalog.close()
+            raise
+    filters = {"filter": args.filter} if args.filter is not None else {}
+    try:
+        body = answer(searcher, catalog, args.query, args.k, args.mode, **filters, **knobs)
     finally:
+        searcher.close()
         catalog.close()
     return show(args, body)
 
