@@ -136,30 +136,34 @@ class PartitionServer:
             raise ValueError(f"partition {self.shard} holds no {kind} vectors (it has {', '.join(self.parts)})")
         return part
 
-    def hits(self, kind: str, query_vectors: np.ndarray, k_prime: int, knobs: dict[str, Any]) -> Hits:
-        """First trip: each of the (n_q, dim) query vectors' ``k_prime`` nearest indexed vectors."""
-        return self._part(kind).hits(query_vectors, k_prime, knobs)
+    def hits(self, kind: str, query_vectors: np.ndarray, k_prime: int, knobs: dict[str, Any], allowed: Optional[np.ndarray] = None) -> Hits:
+        """First trip: each of the (n_q, dim) query vectors' ``k_prime`` nearest indexed vectors
+        (among the ``allowed`` rows of a filter; None: all)."""
+        return self._part(kind).hits(query_vectors, k_prime, knobs, allowed=allowed)
 
-    def rank(self, mode: str, kind: str, query: QueryVectors, rows: Optional[np.ndarray], k: int) -> PartitionResult:
-        """Second trip: exact ``mode`` scores of the candidate ``rows`` (None: every passage),
-        this partition's top-``k`` documents."""
-        return self._part(kind).rank(mode, query, rows, k)
+    def rank(self, mode: str, kind: str, query: QueryVectors, rows: Optional[np.ndarray], k: int, allowed: Optional[np.ndarray] = None) -> PartitionResult:
+        """Second trip: exact ``mode`` scores of the candidate ``rows`` (None: every passage)
+        that are ``allowed`` (None: all), this partition's top-``k`` documents."""
+        return self._part(kind).rank(mode, query, rows, k, allowed=allowed)
 
-    def bm25_rank(self, terms: list[str], k: int) -> PartitionResult:
-        """Mode bm25, one trip: this deployment's BM25 partition's top-``k`` documents."""
+    def bm25_rank(self, terms: list[str], k: int, allowed: Optional[np.ndarray] = None) -> PartitionResult:
+        """Mode bm25, one trip: this deployment's BM25 partition's top-``k`` documents (among
+        its ``allowed`` rows; None: all)."""
         if self.bm25_own is None:
             raise ValueError(f"partition {self.shard} answers no bm25 queries")
-        return self.bm25[self.bm25_own].rank(terms, k)
+        return self.bm25[self.bm25_own].rank(terms, k, allowed=allowed)
 
-    def hybrid(self, mode: str, kind: str, query: QueryVectors, terms: list[str], rows: Optional[np.ndarray], n_best: int) -> ScoredPassages:
+    def hybrid(
+        self, mode: str, kind: str, query: QueryVectors, terms: list[str], rows: Optional[np.ndarray], n_best: int, allowed: Optional[np.ndarray] = None
+    ) -> ScoredPassages:
         """Mode hybrid, second trip: this slice's part of the union (``operators.fusion.
         side_by_side``): its dense n-best among the candidate ``rows`` (None: every passage)
-        and its BM25 n-best, each with both exact scores."""
+        and its BM25 n-best, each with both exact scores, both among the ``allowed`` rows."""
         part = self._part(kind)
         if kind not in self.sparse:
             raise ValueError(f"partition {self.shard} holds no BM25 side for its {kind} vectors")
         sparse = np.concatenate([self.bm25[i].scores(terms) for i in self.sparse[kind]])
-        return side_by_side(part, sparse, self.first[kind], mode, query, rows, n_best)
+        return side_by_side(part, sparse, self.first[kind], mode, query, rows, n_best, allowed=allowed)
 
     def info(self) -> dict[str, Any]:
         return {
