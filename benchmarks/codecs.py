@@ -5,7 +5,7 @@ to float16.
     python benchmarks/codecs.py --index /tmp/idx2/msmarco --dataset ../shared/datasets/msmarco-sample \\
         [--index /tmp/idx2/dbpedia --dataset ../shared/datasets/dbpedia-sample] \\
         [--codecs float16,int8,…] [--sample 65536] [--seed 0 | --seeds 0,1,2] [--repeats 3] [--no-timing] \\
-        [--ann dim|codec|none] [--json OUT] [--plot PNG]
+        [--sample-by vector|passage] [--ann dim|codec|none] [--json OUT] [--plot PNG]
     python benchmarks/codecs.py --from-json OUT [--from-json OUT2 …] [--plot PNG]   # tables (and plot) of saved runs
 
 The indexes must store their token vectors as ``float16`` (``mvr index CORPUS INDEX --codec
@@ -234,15 +234,40 @@ def _codebook(codec: codecs.Codec) -> np.ndarray:
     return inner.centroids  # type: ignore[attr-defined]
 
 
+SAMPLE_TOKENS_PER_DOCUMENT = 64  # pipeline/indexing.py: the passage fraction the sample pass draws assumes this many
+
+
+def sample_rows(stored: Packed, size: int, seed: int, by: str = "vector") -> np.ndarray:
+    """Sorted rows of the training sample: ``by`` "vector", ``size`` token vectors drawn
+    uniformly (seeded); "passage", as the indexing job's sample pass draws it
+    (``pipeline/indexing.py _codecs``, ``pipeline/stages.py``): each passage kept with
+    probability size / (passages × 64) (seeded), then ``size`` of the kept passages' vectors
+    chosen (seeded) when there are more."""
+    n = len(stored.vectors)
+    rng = np.random.default_rng(seed)
+    if by == "vector":
+        return np.sort(rng.choice(n, size=min(size, n), replace=False))
+    passages = len(stored.offsets) - 1
+    fraction = min(1.0, size / max(1, passages * SAMPLE_TOKENS_PER_DOCUMENT))
+    kept = np.flatnonzero(rng.random(passages) < fraction)
+    lengths = np.diff(stored.offsets)[kept]
+    rows = np.repeat(stored.offsets[kept] - np.r_[0, np.cumsum(lengths)[:-1]], lengths) + np.arange(lengths.sum())
+    if len(rows) > size:
+        rows = rows[np.sort(np.random.default_rng(seed).choice(len(rows), size, replace=False))]
+    return rows
+
+
 def run_collection(index: str, dataset: str, names: list[str], sample_size: int, seed: int, repeats: int = 3, log=print,
-                   ann: str = "dim", seeds: Optional[list[int]] = None, timing: bool = True, **options: Any) -> dict[str, Any]:
+                   ann: str = "dim", seeds: Optional[list[int]] = None, timing: bool = True, sample_by: str = "vector",
+                   **options: Any) -> dict[str, Any]:
     """The figures of every codec in ``names`` on one index and its dataset (float16 is the
     reference of Δ, overlap and the time ratios whether listed or not); ``ann``: "dim" (an
     ANN index measured once per output dimension), "codec" (once per codec) or "none";
     ``seeds``: train every codec once per seed (each seed draws its own sample of
     ``sample_size`` vectors and seeds the training with it; default ``[seed]``); the ANN
     bytes are measured on the first seed's codecs only (they do not depend on the values);
-    ``timing=False`` skips the side-by-side float16 timings (ratios left out);
+    ``timing=False`` skips the side-by-side float16 timings (ratios left out); ``sample_by``:
+    "vector" (uniform) or "passage" (as the indexing job draws it, ``sample_rows``);
     ``options`` go to ``codecs.train`` (e.g. ``center=True`` for a centred PCA)."""
     manifest, part, stored = read_reference(index, log)
     f16 = stored.vectors
@@ -260,8 +285,7 @@ def run_collection(index: str, dataset: str, names: list[str], sample_size: int,
     ann_by_dim: dict[int, dict[str, Any]] = {}
     results: list[dict[str, Any]] = []
     for s in seeds:
-        rng = np.random.default_rng(s)
-        rows = np.sort(rng.choice(len(f16), size=min(sample_size, len(f16)), replace=False))
+        rows = sample_rows(stored, sample_size, s, sample_by)
         sample = f16[rows].astype(np.float32)
         codebooks: dict[str, np.ndarray] = {}
         for name in names:
@@ -322,6 +346,7 @@ def run_collection(index: str, dataset: str, names: list[str], sample_size: int,
         "queries": len(judged),
         "mean_tokens_per_passage": round(len(f16) / max(1, len(part)), 2),
         "sample": int(min(sample_size, len(f16))),
+        "sample_by": sample_by,
         "ann": ann,
         "seed": seeds[0],
         "seeds": seeds,
@@ -481,6 +506,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", help="comma-separated seeds: train and measure every codec once per seed (its own sample and training seed); "
                    "a summary table gives the mean and worst over them")
+    p.add_argument("--sample-by", choices=("vector", "passage"), default="vector",
+                   help="training sample: uniform token vectors (default), or whole passages as mvr index's sample pass draws them")
     p.add_argument("--no-timing", action="store_true", help="skip the side-by-side float16 timings (encode ×, decode+rescore × left out)")
     p.add_argument("--repeats", type=int, default=3, help="decode+rescore timings: the least of this many, alternating with float16")
     p.add_argument("--pca-center", action="store_true", help="centred PCA (default: uncentred, see operators/codecs.py PCA)")
@@ -507,7 +534,7 @@ def main() -> None:
         options["niter"] = args.niter
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731 - progress apart from the tables
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else None
-    results = [run_collection(i, d, names, args.sample, args.seed, args.repeats, log, args.ann, seeds, not args.no_timing, **options)
+    results = [run_collection(i, d, names, args.sample, args.seed, args.repeats, log, args.ann, seeds, not args.no_timing, args.sample_by, **options)
                for i, d in zip(args.index, args.dataset)]
     if args.json:
         with open(args.json, "w") as f:

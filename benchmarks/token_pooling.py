@@ -129,8 +129,9 @@ def run_collection(index: str, dataset: str, factors: list[int], codec_name: Opt
 def table(result: dict[str, Any]) -> str:
     lines = [
         f"{result['collection']}: {result['passages']:,} passages, {result['queries']} judged queries, dim {result['dim']}; "
-        f"codec {result['codec']} trained on {result['sample']:,} pooled vectors, seeds {', '.join(map(str, result['seeds']))}; "
-        f"encode {result['encode_ms_per_passage']} ms a passage (CPU, measured rate)", "",
+        + (f"codec {result['codec']} trained on {result['sample']:,} pooled vectors, seeds {', '.join(map(str, result['seeds']))}; "
+           if result["codec"] else "no codec (the pooled vectors as float16); ")
+        + f"encode {result['encode_ms_per_passage']} ms a passage (CPU, measured rate)", "",
         "| pool factor | vectors stored | a passage | vectors as | B/passage (token codes) | nDCG@10 | Δ to factor 1 ± s.e. | overlap@10 with factor 1 | pool ms/passage (× encode) |",
         "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]

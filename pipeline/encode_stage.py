@@ -47,10 +47,28 @@ class _Encoder:
         return self.encoder.encode(ids, self.batch_size, self.tokenizer.pad_id), ids
 
 
+def vector_keys(block_ids: np.ndarray, seqs: np.ndarray, lengths: np.ndarray, seed: int) -> np.ndarray:
+    """A fixed pseudo-random number in [0, 1) for each vector j of each passage (block, seq)
+    with ``lengths`` vectors, the same on every worker: ``stages.sample_keys`` of the passage
+    (with another seed than the passage draw) spread over its vectors by a multiplicative hash."""
+    from pipeline.stages import sample_keys
+
+    base = (sample_keys(block_ids, seqs, seed + 1) * float(1 << 53)).astype(np.uint64)
+    j = np.arange(int(lengths.sum()), dtype=np.uint64) - np.repeat(np.cumsum(lengths) - lengths, lengths).astype(np.uint64)
+    h = (np.repeat(base, lengths) + j * np.uint64(0x632BE59BD9B4E019)) * np.uint64(0x9E3779B97F4A7C15)
+    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
 class EncodeSample(_Encoder):
     """Sample actor: passages with token ids → ``block_id``, ``seq`` and their stored token
     vectors (projected, L2-normalised, kept tokens only, pooled by ``compress.pool_factor``;
-    float16), the codec's training data."""
+    float16), the codec's training data; with ``vector_fraction`` < 1 only that seeded share
+    of each passage's vectors (``vector_keys``), so a sample from many passages stays small."""
+
+    def __init__(self, *args, vector_fraction: float = 1.0, seed: int = 0, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.vector_fraction = vector_fraction
+        self.seed = seed
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         schema = pa.schema([("block_id", pa.string()), ("seq", pa.int32()), ("tokens", packed_to_arrow([], self.dim).type)])
@@ -60,6 +78,10 @@ class EncodeSample(_Encoder):
         if self.projection is not None:
             raw = [r @ self.projection for r in raw]
         tokens = pool_passages([l2_normalize(r)[self.tokenizer.keep_mask(i)] for r, i in zip(raw, ids)], self.pool_factor)
+        if self.vector_fraction < 1:
+            lengths = np.array([len(t) for t in tokens], dtype=np.int64)
+            keep = vector_keys(batch["block_id"].to_numpy(zero_copy_only=False), batch["seq"].to_numpy(), lengths, self.seed) < self.vector_fraction
+            tokens = [t[k] for t, k in zip(tokens, np.split(keep, np.cumsum(lengths)[:-1]))]
         return pa.table({"block_id": batch["block_id"], "seq": batch["seq"], "tokens": packed_to_arrow(tokens, self.dim)}, schema=schema)
 
 

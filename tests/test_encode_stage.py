@@ -109,3 +109,25 @@ def arrow_to_packed_tokens(table, codec):
     codes, offsets = arrow_to_codes(table["tokens"])
     decoded = codec.decode(codes)
     return [decoded[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+
+def test_sample_stage_keeps_a_seeded_share_of_every_passages_vectors_whatever_the_batching():
+    """vector_fraction < 1 (the indexing job's sample from many passages): the kept vectors are
+    a subset of each passage's vectors, about that share of them, and the same whether the
+    passages come in one batch or one at a time (keys by block, seq and position)."""
+    batch, passages = _batch()
+    args = _args(projection_dim=64)
+    full = arrow_to_packed(EncodeSample(*args)(batch)["tokens"])
+    stage = EncodeSample(*args, vector_fraction=0.5, seed=3)
+    whole = arrow_to_packed(stage(batch)["tokens"])
+    parts = [arrow_to_packed(stage(batch.slice(i, 1))["tokens"]) for i in range(batch.num_rows)]
+    n = [len(p.input_ids) for p in passages]
+    kept = np.diff(whole.offsets)
+    assert np.array_equal(kept, [int(np.diff(p.offsets)[0]) for p in parts]) and 0 < kept.sum() < sum(n)
+    for i in range(len(n)):
+        mine = whole.vectors[whole.offsets[i] : whole.offsets[i + 1]]
+        np.testing.assert_array_equal(mine, parts[i].vectors)
+        rows = full.vectors[full.offsets[i] : full.offsets[i + 1]]
+        assert all((rows == v).all(axis=1).any() for v in mine)  # a subset of the passage's vectors
+    other = arrow_to_packed(EncodeSample(*args, vector_fraction=0.5, seed=4)(batch)["tokens"])
+    assert not np.array_equal(other.vectors, whole.vectors)  # another seed, another share
