@@ -15,9 +15,16 @@ of that query: the answer comes from the others, with ``"degraded": true`` and
 Nothing a client sends gets a 5xx: ``RequestGuard`` (token, body limit for every transfer
 encoding) runs before parsing, the request models refuse what the search core cannot take
 (422 naming the field), error answers echo at most an excerpt of the input, and a query the
-encoder fails on fails alone (``QueryNotEncodable``)."""
+encoder fails on fails alone (``QueryNotEncodable``).
+
+A request's ``filter`` (an expression, docs/filters.md) and ``doc_ids`` are checked for
+syntax by the request model (422), then against the catalog's columns and turned into the
+allowed passages here (422 for an unknown column or a type mismatch; the last few kept);
+each partition gets its share as allowed rows on both trips (``pipeline.search.
+filtered_search`` is the same logic in process)."""
 
 import asyncio
+from collections import OrderedDict
 import hashlib
 import hmac
 import json
@@ -37,14 +44,15 @@ from ray import serve
 
 from operators.bm25 import Analyzer
 from operators.candidates import CandidateRounds
+from operators.filter_expr import MAX_DOC_IDS, FilterError, parse as parse_filter
 from operators.fusion import fuse
 from operators.partition import Hits, PartitionResult
-from operators.ranking import Ranked
+from operators.ranking import Ranked, merge
 from operators.scoring import SEARCH_MODES, first_stage_vectors
 from pipeline.config import BM25Config
 from pipeline.config import ServeConfig
 from pipeline.local_search import response_body
-from pipeline.search import MAX_K, MAX_QUERY_CHARS, merge_partition_results, request_settings, validate_request
+from pipeline.search import MAX_K, MAX_QUERY_CHARS, Restriction, filtered_exact, merge_partition_results, request_settings, resolve_restriction, validate_request
 from pipeline.serve_deployments import QueryNotEncodable
 from pipeline.serve_layout import ServingLayout
 from storage.catalog import Catalog
@@ -224,7 +232,21 @@ class Knobs(BaseModel):
         return {k: v for k, v in self.model_dump(include=set(Knobs.model_fields)).items() if v is not None}
 
 
-class SearchRequest(Knobs):
+class Filtered(BaseModel):
+    """A request's metadata filter (docs/filters.md): its syntax checked here (422), its
+    columns and types against the catalog by the ingress (422)."""
+
+    filter: Optional[StrictStr] = Field(None, description="filter expression over metadata columns and doc_id, e.g. \"year >= 2010 AND lang IN ('en', 'de')\"")
+    doc_ids: Optional[list[StrictStr]] = Field(None, max_length=MAX_DOC_IDS, description="only these documents (with filter: both hold)")
+
+    @model_validator(mode="after")
+    def _filter_syntax(self) -> "Filtered":
+        if self.filter is not None:
+            parse_filter(self.filter)  # FilterError, a ValueError: 422 naming the problem
+        return self
+
+
+class SearchRequest(Knobs, Filtered):
     query: StrictStr = Field(description=f"query text, 1..{MAX_QUERY_CHARS} characters")
     k: StrictInt = Field(10, description=f"documents to return, 1..{MAX_K}")
     mode: StrictStr = Field("maxsim", description=f"one of {', '.join(SEARCH_MODES)}")
@@ -235,7 +257,7 @@ class SearchRequest(Knobs):
         return self
 
 
-class BatchRequest(Knobs):
+class BatchRequest(Knobs, Filtered):
     queries: list[StrictStr] = Field(min_length=1, description="query texts, each as in /search")
     k: StrictInt = 10
     mode: StrictStr = "maxsim"
@@ -266,6 +288,7 @@ class SearchResponse(BaseModel):
     partitions: int
     partitions_answered: int
     degraded: bool = Field(description="true when some partition did not answer: results come from the others")
+    allowed_passages: Optional[int] = Field(None, description="with a filter: the passages it allows (docs/filters.md)")
 
 
 class BatchResponse(BaseModel):
@@ -312,6 +335,37 @@ class SearchService:
         app.state.token_sha256 = token_sha256
         app.state.max_body_bytes = config.max_body_bytes
         self.started = time.time()
+        self._restrictions: "OrderedDict[tuple, Restriction]" = OrderedDict()
+
+    RESTRICTIONS_KEPT = 16
+
+    async def restriction(self, filter: Optional[str], doc_ids: Optional[list[str]]) -> Optional[Restriction]:
+        """The passages a request's filter allows (None without one), from the catalog of the
+        served version; 422 naming the problem for an invalid filter."""
+        if filter is None and doc_ids is None:
+            return None
+        key = (filter, tuple(doc_ids) if doc_ids is not None else None)
+        hit = self._restrictions.get(key)
+        if hit is None:
+            try:
+                hit = await asyncio.to_thread(resolve_restriction, self.catalog, filter, doc_ids)
+            except FilterError as e:
+                raise HTTPException(422, excerpt(str(e), MESSAGE_CHARS)) from None
+            self._restrictions[key] = hit
+            while len(self._restrictions) > self.RESTRICTIONS_KEPT:
+                self._restrictions.popitem(last=False)
+        return hit
+
+    def _range(self, served: Any, i: int) -> tuple[int, int]:
+        """(first passage, passages) of deployment ``i``'s slice of ``served``."""
+        spec = self.layout.shards[i]
+        if served.mode == "bm25":
+            e = spec.bm25[spec.bm25_own]
+        else:
+            e = spec.kinds.get(served.kind)
+            if e is None:
+                return 0, served.passages
+        return int(e["first_passage"]), int(e["passages"])
 
     async def _trip(self, calls: dict[int, Any], timeout: float) -> dict[int, Any]:
         """Await handle calls side by side; those failing or late are cancelled and left out."""
@@ -327,8 +381,9 @@ class SearchService:
         done = await asyncio.gather(*(one(i, r) for i, r in calls.items()))
         return {i: r for i, r in done if r is not None}
 
-    async def search_one(self, query: str, k: int, mode: str, knobs: dict[str, Any]) -> dict[str, Any]:
-        """One query, validated already except for the service-specific checks."""
+    async def search_one(self, query: str, k: int, mode: str, knobs: dict[str, Any], restriction: Optional[Restriction] = None) -> dict[str, Any]:
+        """One query, validated already except for the service-specific checks; among the
+        passages ``restriction`` allows (None: all)."""
         served = self.layout.modes.get(mode)
         if served is None:
             raise HTTPException(422, f"mode {mode!r} is not served here (served: {', '.join(self.layout.modes)})")
@@ -356,25 +411,45 @@ class SearchService:
         alive = list(range(len(handles)))
         timeout = self.config.partition_timeout_s
         dense_mode = hybrid.dense if hybrid is not None else mode
+        need = hybrid.n_best if hybrid is not None else k
+        # a filter: each deployment's allowed rows (the same logic as pipeline.search.filtered_search)
+        allowed: list = [None] * len(handles)
+        n_allowed = len(restriction) if restriction is not None else None
+        if restriction is not None:
+            allowed = [restriction.rows(*self._range(served, j)) for j in served.shards]
+        path = served.path
         if served.path in ("exact", "bm25"):
             rows: list = [None] * len(handles)
+        elif restriction is not None and filtered_exact(len(restriction), fs, need):
+            rows, path = [None] * len(handles), "exact"  # few allowed passages: score them all
         else:
             qv = first_stage_vectors(dense_mode, encoded)
-            rounds = CandidateRounds(fs, hybrid.n_best if hybrid is not None else k, served.passages, served.vectors)
+            rounds = CandidateRounds(fs, need, served.passages, served.vectors, n_allowed)
             while True:
-                got = await self._trip({i: handles[i].hits.remote(served.kind, qv, rounds.k_prime, fs.ann) for i in alive}, timeout)
+                got = await self._trip({i: handles[i].hits.remote(served.kind, qv, rounds.k_prime, fs.ann, allowed[i]) for i in alive}, timeout)
                 alive = [i for i in alive if i in got]
                 rows = rounds.offer([got.get(i, Hits.empty()) for i in range(len(handles))])
                 if rows is not None:
                     break
         t2 = time.perf_counter()
+
+        def worth_asking(i: int) -> bool:  # a partition with no candidate or no allowed row answers nothing
+            return (rows[i] is None or len(rows[i]) > 0) and (allowed[i] is None or len(allowed[i]) > 0)
+
         if mode == "bm25":
-            asked = {i: handles[i].bm25_rank.remote(terms, k) for i in alive}
+            asked = {i: handles[i].bm25_rank.remote(terms, k, allowed[i]) for i in alive if allowed[i] is None or len(allowed[i])}
         elif hybrid is not None:
-            asked = {i: handles[i].hybrid.remote(dense_mode, served.kind, encoded, terms, rows[i], hybrid.n_best) for i in alive}
+            asked = {i: handles[i].hybrid.remote(dense_mode, served.kind, encoded, terms, rows[i], hybrid.n_best, allowed[i]) for i in alive}
         else:
-            asked = {i: handles[i].rank.remote(mode, served.kind, encoded, rows[i], k) for i in alive if rows[i] is None or len(rows[i])}
+            asked = {i: handles[i].rank.remote(mode, served.kind, encoded, rows[i], k, allowed[i]) for i in alive if worth_asking(i)}
         got = await self._trip(asked, timeout)
+        if restriction is not None and hybrid is None and mode != "bm25" and path == "ann":
+            ranked_so_far = [got[i].ranked for i in got]
+            if len(merge(ranked_so_far, k)) < k and sum(got[i].candidates for i in got) < len(restriction):
+                # fewer than k documents among the candidates: score the allowed passages exactly
+                asked = {i: handles[i].rank.remote(mode, served.kind, encoded, None, k, allowed[i]) for i in alive if len(allowed[i])}
+                got = await self._trip(asked, timeout)
+                path = "exact"
         if hybrid is not None:
             answered = [got[i] for i in alive if i in got]
             if not answered:
@@ -393,14 +468,18 @@ class SearchService:
                 raise HTTPException(503, f"no partition answered within {timeout} s")
             n_answered = len(results)
         timings = {"encode": (t1 - t0) * 1e3, "candidates": (t2 - t1) * 1e3, "rescore": (time.perf_counter() - t2) * 1e3}
-        result = merge_partition_results(query, mode, served.path, k, results, len(handles), timings)
+        result = merge_partition_results(query, mode, path, k, results, len(handles), timings)
         result.partitions_answered = n_answered
-        return response_body(result, self.catalog)
+        out = response_body(result, self.catalog)
+        out["allowed_passages"] = n_allowed
+        return out
 
     @app.post("/search", response_model=SearchResponse)
     async def search(self, body: SearchRequest) -> dict[str, Any]:
-        """Top-k documents for one query."""
-        return await self.search_one(body.query, body.k, body.mode, body.knobs())
+        """Top-k documents for one query (only documents passing ``filter`` and among
+        ``doc_ids`` when given: docs/filters.md)."""
+        restriction = await self.restriction(body.filter, body.doc_ids)
+        return await self.search_one(body.query, body.k, body.mode, body.knobs(), restriction)
 
     @app.post("/search/batch", response_model=BatchResponse)
     async def search_batch(self, body: BatchRequest) -> dict[str, Any]:
@@ -409,10 +488,11 @@ class SearchService:
             raise HTTPException(413, f"{len(body.queries)} queries; at most {self.config.max_batch_queries} in one batch")
         t0 = time.perf_counter()
         knobs = body.knobs()
+        restriction = await self.restriction(body.filter, body.doc_ids)  # one filter for the whole batch
 
         async def one(i: int, query: str) -> dict[str, Any]:
             try:
-                return await self.search_one(query, body.k, body.mode, knobs)
+                return await self.search_one(query, body.k, body.mode, knobs, restriction)
             except QueryRefused as e:  # this query's fault, not the request's: name it
                 raise HTTPException(e.status_code, f"queries[{i}]: {e.detail}") from None
 
