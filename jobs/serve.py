@@ -25,6 +25,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--port", type=port_number, help="HTTP port (default 8000)")
     p.add_argument("--modes", help=f"comma-separated modes to serve out of {','.join(SEARCH_MODES)} (default: the dense ones, and bm25 and hybrid when the index has BM25)")
     p.add_argument("--exact", action="store_true", help="serve brute-force search even where ANN partitions exist")
+    p.add_argument("--poll", type=float, metavar="SECONDS", help="follow the index: switch to a newer committed version when one appears (checked this often)")
     p.add_argument("--token", help="require this bearer token on every request (default: $MVR_TOKEN when set)")
     p.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, or start a local one)")
     p.add_argument("--detach", action="store_true", help="deploy and return (needs a running cluster: --address or $RAY_ADDRESS)")
@@ -35,7 +36,7 @@ def load_serve_config(args: argparse.Namespace):
     from pipeline.config import ServeConfig
 
     modes = args.modes.split(",") if args.modes else None
-    return load_config(ServeConfig, args.config, **{"host": args.host, "port": args.port, "modes": modes, "search.exact": args.exact or None})
+    return load_config(ServeConfig, args.config, **{"host": args.host, "port": args.port, "modes": modes, "search.exact": args.exact or None, "reload_poll_s": args.poll})
 
 
 def deployment_table(d):
@@ -65,10 +66,13 @@ def run(args: argparse.Namespace) -> int:
     load_index_manifest(args.index)  # a missing or damaged index refused before Ray starts
     print_config("mvr serve: configuration", config)
     from pipeline.client import TOKEN_ENV
-    from pipeline.serve_app import deploy, shutdown
+    from pipeline.serve_app import deploy, shutdown, start_reloader
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     d = deploy(args.index, config, token, log=console.print, address=address)
+    start_reloader(args.index, config, token, d.version)
+    follow = f"polling for new versions every {config.reload_poll_s:g} s" if config.reload_poll_s else "POST /admin/reload switches to a new version"
+    console.print(f"serving version {d.version}; {follow}")
     output_console().print(deployment_table(d))
     console.print(f"ready in {d.seconds:.1f} s: {d.url}/search, {d.url}/docs" + (" (bearer token required)" if token else ""))
     if args.detach:

@@ -172,5 +172,7 @@ def _task_resources(config: AnnBuildConfig, n_tasks: int) -> tuple[float, int]:
     a FAISS build 1.8x slower."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     node_cpus = int(max((n["Resources"].get("CPU", 1) for n in nodes), default=1))
+    free = int(ray.available_resources().get("CPU", node_cpus))  # a service on the same cluster holds some
+    node_cpus = max(1, min(node_cpus, free))
     cpus = config.cpus_per_task or float(max(1, node_cpus // max(1, min(n_tasks, node_cpus))))
     return cpus, max(1, int(config.threads_per_task or cpus))

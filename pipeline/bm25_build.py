@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from operators.bm25 import Analyzer, BM25Partition, TermStats
 from pipeline.config import BM25BuildConfig, BM25Config
-from pipeline.ray_runtime import init_ray, task_result
+from pipeline.ray_runtime import init_ray, task_cpus, task_result
 from storage.bm25_partitions import BM25_DIR, build_dir, read_passage_texts, write_bm25_partition
 from storage.manifest import Manifest, commit_update, load_manifest
 from storage.retention import collect
@@ -59,6 +59,7 @@ def build_bm25_entry(
     tasks, two rounds) and return the manifest's ``bm25`` entry for them (not committed)."""
     plans = [asdict(p) for p in plans]
     init_ray()
+    cpus_per_task = task_cpus(cpus_per_task)
     bm25 = config.model_dump(mode="json")
     build_id = f"p{len(plans)}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     log(f"building {len(plans)} BM25 partition(s) (stopwords={config.stopwords}, stemmer={config.stemmer}, {config.method})")

@@ -32,7 +32,7 @@ import ray
 from pipeline.ann_build import _task_resources, build_partition
 from pipeline.bm25_build import build_bm25_entry
 from pipeline.config import AnnBuildConfig, BM25Config
-from pipeline.ray_runtime import init_ray, task_result
+from pipeline.ray_runtime import init_ray, task_cpus, task_result
 from pipeline.updates import CATALOGS_DIR, UpdateResult, target_passages
 from storage.catalog import build_catalog
 from storage.manifest import Manifest, ShardEntry, ShardList, commit_update, shard_lookup, shard_paths, shard_rows
@@ -102,7 +102,7 @@ def _rewrite_shards(index_url: str, m: Manifest, dead: np.ndarray, rel_dir: str,
     entries: list = list(m.shards) if not len(touched) else [None] * len(m.shards)
     if len(touched):
         init_ray()
-        task = ray.remote(num_cpus=1, max_retries=3)(rewrite_shard)
+        task = ray.remote(num_cpus=task_cpus(1.0), max_retries=3)(rewrite_shard)
         refs = {}
         for i in touched:
             keep = np.setdiff1d(np.arange(rows[i], dtype=np.int64), dead[first_dead[i] : last_dead[i]] - starts[i], assume_unique=True)

@@ -370,6 +370,9 @@ class ServeConfig(_JobConfig):
     max_batch_queries: int = Field(256, ge=1, description="queries in one POST /search/batch at most")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="request bodies above this are refused with 413")
     cluster_share: float = Field(0.5, gt=0, le=1, description="share of the cluster's CPUs one index version reserves by default, so a new version can start beside it")
+    reload_poll_s: Optional[float] = Field(
+        None, gt=0, description="check the index for a newer committed version this often and switch to it (None: only on POST /admin/reload)"
+    )
 
 
 class ScaleStudyConfig(_JobConfig):

@@ -11,10 +11,11 @@ from pipeline.search import SearchResult, Searcher
 from storage.catalog import Catalog
 
 
-def response_body(result: SearchResult, catalog: Catalog) -> dict[str, Any]:
+def response_body(result: SearchResult, catalog: Catalog, version: int) -> dict[str, Any]:
     """``{"results": [{"doc_id", "score", "title", "text"}], "mode", "path", "candidates",
     "timings_ms": {"encode", "candidates", "rescore", "merge", "total"}, "partitions",
-    "partitions_answered", "degraded"}``; the catalog look-up counts in ``total``."""
+    "partitions_answered", "degraded", "version"}`` (``version``: the index version that
+    answered); the catalog look-up counts in ``total``."""
     t0 = time.perf_counter()
     docs = catalog.documents(result.ranked.doc_ids)
     results = [
@@ -37,10 +38,11 @@ def response_body(result: SearchResult, catalog: Catalog) -> dict[str, Any]:
         "partitions": result.partitions,
         "partitions_answered": result.partitions_answered,
         "degraded": result.partitions_answered < result.partitions,
+        "version": int(version),
     }
 
 
 def answer(searcher: Searcher, catalog: Catalog, query: str, k: int = 10, mode: str = "maxsim", **knobs: Any) -> dict[str, Any]:
     """One query through ``searcher`` (ValueError for a bad request), shaped as ``response_body``."""
     (result,) = searcher.search([query], k, mode, **knobs)
-    return response_body(result, catalog)
+    return response_body(result, catalog, searcher.manifest.version)

@@ -62,7 +62,9 @@ class EncodePlan:
 def plan_encode(runtime: RuntimeConfig) -> EncodePlan:
     """GPU cluster: one actor per GPU (1 GPU, 1 CPU each). CPU-only: one actor per node's
     worth of CPUs, reserving all but one CPU so the read and write stages keep a slot, and
-    running torch on all the node's cores (reading and writing are light)."""
+    running torch on all the node's cores (reading and writing are light). When part of the
+    cluster's CPUs is held by something else (a service on the same machine), the actors
+    reserve only what is free."""
     resources = ray.cluster_resources()
     gpus = int(resources.get("GPU", 0))
     cpus = float(resources.get("CPU", 1))
@@ -72,8 +74,21 @@ def plan_encode(runtime: RuntimeConfig) -> EncodePlan:
         return EncodePlan(runtime.encode_actors or gpus, runtime.encode_cpus or 1, 1, runtime.torch_threads, 0.5)
     per_actor = runtime.encode_cpus or max(1.0, node_cpus - 1)
     actors = runtime.encode_actors or max(1, int(cpus // max(per_actor + 1, 2)))
+    free = float(ray.available_resources().get("CPU", cpus))
+    if not runtime.encode_cpus and free < per_actor * actors + 0.5:
+        # part of the cluster is held (a service beside an mvr add): reserve what is free, or
+        # the actors would wait for CPUs that are never released; torch still uses the cores
+        per_actor = max(0.25, min(per_actor, free - 0.5))
+        actors = runtime.encode_actors or max(1, int(free // (per_actor + 0.5)))
     threads = runtime.torch_threads or int(node_cpus)
     return EncodePlan(actors, per_actor, 0, threads, 0.25)
+
+
+def task_cpus(want: float = 1.0) -> float:
+    """CPUs a job's tasks reserve each: ``want``, or less when less is free (a service holding
+    part of a small cluster), so that they can start at all. Call it once, before submitting."""
+    free = float(ray.available_resources().get("CPU", want))
+    return want if free >= want else max(0.25, round(free, 2))
 
 
 def task_result(ref: "ray.ObjectRef"):

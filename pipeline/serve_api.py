@@ -40,6 +40,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+import ray
 from ray import serve
 
 from operators.bm25 import Analyzer
@@ -289,6 +290,7 @@ class SearchResponse(BaseModel):
     partitions_answered: int
     degraded: bool = Field(description="true when some partition did not answer: results come from the others")
     allowed_passages: Optional[int] = Field(None, description="with a filter: the passages it allows (docs/filters.md)")
+    version: int = Field(description="the index version that answered (docs/updates.md)")
 
 
 class BatchResponse(BaseModel):
@@ -328,7 +330,7 @@ class SearchService:
         self.encoder_app, self.index_app = encoder_app, index_app
         self.encoder = serve.get_deployment_handle("QueryEncoder", encoder_app)
         self.partitions = [serve.get_deployment_handle(f"Partition{s.index}", index_app) for s in layout.shards]
-        self.catalog = Catalog(layout.index_url)
+        self.catalog = Catalog(layout.index_url, layout.catalog)
         self.counts = self.catalog.totals()
         bm25 = BM25Config.model_validate(layout.bm25_config) if layout.bm25_config else None
         self.analyzer = Analyzer(bm25.stopwords, bm25.stemmer) if bm25 else None
@@ -470,7 +472,7 @@ class SearchService:
         timings = {"encode": (t1 - t0) * 1e3, "candidates": (t2 - t1) * 1e3, "rescore": (time.perf_counter() - t2) * 1e3}
         result = merge_partition_results(query, mode, path, k, results, len(handles), timings)
         result.partitions_answered = n_answered
-        out = response_body(result, self.catalog)
+        out = response_body(result, self.catalog, self.layout.version)
         out["allowed_passages"] = n_allowed
         return out
 
@@ -502,6 +504,26 @@ class SearchService:
     async def _ping(self) -> dict[str, Any]:
         calls = {-1: self.encoder.info.remote(), **{i: h.info.remote() for i, h in enumerate(self.partitions)}}
         return await self._trip(calls, self.config.partition_timeout_s)
+
+    @app.post("/admin/reload", status_code=202)
+    async def reload(self) -> dict[str, Any]:
+        """Switch to the index's latest committed version, without refusing a query: the new
+        version starts beside this one, then the ingress rolls over (poll ``GET /health`` for
+        its ``version``). Needs the service's bearer token."""
+        if app.state.token_sha256 is None:
+            raise HTTPException(403, "POST /admin/reload is allowed only when the service runs with a bearer token (mvr serve --token); "
+                                "or set reload_poll_s to follow the index's versions by polling")
+        from pipeline.serve_app import RELOADER_NAMESPACE, reloader_name
+        from storage.manifest import read_manifest
+
+        latest = await asyncio.to_thread(read_manifest, self.layout.index_url)
+        try:
+            reloader = ray.get_actor(reloader_name(self.config.app_name), namespace=RELOADER_NAMESPACE)
+        except ValueError:
+            raise HTTPException(409, "this service has no reloader (it was deployed without mvr serve); run mvr serve INDEX again to switch") from None
+        reloader.reload.remote()  # not awaited: the switch replaces this replica
+        newer = latest is not None and latest.version > self.layout.version
+        return {"serving": self.layout.version, "latest": latest.version if latest else None, "status": "switching" if newer else "up to date"}
 
     @app.get("/health")
     async def health(self) -> dict[str, Any]:

@@ -190,9 +190,13 @@ def wait_settled(app: str, timeout_s: float = 300.0) -> None:
     raise TimeoutError(f"Serve application {app} did not settle within {timeout_s:.0f} s")
 
 
-def deploy(index_url: str, config: ServeConfig, token: Optional[str] = None, log: Callable[[str], None] = print, address: Optional[str] = None) -> Deployment:
+def deploy(
+    index_url: str, config: ServeConfig, token: Optional[str] = None, log: Callable[[str], None] = print, address: Optional[str] = None,
+    token_sha256: Optional[str] = None,
+) -> Deployment:
     """Serve the index's current manifest at ``config.host:port``, replacing (without a
-    refused query) whatever version this app served. ``token``: require it as a bearer token."""
+    refused query) whatever version this app served. ``token``: require it as a bearer token
+    (or ``token_sha256``, its digest, as the reloader keeps it)."""
     t0 = time.perf_counter()
     start_serve(config, address)
     manifest = load_manifest(index_url)
@@ -209,7 +213,7 @@ def deploy(index_url: str, config: ServeConfig, token: Optional[str] = None, log
             targets.append(serve.RunTarget(build(), name=name, route_prefix=None))
     if targets:  # started side by side; returns when both run
         serve.run_many(targets)
-    digest = token_digest(token) if token else None
+    digest = token_digest(token) if token else token_sha256
     ingress = SearchService.options(**plan.searcher.options()).bind(layout, config, enc_name, idx_name, digest)
     log(f"{config.app_name}: routing / to index version {layout.version}")
     serve.run(ingress, name=config.app_name, route_prefix="/")
@@ -221,12 +225,82 @@ def deploy(index_url: str, config: ServeConfig, token: Optional[str] = None, log
     return Deployment(http_url(config), index_url, layout.version, enc_name, idx_name, layout, plan, time.perf_counter() - t0, removed)
 
 
+RELOADER_NAMESPACE = "mvr"
+
+
+def reloader_name(app_name: str) -> str:
+    return f"{app_name}-reloader"
+
+
+@ray.remote(num_cpus=0, max_concurrency=4)
+class Reloader:
+    """Follows the index's versions for one service (a detached actor beside Serve): ``reload``
+    deploys the latest committed version when it is newer than the one served (``deploy``:
+    the new version starts beside the old one, then the ingress rolls over, so no query is
+    refused), on ``POST /admin/reload`` and, with ``reload_poll_s``, by polling."""
+
+    def __init__(self, index_url: str, config: dict[str, Any], token_sha256: Optional[str], serving: int) -> None:
+        import threading
+
+        self.index_url, self.config, self.digest = index_url, ServeConfig.model_validate(config), token_sha256
+        self.serving = serving
+        self.lock = threading.Lock()
+        self.last_error: Optional[str] = None
+        if self.config.reload_poll_s:
+            threading.Thread(target=self._poll, daemon=True).start()
+
+    def reload(self) -> dict[str, Any]:
+        """Deploy the latest version if it is newer; {"from", "to", "changed", "seconds"}."""
+        from storage.manifest import read_manifest
+
+        with self.lock:
+            before = self.serving
+            latest = read_manifest(self.index_url)
+            if latest is None or latest.version <= self.serving:
+                return {"from": before, "to": self.serving, "changed": False, "seconds": 0.0}
+            d = deploy(self.index_url, self.config, None, log=lambda s: None, token_sha256=self.digest)
+            self.serving = d.version
+            return {"from": before, "to": d.version, "changed": True, "seconds": round(d.seconds, 2)}
+
+    def serving_version(self) -> int:
+        return self.serving
+
+    def _poll(self) -> None:
+        while True:
+            time.sleep(float(self.config.reload_poll_s))
+            try:
+                self.reload()
+                self.last_error = None
+            except Exception as exc:  # noqa: BLE001 - keep serving the current version, retry at the next poll
+                self.last_error = f"{type(exc).__name__}: {exc}"
+
+
+def start_reloader(index_url: str, config: ServeConfig, token: Optional[str], serving: int) -> Any:
+    """(Re)start the service's ``Reloader`` (a detached actor named after the app)."""
+    name = reloader_name(config.app_name)
+    try:
+        ray.kill(ray.get_actor(name, namespace=RELOADER_NAMESPACE))
+    except ValueError:
+        pass
+    return Reloader.options(name=name, namespace=RELOADER_NAMESPACE, lifetime="detached").remote(
+        index_url, config.model_dump(mode="json"), token_digest(token) if token else None, serving
+    )
+
+
+def stop_reloader(config: ServeConfig) -> None:
+    try:
+        ray.kill(ray.get_actor(reloader_name(config.app_name), namespace=RELOADER_NAMESPACE))
+    except ValueError:
+        pass
+
+
 def shutdown(config: Optional[ServeConfig] = None) -> None:
-    """Delete this service's apps (``config.app_name`` and its encoder / index apps), or all of
-    Serve when no config is given."""
+    """Delete this service's apps (``config.app_name`` and its encoder / index apps) and its
+    reloader, or all of Serve when no config is given."""
     if config is None:
         serve.shutdown()
         return
+    stop_reloader(config)
     for a in list(serve.status().applications):
         if _owned(config, a):
             serve.delete(a)

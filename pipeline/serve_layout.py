@@ -55,6 +55,7 @@ class ServingLayout:
     modes: dict[str, ServedMode]
     shards: list[ShardSpec]
     bm25_config: Optional[dict[str, Any]] = None  # the analyzer and scoring BM25 was built with
+    catalog: str = "catalog.duckdb"  # the version's catalog (relative to the index)
 
     @property
     def tag(self) -> str:
@@ -117,4 +118,4 @@ def plan_layout(index_url: str, manifest: Manifest, modes: Sequence[str], exact:
                 shards[i].bm25.update({j: bm25_parts[j] for j in tile})
         dense = served[hybrid_dense]
         served["hybrid"] = ServedMode("hybrid", dense.kind, dense.path, dense.shards, dense.passages, dense.vectors)
-    return ServingLayout(index_url, manifest.version, served, [shards[i] for i in sorted(shards)], manifest.bm25.get("config") if sparse else None)
+    return ServingLayout(index_url, manifest.version, served, [shards[i] for i in sorted(shards)], manifest.bm25.get("config") if sparse else None, manifest.catalog)

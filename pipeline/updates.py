@@ -44,7 +44,7 @@ from pipeline.ann_build import ADD_BATCH, build_partition
 from pipeline.bm25_build import build_bm25_entry
 from pipeline.config import BM25Config, IndexConfig
 from pipeline.indexing import index_corpus
-from pipeline.ray_runtime import init_ray, task_result
+from pipeline.ray_runtime import init_ray, task_cpus, task_result
 from storage import codec_file, fs
 from storage.catalog import Catalog, build_catalog
 from storage.codec_file import load_codecs
@@ -233,6 +233,7 @@ def extend_ann(index_url: str, m: Manifest, kind: str, entry: dict[str, Any], fi
     target = target_passages(entry)
     take, opened = route([p["passages"] for p in parts], target, n_new)
     init_ray()
+    cpus = task_cpus(1.0)
     tag = uuid.uuid4().hex[:8]
     refs = []
     if take:
@@ -240,7 +241,7 @@ def extend_ann(index_url: str, m: Manifest, kind: str, entry: dict[str, Any], fi
         slices = partition_slices(m, first_new, take)
         shards = [shard_lookup(m.shards, sl.path).model_dump() for sl in slices]
         rel = f"{entry['path']}/part-{len(parts) - 1:05d}-{tag}"
-        refs.append(("extend", len(parts) - 1, ray.remote(num_cpus=1, max_retries=3)(extend_partition).remote(
+        refs.append(("extend", len(parts) - 1, ray.remote(num_cpus=cpus, max_retries=3)(extend_partition).remote(
             index_url, kind, last, rel, shards, [asdict(sl) for sl in slices], m.codecs, 1)))
     start = first_new + take
     for i, size in enumerate(opened):
@@ -249,7 +250,7 @@ def extend_ann(index_url: str, m: Manifest, kind: str, entry: dict[str, Any], fi
         shards = [shard_lookup(m.shards, sl.path).model_dump() for sl in plan.slices]
         rel = f"{entry['path']}/part-{number:05d}-{tag}"
         params = entry["config"]["params"] if entry.get("config") else {}
-        refs.append(("open", number, ray.remote(num_cpus=1, max_retries=3)(build_partition).remote(
+        refs.append(("open", number, ray.remote(num_cpus=cpus, max_retries=3)(build_partition).remote(
             index_url, kind, asdict(plan), rel, entry["backend"], params, 1, shards, m.codecs)))
         start += size
     for what, number, ref in refs:

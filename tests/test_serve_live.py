@@ -1,0 +1,98 @@
+"""The service follows a live index (issue 17): a client queries continuously while `mvr
+add`, `mvr delete` and `mvr compact` commit new versions and the service switches to each
+(POST /admin/reload once, polling otherwise). No answer fails; every answer names its
+version; no deleted document is returned by a version that has its deletion; an added
+document is found by every version that has it; a document that stays is always found."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+
+import pytest
+import requests
+
+from helpers import read_jsonl
+from cluster import free_ports
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
+
+TOKEN = "live-t0ken"
+
+
+def _wait_version(url: str, version: int, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = requests.get(url + "/health", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+        if r.status_code == 200 and r.json()["version"] >= version:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"the service did not switch to version {version} within {timeout:.0f} s")
+
+
+def test_queries_during_add_delete_compact(msmarco_100, tmp_path, datasets):
+    from ray import serve
+
+    from pipeline.compaction import compact
+    from pipeline.config import ServeConfig
+    from pipeline.serve_app import deploy, start_reloader, stop_reloader
+    from pipeline.updates import add_documents, delete_documents
+    from storage.manifest import load_manifest
+
+    index = str(tmp_path / "index")
+    shutil.copytree(msmarco_100, index)
+    docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")
+    stay, gone, new = docs[0:3], docs[3:6], docs[100:130]
+    config = ServeConfig(port=free_ports(1)[0], modes=["maxsim"], reload_poll_s=1.0, partition_timeout_s=10.0)
+    d = deploy(index, config, token=TOKEN, log=print)
+    start_reloader(index, config, TOKEN, d.version)
+    url = d.url
+    probes = [("stay", x) for x in stay] + [("gone", x) for x in gone] + [("new", x) for x in new[:3]]
+    answers: list[tuple[str, str, int, int, list[str]]] = []  # kind, doc id, status, version, ids
+    stop = threading.Event()
+
+    def client() -> None:
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {TOKEN}"
+        i = 0
+        while not stop.is_set() and len(answers) < 4000:
+            kind, doc = probes[i % len(probes)]
+            i += 1
+            r = session.post(url + "/search", json={"query": doc["text"][:300], "k": 10, "mode": "maxsim"}, timeout=120)
+            body = r.json() if r.status_code == 200 else {}
+            answers.append((kind, doc["_id"], r.status_code, body.get("version", -1), [x["doc_id"] for x in body.get("results", [])]))
+
+    worker = threading.Thread(target=client)
+    worker.start()
+    try:
+        corpus = tmp_path / "new.jsonl"
+        corpus.write_text("".join(json.dumps(x) + "\n" for x in new))
+        v_add = add_documents(str(corpus), index, log=lambda _: None).manifest.version
+        r = requests.post(url + "/admin/reload", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+        assert r.status_code == 202 and r.json()["latest"] == v_add, r.text
+        assert requests.post(url + "/admin/reload", timeout=30).status_code == 401  # no token
+        _wait_version(url, v_add)
+        v_del = delete_documents(index, [x["_id"] for x in gone], log=lambda _: None).manifest.version
+        _wait_version(url, v_del)  # by polling
+        v_compact = compact(index, log=lambda _: None).manifest.version
+        _wait_version(url, v_compact)
+        time.sleep(2.0)
+    finally:
+        stop.set()
+        worker.join()
+        stop_reloader(config)  # a detached actor: it would outlive the test
+        serve.shutdown()
+    print(f"\n{len(answers)} answers over versions {sorted({a[3] for a in answers})}")
+    assert len(answers) > 30
+    assert all(status == 200 for _, _, status, _, _ in answers), [a for a in answers if a[2] != 200][:3]
+    assert {v for *_, v, _ in answers} >= {d.version, v_compact}
+    assert v_compact == load_manifest(index).version
+    for kind, doc_id, _, version, ids in answers:
+        if kind == "stay" or (kind == "new" and version >= v_add) or (kind == "gone" and version < v_del):
+            assert doc_id in ids, (kind, doc_id, version, ids)
+        if kind == "gone" and version >= v_del:
+            assert doc_id not in ids, (kind, doc_id, version, ids)
+        if kind == "new" and version < v_add:
+            assert doc_id not in ids
