@@ -96,10 +96,11 @@ MEASURED: dict[str, Measured] = {
         f"batch header, footer, padding) + 3 × 4 B (a list column's n + 1st offset), {_IDX2}",
     ),
     "catalog_bytes_per_passage": Measured(
-        267.5, "bytes / passage",
-        f"catalog.duckdb, two points: 2,109,440 B at 5,000 passages ({_IDX2}) and 798,720 B at 100 (tests/conftest.py msmarco_100): (2,109,440 - 798,720) / 4,900",
+        321.0, "bytes / passage",
+        "catalog.duckdb with global passage numbers and the documents table (2026-11-24), two points: 2,895,872 B at 5,000 passages "
+        "(the whole msmarco-sample, IndexConfig(); no metadata) and 1,323,008 B at 100 (tests/conftest.py msmarco_100): (2,895,872 - 1,323,008) / 4,900",
     ),
-    "catalog_fixed_bytes": Measured(771_970, "bytes", "the same two points: 798,720 B - 100 × 267.5 B (DuckDB's header and first blocks)"),
+    "catalog_fixed_bytes": Measured(1_290_908, "bytes", "the same two points: 1,323,008 B - 100 × 321 B (DuckDB's header and a first block a table and index)"),
     "manifest_fixed_bytes": Measured(
         3_501, "bytes", f"manifest.json before build-ann (config, model, input, counts, two codecs, the shard list's entry): 3,334 B without shards, {_IDX2}, + 182 B shard_list entry - 15 B of empty shards key"
     ),

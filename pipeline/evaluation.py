@@ -33,6 +33,15 @@ def quality(results: dict[str, SearchResult], collection: TestCollection) -> dic
     return {name: round(float(agg[m]), 4) for name, m in MEASURES.items()}
 
 
+def per_query(results: dict[str, SearchResult], collection: TestCollection, metric: str = "nDCG@10") -> dict[str, float]:
+    """``metric`` of each judged query of ``results`` ({query_id: value}; 0 for a query that
+    found nothing judged)."""
+    qrels = [ir_measures.Qrel(j.query_id, j.doc_id, j.relevance) for j in collection.qrels]
+    run = [ir_measures.ScoredDoc(q, d, s) for q, r in results.items() for d, s in r.hits()]
+    values = {m.query_id: float(m.value) for m in ir_measures.iter_calc([MEASURES[metric]], qrels, run)}
+    return {q: values.get(q, 0.0) for q in results}
+
+
 def overlap_at_10(approx: dict[str, SearchResult], exact: dict[str, SearchResult]) -> float:
     """Mean share of the exact top-10 documents found in the approximate top-10."""
     shares = [len(set(approx[q].ranked.doc_ids[:10]) & set(e.ranked.doc_ids[:10])) / max(1, min(10, len(e.ranked))) for q, e in exact.items()]

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from operators.fusion import HybridParams, ScoredPassages, fuse
 from pipeline.config import TuneHybridConfig
-from pipeline.evaluation import quality
+from pipeline.evaluation import per_query, quality
 from pipeline.search import SearchResult, Searcher, request_settings
 from pipeline.plots import png_bytes, pyplot
 from storage.beir import TestCollection, read_collection
@@ -38,13 +38,16 @@ class Fold:
 @dataclass
 class TuneResult:
     """``folds``: each fold's λ; ``reported``: {method: figures over every judged query}, the
-    hybrid's with each fold's own λ; ``per_fold``: {method: [figures on each fold]}."""
+    hybrid's with each fold's own λ; ``per_fold``: {method: [figures on each fold]};
+    ``paired_se``: {method: the standard error of the per-query difference hybrid − method in
+    the tuned metric}, the noise against which "hybrid beats method" is read."""
 
     collection: str
     queries: int
     folds: list[Fold] = field(default_factory=list)
     reported: dict[str, dict[str, float]] = field(default_factory=dict)
     per_fold: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    paired_se: dict[str, float] = field(default_factory=dict)
 
     def to_json(self, config: TuneHybridConfig) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "config": config.model_dump(mode="json", by_alias=True)}
@@ -104,6 +107,12 @@ def tune_hybrid(index_url: str, config: TuneHybridConfig, log: Callable[[str], N
     for name, run in runs.items():
         result.reported[name] = quality(run, collection)
         result.per_fold[name] = [quality({q: run[q] for q in fold}, subset(collection, fold)) for fold in folds]
+    tuned = per_query(hybrid, collection, config.metric)
+    for name, run in runs.items():
+        if name != "hybrid":
+            other = per_query(run, collection, config.metric)
+            diff = np.array([tuned[q] - other[q] for q in judged])
+            result.paired_se[name] = round(float(diff.std(ddof=1) / np.sqrt(len(diff))), 4) if len(diff) > 1 else float("nan")
     return result
 
 

@@ -38,9 +38,30 @@ def _index(tmp_path_factory, datasets: Path, name: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def msmarco_index(tmp_path_factory, datasets) -> str:
-    """The whole msmarco-sample corpus indexed once with the default (reference) settings."""
-    return _index(tmp_path_factory, datasets, "msmarco-sample")
+def msmarco_corpus_with_metadata(tmp_path_factory, datasets) -> dict:
+    """msmarco-sample's corpus.jsonl with every document's metadata computed from itself and
+    three rows whose metadata cannot be stored (tests/metadata_corpus.py). {"corpus": the
+    file, "docs": the valid documents as written}."""
+    from metadata_corpus import write_corpus
+
+    corpus = tmp_path_factory.mktemp("meta-corpus") / "corpus.jsonl"
+    docs = write_corpus(datasets / "msmarco-sample" / "corpus.jsonl", corpus)
+    return {"corpus": str(corpus), "docs": docs}
+
+
+@pytest.fixture(scope="session")
+def msmarco_index(tmp_path_factory, msmarco_corpus_with_metadata) -> str:
+    """The whole msmarco-sample corpus indexed once with the default (reference) settings. It
+    is read from the metadata copy (same ids, titles and texts; the three bad-metadata rows are
+    rejects), so that one encoding of the collection serves the search tests and the filter
+    tests alike."""
+    from pipeline.config import IndexConfig
+    from pipeline.indexing import index_corpus
+
+    url = str(tmp_path_factory.mktemp("idx") / "msmarco-sample")
+    result = index_corpus(msmarco_corpus_with_metadata["corpus"], url, IndexConfig())
+    assert not result.up_to_date
+    return url
 
 
 @pytest.fixture(scope="session")
@@ -65,23 +86,20 @@ def msmarco_100(tmp_path_factory, datasets) -> str:
 
 
 @pytest.fixture(scope="session")
-def msmarco_meta_index(tmp_path_factory, datasets) -> dict:
-    """msmarco-sample with derived metadata (tests/metadata_corpus.py) and three rows whose
-    metadata cannot be stored, indexed once with the default settings, then FAISS IVFPQ
-    partitions (P = 2) of tokens and pooled and BM25. {"index", "corpus", "docs"}."""
-    from metadata_corpus import write_corpus
-    from pipeline.ann_build import build_ann
-    from pipeline.config import AnnBuildConfig, IndexConfig
-    from pipeline.indexing import index_corpus
+def msmarco_meta_index(tmp_path_factory, msmarco_index, msmarco_corpus_with_metadata) -> dict:
+    """A copy of ``msmarco_index`` (msmarco-sample with derived metadata and three rejected
+    rows) with FAISS IVFPQ partitions (P = 2) of tokens and pooled and BM25, for the filter
+    tests. {"index", "corpus", "docs"}."""
+    import shutil
 
-    root = tmp_path_factory.mktemp("meta")
-    corpus = root / "corpus" / "corpus.jsonl"
-    docs = write_corpus(datasets / "msmarco-sample" / "corpus.jsonl", corpus)
-    url = str(root / "msmarco-meta")
-    index_corpus(str(corpus), url, IndexConfig(), log=lambda _: None)
+    from pipeline.ann_build import build_ann
+    from pipeline.config import AnnBuildConfig
+
+    url = str(tmp_path_factory.mktemp("meta") / "msmarco-meta")
+    shutil.copytree(msmarco_index, url)
     build = AnnBuildConfig(backend="faiss-ivfpq", partitions=2, vectors=["tokens", "pooled"], params={"training_sample_size": 8192}, cpus_per_task=1)
     build_ann(url, build, log=lambda _: None)
-    return {"index": url, "corpus": str(corpus), "docs": docs}
+    return {"index": url, **msmarco_corpus_with_metadata}
 
 
 SLOW_FIXTURES = {"msmarco_index", "dbpedia_index", "msmarco_100", "msmarco_meta_index"}

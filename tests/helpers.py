@@ -59,8 +59,9 @@ CODEC_ALLOWANCE = 0.01  # what a lossy codec may cost on top (issue 15's target 
 def reference_tolerance(index_url: str, mode: str) -> float:
     """How far exact search of ``mode`` over the index may be from the datasets README's
     float16 figure: ``EXACT_TOLERANCE``, plus ``CODEC_ALLOWANCE`` when the mode's vectors are
-    stored by a lossy codec (the default tokens codec, pca-64+residual-2, measured −0.017 on
-    dbpedia-sample's maxsim in the pipeline and −0.001 ± 0.015 in benchmarks/codecs.py)."""
+    stored by a lossy codec (the default tokens codec, pca-64+residual-2, measured −0.011 on
+    dbpedia-sample's maxsim in the pipeline, −0.017 before its sample was drawn from every
+    passage, and −0.001 ± 0.015 in benchmarks/codecs.py; docs/codecs.md)."""
     from operators.scoring import MODE_VECTORS
     from storage.codec_file import KIND_GROUP
     from storage.manifest import load_manifest

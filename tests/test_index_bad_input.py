@@ -252,7 +252,7 @@ def test_overwrite_keeps_user_files_and_the_old_index_until_the_new_corpus_is_va
     after = load_manifest(str(index))
     assert after.counts["indexed_documents"] == 2 and after.input["url"] == second
     assert {p for s in after.shards for p in (s.path, s.codes)} == {"shards/" + f for f in os.listdir(index / "shards")}  # no shard of the first index left
-    assert sorted(os.listdir(index)) == ["catalog.duckdb", "codecs", "manifest.json", "notes.txt", "rejects.parquet", "shard-lists", "shards"]
+    assert sorted(os.listdir(index)) == ["catalog.duckdb", "codecs", "manifest.json", "notes.txt", "rejects.parquet", "shard-lists", "shards", "versions"]
     assert (index / "notes.txt").read_text() == "the user's notes" and verify_index(str(index)).ok
 
     # a corpus inside INDEX: refused before anything is deleted, --overwrite or not
@@ -261,4 +261,4 @@ def test_overwrite_keeps_user_files_and_the_old_index_until_the_new_corpus_is_va
     for extra in ([], ["--overwrite"]):
         assert index_job.main([str(inside), str(index), *extra]) == 2
     assert inside.read_text() == open(first).read() and load_manifest(str(index)) == after
-    assert sorted(os.listdir(index)) == ["catalog.duckdb", "codecs", "corpus.jsonl", "manifest.json", "notes.txt", "rejects.parquet", "shard-lists", "shards"]
+    assert sorted(os.listdir(index)) == ["catalog.duckdb", "codecs", "corpus.jsonl", "manifest.json", "notes.txt", "rejects.parquet", "shard-lists", "shards", "versions"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import read_jsonl
+from helpers import read_jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
