@@ -32,7 +32,10 @@ def index_stats(index_url: str) -> dict:
         "model_format": m.model["format"],
         "input_rows": m.counts["input_rows"],
         "documents": totals["documents"],
-        "passages": totals["passages"],
+        "passages": totals["passages"],  # live: the catalog of the version holds no deleted passage
+        "deleted_passages": int(m.counts.get("deleted_passages", 0)),  # tombstoned, still in the shards until mvr compact
+        "adds": len(m.adds),
+        "last_change": (lambda h: f"version {h['version']}: {h['operation']}" + (f" ({h['summary']})" if h.get("summary") else "") + f" at {h['at']}")(m.history[-1]) if m.history else "",
         "tokens": totals["tokens"],
         "dim": m.dim,
         "codec": m.codecs["tokens"]["name"],
