@@ -151,6 +151,11 @@ class RuntimeConfig(_Section):
     encode_cpus: Optional[float] = Field(None, gt=0, description="CPUs reserved per encode actor")
     torch_threads: Optional[int] = Field(None, ge=1, description="default: all CPUs of the node")
     write_rows_per_shard: int = Field(1024, ge=1, description="passages per shard file at most")
+    encode_once: bool = Field(
+        True,
+        description="when the codec's sample pass encodes every passage (a corpus under ~30k passages), keep its float32 "
+        "vectors in staging and compress them, instead of encoding the corpus twice",
+    )
 
 
 def _deep_update(base: dict, update: dict) -> None:

@@ -1,7 +1,9 @@
 """The encode actors of the indexing graph: hold the model (on the GPU when the actor got
 one) and encode token ids. ``EncodeSample`` returns a sample's token vectors (to train the
-index's codec); ``EncodeCompress`` computes every stored representation and compresses it
-with the codec (the compress stage)."""
+index's codec), and when it encodes the whole corpus keeps every passage's vectors in staging;
+``EncodeCompress`` computes every stored representation and compresses it with the codec (the
+compress stage); ``CompressEncoded`` is that compress stage alone, for the passages the sample
+pass kept (no model: a small corpus is encoded once)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from operators.encoder import TokenEncoder, set_threads
 from operators.packed import Packed
 from operators.token_pooling import pool_passages
 from operators.tokenizer import PassageTokenizer
+from storage import staging
 from storage.schema import codes_to_arrow, packed_to_arrow, shard_schema
 
 
@@ -65,10 +68,11 @@ class EncodeSample(_Encoder):
     float16), the codec's training data; with ``vector_fraction`` < 1 only that seeded share
     of each passage's vectors (``vector_keys``), so a sample from many passages stays small."""
 
-    def __init__(self, *args, vector_fraction: float = 1.0, seed: int = 0, **kwargs) -> None:
+    def __init__(self, *args, vector_fraction: float = 1.0, seed: int = 0, keep_url: Optional[str] = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.vector_fraction = vector_fraction
         self.seed = seed
+        self.keep_url = keep_url  # an index URL: keep every encoded batch in its staging
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         schema = pa.schema([("block_id", pa.string()), ("seq", pa.int32()), ("tokens", packed_to_arrow([], self.dim).type)])
@@ -77,7 +81,10 @@ class EncodeSample(_Encoder):
         raw, ids = self.encode(batch)
         if self.projection is not None:
             raw = [r @ self.projection for r in raw]
-        tokens = pool_passages([l2_normalize(r)[self.tokenizer.keep_mask(i)] for r, i in zip(raw, ids)], self.pool_factor)
+        masks = [self.tokenizer.keep_mask(i) for i in ids]
+        if self.keep_url is not None:
+            staging.write_encoded(self.keep_url, batch.drop_columns(["input_ids"]), raw, masks)
+        tokens = pool_passages([l2_normalize(r)[m] for r, m in zip(raw, masks)], self.pool_factor)
         if self.vector_fraction < 1:
             lengths = np.array([len(t) for t in tokens], dtype=np.int64)
             keep = vector_keys(batch["block_id"].to_numpy(zero_copy_only=False), batch["seq"].to_numpy(), lengths, self.seed) < self.vector_fraction
@@ -85,20 +92,20 @@ class EncodeSample(_Encoder):
         return pa.table({"block_id": batch["block_id"], "seq": batch["seq"], "tokens": packed_to_arrow(tokens, self.dim)}, schema=schema)
 
 
-class EncodeCompress(_Encoder):
-    """Encode actor: passages with token ids → rows of the shard schema with every
-    representation as codes of the index's codecs (token vectors pooled first when
-    ``compress.pool_factor`` > 1: ``n_tokens`` counts the stored vectors) (``codec_files``: {group: file bytes},
-    ``storage/codec_file.py``: tokens in the ``tokens`` codec, the rest in ``pooled``)."""
+class BatchCompressor:
+    """The compress stage without the model: encoded passages → rows of the shard schema
+    with every representation as codes of the index's codecs (token vectors pooled first when
+    ``compress.pool_factor`` > 1: ``n_tokens`` counts the stored vectors) (``codec_files``:
+    {group: file bytes}, ``storage/codec_file.py``: tokens in the ``tokens`` codec, the rest in
+    ``pooled``; ``dim``: the encoder's output dimension after the projection)."""
 
-    def __init__(
-        self, model: dict, tokenizer_settings: dict, compress: dict, batch_size: int, torch_threads: Optional[int], codec_files: dict[str, bytes]
-    ) -> None:
-        super().__init__(model, tokenizer_settings, compress, batch_size, torch_threads)
+    def __init__(self, compress: dict, codec_files: dict[str, bytes], dim: int) -> None:
+        self.dim = dim
+        self.pool_factor = compress.get("pool_factor", 1)
         self.codecs = {g: codecs.from_bytes(data, f"the index's {g} codec") for g, data in codec_files.items()}
         for g, c in self.codecs.items():
-            if c.dim_in != self.dim:
-                raise ValueError(f"the {g} codec takes {c.dim_in}-dimensional vectors, the encoder makes {self.dim}")
+            if c.dim_in != dim:
+                raise ValueError(f"the {g} codec takes {c.dim_in}-dimensional vectors, the encoder makes {dim}")
         self.compressor = Compressor(None, compress["pooling"], compress["first_m"], compress["centroids"], compress["kmeans_iterations"])
         self.schema = shard_schema(self.codecs)
 
@@ -106,15 +113,14 @@ class EncodeCompress(_Encoder):
         packed = Packed.from_list(arrays, self.dim)
         return codes_to_arrow(self.codecs[group].encode(packed.vectors), packed.offsets)
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        if batch.num_rows == 0:
+    def __call__(self, meta: pa.Table, raw: list[np.ndarray], keep: list[np.ndarray]) -> pa.Table:
+        """``meta``: the passages' columns (no ``input_ids``); ``raw``: (n_i, dim) float32
+        vectors a passage as the encoder made them (projected, not normalised); ``keep``: (n_i,)
+        bool, the tokens whose vectors are stored."""
+        if meta.num_rows == 0:
             return self.schema.empty_table()
-        raw, ids = self.encode(batch)
-        if self.projection is not None:
-            raw = [r @ self.projection for r in raw]
-        reps = self.compressor(raw, [self.tokenizer.keep_mask(i) for i in ids])
+        reps = self.compressor(raw, keep)
         reps["tokens"] = pool_passages(reps["tokens"], self.pool_factor)  # token vectors only: the others are computed before
-        meta = batch.drop_columns(["input_ids"])
         return pa.table(
             {
                 **{name: meta[name] for name in meta.column_names},
@@ -126,3 +132,35 @@ class EncodeCompress(_Encoder):
             },
             schema=self.schema,
         )
+
+
+class EncodeCompress(_Encoder):
+    """Encode actor: passages with token ids → rows of the shard schema (``BatchCompressor``)."""
+
+    def __init__(
+        self, model: dict, tokenizer_settings: dict, compress: dict, batch_size: int, torch_threads: Optional[int], codec_files: dict[str, bytes]
+    ) -> None:
+        super().__init__(model, tokenizer_settings, compress, batch_size, torch_threads)
+        self.compress = BatchCompressor(compress, codec_files, self.dim)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if batch.num_rows == 0:
+            return self.compress.schema.empty_table()
+        raw, ids = self.encode(batch)
+        if self.projection is not None:
+            raw = [r @ self.projection for r in raw]
+        return self.compress(batch.drop_columns(["input_ids"]), raw, [self.tokenizer.keep_mask(i) for i in ids])
+
+
+class CompressEncoded:
+    """Compress actor for the batches the sample pass kept (``staging.write_encoded``): a
+    batch of ``url`` rows → rows of the shard schema, as ``EncodeCompress`` makes them from the
+    same vectors."""
+
+    def __init__(self, compress: dict, codec_files: dict[str, bytes], dim: int, threads: Optional[int] = None) -> None:
+        set_threads(threads)
+        self.compress = BatchCompressor(compress, codec_files, dim)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        parts = [self.compress(*staging.read_encoded(url)) for url in batch["url"].to_pylist()]
+        return pa.concat_tables(parts) if parts else self.compress.schema.empty_table()

@@ -4,9 +4,12 @@ then rejects, catalog, the codec files and the manifest (committed last).
 Three passes over the input: a cheap validation scan (ids and reasons, so duplicate ids can be
 resolved across blocks with DuckDB: first one wins); a sample pass that encodes a seeded
 sample of passages from every block and trains the index's codecs in one Ray task; then the
-main pass, whose encode actors compress every batch with them. All are resumable: a block's
-scan, the trained codecs and each written shard are recorded in staging, and a rerun skips
-them (and reuses the codecs its shards were written with)."""
+main pass, whose encode actors compress every batch with them. When the sample is the whole
+corpus (ColBERT's rule samples every passage of a corpus under ~30k passages) the sample pass
+keeps every encoded batch in staging and the main pass only compresses them, so no passage is
+encoded twice (``runtime.encode_once``). All are resumable: a block's scan, the trained codecs
+and each written shard are recorded in staging, and a rerun skips them (and reuses the codecs
+its shards were written with)."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from operators.encoder import TokenEncoder
 from operators import codecs
 from pipeline.config import IndexConfig
 from pipeline.ray_runtime import init_ray, plan_encode, task_result
-from pipeline.encode_stage import EncodeCompress, EncodeSample
+from pipeline.encode_stage import CompressEncoded, EncodeCompress, EncodeSample
 from pipeline.stages import read_tokenize, sample_vectors, scan_block, select_sample, train_codecs, write_shards
 from storage import catalog, codec_file, fs, index_dir, staging
 from storage.corpus import CorpusError, InputBlock, plan_blocks
@@ -212,16 +215,21 @@ def index_corpus(
         removed = index_dir.clear(index_url, keep=(staging.STAGING_DIR,))
         log(f"--overwrite: removed the previous index at {index_url} ({', '.join(removed)})")
     log(f"validated {len(blocks)} blocks in {time.time() - t0:.1f} s; {duplicates} duplicate ids (first occurrence kept)")
+    kept: list[str] = []
     if codecs_given is not None:
         if codec_file.read_staged(index_url) is None:
             codec_file.stage(index_url, codecs_given)
         codec_files = dict(codecs_given)
     else:
-        codec_files = _codecs(index_url, blocks, config, placement, log)
+        codec_files, kept = _codecs(index_url, blocks, config, placement, log)
     t1 = time.time()
 
-    # Pass 2: passages → token ids → vectors → codes → shards.
-    ds = _encoded(_tokenized(index_url, blocks, config, placement), EncodeCompress, config, placement, codec_files=codec_files)
+    # Pass 2: passages → token ids → vectors → codes → shards (or the sample pass's kept
+    # vectors → codes → shards).
+    if kept:
+        ds = _compressed(kept, codec_files, config, placement)
+    else:
+        ds = _encoded(_tokenized(index_url, blocks, config, placement), EncodeCompress, config, placement, codec_files=codec_files)
     ds = ds.map_batches(
         write_shards,
         batch_size=config.runtime.write_rows_per_shard,
@@ -230,7 +238,8 @@ def index_corpus(
         num_cpus=placement.io_cpus,
     )
     ds.materialize()
-    log(f"encoded and wrote passages in {time.time() - t1:.1f} s")
+    staging.clear_encoded(index_url)
+    log(f"{'compressed the kept vectors' if kept else 'encoded'} and wrote passages in {time.time() - t1:.1f} s")
     return IndexResult(_commit(corpus_url, index_url, config, blocks, key, codec_files, log), False, time.time() - t0)
 
 
@@ -267,6 +276,21 @@ def _encoded(ds: ray.data.Dataset, actor: type, config: IndexConfig, placement, 
     )
 
 
+def _compressed(kept: list[str], codec_files: dict[str, bytes], config: IndexConfig, placement) -> ray.data.Dataset:
+    """Ray Data: the sample pass's kept batches (``kept``: their files) through a pool of
+    ``CompressEncoded`` actors (the compress stage without the model), placed like the encoders."""
+    dim = codecs.from_bytes(codec_files["tokens"]).dim_in
+    ds = ray.data.from_items([{"url": u} for u in kept], override_num_blocks=len(kept))
+    return ds.map_batches(
+        CompressEncoded,
+        batch_size=1,
+        batch_format="pyarrow",
+        fn_constructor_kwargs={"compress": config.compress.model_dump(), "codec_files": codec_files, "dim": dim, "threads": placement.threads},
+        compute=ray.data.ActorPoolStrategy(size=placement.actors),
+        num_cpus=placement.cpus,
+    )
+
+
 # Tokens a passage is assumed to have when the sample fractions are chosen (before anything
 # is tokenized).
 SAMPLE_TOKENS_PER_DOCUMENT = 64
@@ -284,19 +308,23 @@ def sample_passages(documents: int) -> int:
     return min(documents, 1 + int(16 * math.sqrt(120 * documents)))
 
 
-def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, placement, log: Callable[[str], None]) -> dict[str, bytes]:
-    """The index's codec files ({group: bytes}, ``storage/codec_file.py``): those an
+def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, placement, log: Callable[[str], None]) -> tuple[dict[str, bytes], list[str]]:
+    """(the index's codec files ({group: bytes}, ``storage/codec_file.py``), the files of the
+    encoded batches the sample pass kept, or [] when pass 2 must encode). The codecs are those an
     interrupted run of this job trained and staged (its shards were written with them), else
     trained now: a seeded sample of passages drawn from every block (Ray Data: read,
     tokenize, select, encode on the encode actors), at most ``codec_sample_vectors`` of their
     token vectors kept on the driver, the codecs trained in one Ray task (on a GPU when the
     cluster has one), then staged. Codecs that learn nothing (``codecs.UNTRAINED``) need
-    only the encoder's dimension: when both are such, there is no sample pass."""
+    only the encoder's dimension: when both are such, there is no sample pass. A sample pass
+    that draws every passage keeps them all encoded (``runtime.encode_once``), and they are
+    used when they are exactly the passages pass 2 would encode."""
+    staging.clear_encoded(index_url)  # an interrupted run's: pass 2 then encodes what is left
     staged = codec_file.read_staged(index_url)
     if staged is not None:
         names = ", ".join(f"{g} {codecs.from_bytes(d).name}" for g, d in staged.items())
         log(f"reusing the codecs the interrupted run trained ({names})")
-        return staged
+        return staged, []
     c = config.compress
     t0 = time.time()
     wanted = {"tokens": c.codec, "pooled": c.pooled_codec}
@@ -305,7 +333,7 @@ def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, place
         files = {g: codecs.train(n, np.full((1, dim), dim**-0.5, np.float32)).to_bytes() for g, n in wanted.items()}
         codec_file.stage(index_url, files)
         log(f"codecs {', '.join(f'{g} {n}' for g, n in wanted.items())}: no training needed ({dim} dimensions)")
-        return files
+        return files, []
     docs = max(1, catalog.scan_counts(index_url, blocks)["valid_rows"])
     per_doc = SAMPLE_TOKENS_PER_DOCUMENT / c.pool_factor  # stored (pooled) vectors a passage
     # passages: ColBERT's rule, and enough for the sample; their vectors: a seeded share, so
@@ -314,7 +342,8 @@ def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, place
     vector_fraction = min(1.0, SAMPLE_OVERDRAW * c.codec_sample_vectors / (docs * fraction * per_doc))
     ds = _tokenized(index_url, blocks, config, placement)
     ds = ds.map_batches(select_sample, batch_format="pyarrow", fn_kwargs={"fraction": fraction, "seed": c.codec_seed}, num_cpus=placement.io_cpus)
-    ds = _encoded(ds, EncodeSample, config, placement, vector_fraction=vector_fraction, seed=c.codec_seed)
+    keep = fraction >= 1 and config.runtime.encode_once
+    ds = _encoded(ds, EncodeSample, config, placement, vector_fraction=vector_fraction, seed=c.codec_seed, keep_url=index_url if keep else None)
     seen = {"vectors": 0}
 
     def counted(batches):  # the vectors the actors kept, before the driver's cap
@@ -333,7 +362,22 @@ def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, place
     files = task_result(train.remote(names, sample, c.codec_seed, n_vectors))
     codec_file.stage(index_url, files)
     log(f"trained codecs {', '.join(f'{g} {n}' for g, n in names.items())} on {len(sample):,} token vectors of {passages:,} sampled passages in {time.time() - t0:.1f} s")
-    return files
+    return files, (_kept_batches(index_url, passages, log) if keep else [])
+
+
+def _kept_batches(index_url: str, passages: int, log: Callable[[str], None]) -> list[str]:
+    """The sample pass's kept batch files when they hold each of its ``passages`` passages
+    exactly once (a retried actor batch could have been kept twice under another batching),
+    else [] (they are dropped, and pass 2 encodes)."""
+    files = staging.encoded_files(index_url)
+    keys = staging.encoded_keys(files)
+    distinct = keys.group_by(["block_id", "seq"]).aggregate([]).num_rows
+    if keys.num_rows == passages == distinct:
+        log(f"the sample pass encoded every passage: compressing its {passages:,} kept passages (no second encoding)")
+        return files
+    log(f"the sample pass kept {keys.num_rows:,} rows ({distinct:,} distinct) of {passages:,} passages: encoding again")
+    staging.clear_encoded(index_url)
+    return []
 
 
 def _commit(corpus_url: str, index_url: str, config: IndexConfig, blocks: list[InputBlock], key: dict, codec_files: dict[str, bytes], log) -> Manifest:

@@ -3,15 +3,19 @@ and duplicate ids. It lets a rerun resume, and is removed once the manifest is c
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from typing import Optional, Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from storage import fs
 from storage.corpus import InputBlock
+from storage.schema import arrow_to_codes, codes_to_arrow
 from storage.shards import STAGING_DIR
 
 SCAN_SCHEMA = pa.schema([("block_id", pa.string()), ("row_index", pa.int32()), ("doc_id", pa.string()), ("reason", pa.string())])
@@ -127,3 +131,67 @@ def reject_reasons(index_url: str, blocks: Sequence[InputBlock]) -> list[tuple[s
                 kind = reason.split(":", 1)[0]
                 counts[kind] = counts.get(kind, 0) + 1
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+# ---- encoded passages kept by the sample pass (indexing.py: a corpus it encodes whole) ----
+
+
+def encoded_url(index_url: str) -> str:
+    return _url(index_url, "encoded")
+
+
+def write_encoded(index_url: str, meta: pa.Table, vectors: Sequence[np.ndarray], keep: Sequence[np.ndarray]) -> str:
+    """Keep one encoded batch for the compress pass: ``meta`` (the passages' shard columns),
+    each passage's (n_i, dim) float32 vectors as the encoder made them (projected, not yet
+    normalised) and its (n_i,) bool mask of kept tokens. One uncompressed Arrow IPC file,
+    named by the batch's (block, seq) keys; returns its URL."""
+    lengths = np.fromiter((len(v) for v in vectors), dtype=np.int64, count=len(vectors))
+    offsets = np.zeros(len(vectors) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    dim = vectors[0].shape[1] if len(vectors) else 0
+    flat = np.concatenate(vectors).astype("<f4", copy=False) if len(vectors) else np.zeros((0, dim), "<f4")
+    table = meta.append_column("vectors", codes_to_arrow(np.ascontiguousarray(flat).view(np.uint8), offsets))
+    mask = np.concatenate(keep).astype(bool) if len(keep) else np.zeros(0, bool)
+    table = table.append_column("keep", pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(mask)))
+    key = hashlib.sha256("\n".join(meta["block_id"].to_pylist()).encode())
+    key.update(np.asarray(meta["seq"].to_numpy(), dtype="<i8").tobytes())
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    url = fs.join(encoded_url(index_url), f"{key.hexdigest()[:24]}.arrow")
+    fs.write_bytes_atomic(url, sink.getvalue().to_pybytes())
+    return url
+
+
+def read_encoded(url: str) -> tuple[pa.Table, list[np.ndarray], list[np.ndarray]]:
+    """A ``write_encoded`` file → (meta, float32 vectors a passage, kept-token masks a passage)."""
+    with fs.open_file(url) as f:
+        table = ipc.open_file(pa.BufferReader(f.read())).read_all()
+    codes, offsets = arrow_to_codes(table["vectors"])
+    flat = np.array(codes, copy=True).view("<f4")  # writable: torch reads it
+    keep = table["keep"].combine_chunks()
+    mask = keep.flatten().to_numpy(zero_copy_only=False).astype(bool)
+    mask_offsets = np.asarray(keep.offsets, dtype=np.int64) - keep.offsets[0].as_py()
+    vectors = [flat[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+    masks = [mask[mask_offsets[i] : mask_offsets[i + 1]] for i in range(len(mask_offsets) - 1)]
+    return table.drop_columns(["vectors", "keep"]), vectors, masks
+
+
+def encoded_files(index_url: str) -> list[str]:
+    """The kept batches' URLs (none when the sample pass kept nothing)."""
+    return fs.list_files(encoded_url(index_url), ".arrow")
+
+
+def encoded_keys(urls: Sequence[str]) -> pa.Table:
+    """(block_id, seq) of every passage the kept batches hold."""
+    parts = []
+    for url in urls:
+        with fs.open_file(url) as f:
+            parts.append(ipc.open_file(f).read_all().select(["block_id", "seq"]))
+    return pa.concat_tables(parts) if parts else pa.table({"block_id": pa.array([], pa.string()), "seq": pa.array([], pa.int32())})
+
+
+def clear_encoded(index_url: str) -> None:
+    url = encoded_url(index_url)
+    if fs.exists(url):
+        fs.remove(url, recursive=True)
