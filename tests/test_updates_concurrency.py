@@ -1,8 +1,9 @@
 """Two writers at once and a writer killed mid-commit (issue 17), with real `mvr add`
 processes on a small real index (tests/conftest.py's msmarco_100: FAISS tokens and pooled,
-BM25). ``MVR_PAUSE_BEFORE_COMMIT`` holds a writer after it has written every file of its
-change and before it creates the version file (storage/manifest.py), so the race and the kill
-happen where they hurt most."""
+BM25). ``MVR_COMMIT_BARRIER`` holds each writer after it has written every file of its change
+and before it creates the version file until both are there, and ``MVR_PAUSE_BEFORE_COMMIT``
+holds one there to be killed (storage/manifest.py), so the race and the kill happen where they
+hurt most."""
 
 from __future__ import annotations
 
@@ -29,11 +30,13 @@ def _corpus(path: Path, docs: list[dict]) -> str:
     return str(path)
 
 
-def _add(index: str, corpus: str, pause: float | None = None) -> subprocess.Popen:
+def _add(index: str, corpus: str, pause: float | None = None, barrier: str | None = None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("RAY_ADDRESS", None)
     if pause is not None:
         env["MVR_PAUSE_BEFORE_COMMIT"] = str(pause)
+    if barrier is not None:
+        env["MVR_COMMIT_BARRIER"] = barrier
     return subprocess.Popen([sys.executable, "-m", "jobs.add", index, corpus], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -62,8 +65,10 @@ def test_two_concurrent_adds_both_land(small, tmp_path):
     index, docs = small
     before = load_manifest(index).version
     first, second = docs[100:140], docs[140:180]
-    # both pause 25 s after reading version `before` and writing their files: both race for before + 1
-    procs = [_add(index, _corpus(tmp_path / f"add{i}.jsonl", d), pause=25) for i, d in enumerate((first, second))]
+    # both wait, after reading version `before` and writing their files, until the other is
+    # there too: both race for before + 1
+    barrier = f"{tmp_path / 'barrier'}:2"
+    procs = [_add(index, _corpus(tmp_path / f"add{i}.jsonl", d), barrier=barrier) for i, d in enumerate((first, second))]
     outs = [p.communicate(timeout=900)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert sum("applying the change again" in o for o in outs) == 1, outs  # exactly one lost the race and re-applied
