@@ -29,6 +29,7 @@ from operators.ann import AnnIndex
 from operators.packed import Packed
 from operators.ranking import Ranked, top_documents
 from operators.stored_vectors import StoredVectors
+from operators.kernels import get_torch
 
 
 @dataclass
@@ -105,6 +106,7 @@ class Partition:
         if kind not in scoring.VECTOR_KINDS:
             raise ValueError(f"unknown vector kind {kind!r}; choose one of {', '.join(scoring.VECTOR_KINDS)}")
         self.kind = kind
+        get_torch()  # the exact scan's kernels run on torch: loaded with the partition, not at its first query
         self.vectors = StoredVectors.from_arrays(vectors)
         self.doc_ids = list(doc_ids)
         self.passage_idx = np.asarray(passage_idx, dtype=np.int32)
@@ -169,11 +171,18 @@ class Partition:
     def rescore(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray] = None) -> np.ndarray:
         """Exact ``mode`` scores of the passages at ``rows`` (None: all, decoded a block at a
         time), (n,) float32. Only those passages' vectors are decoded."""
+        return self.rescore_batch(scoring.QueryBatch.of(mode, [query]), rows)[0]
+
+    def rescore_batch(self, batch: scoring.QueryBatch, rows: Optional[np.ndarray] = None) -> np.ndarray:
+        """Exact scores of the passages at ``rows`` (None: all) for every query of ``batch``,
+        (n_q, n) float32. With ``rows`` only their vectors are decoded (one gather); without,
+        every passage is decoded once for the whole batch, a block of whole passages at a time
+        into one reused buffer (``StoredVectors.scan``), each block scored with one matmul."""
         if rows is not None:
-            return scoring.score(mode, query, self.vectors.take(rows))
-        out = np.empty(len(self), dtype=np.float32)
-        for start, block in self.vectors.blocks():
-            out[start : start + len(block)] = scoring.score(mode, query, block)
+            return scoring.score_batch(batch, self.vectors.take(rows))
+        out = np.empty((len(batch), len(self)), dtype=np.float32)
+        for start, block in self.vectors.scan(self.vectors.scan_rows(batch.width)):
+            out[:, start : start + len(block)] = scoring.score_batch(batch, block)
         return out
 
     def rank(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray], k: int, allowed: Optional[np.ndarray] = None) -> PartitionResult:
@@ -183,9 +192,24 @@ class Partition:
         passage. With ``rows`` None and ``allowed`` given, only allowed passages are decoded
         and scored, unless they are over a quarter of the partition: then every block is
         scored in place and the others are masked (no gathered copy of most vectors)."""
+        return self._rank(mode, [query], rows, k, allowed)[0]
+
+    def rank_batch(self, mode: str, queries: Sequence[scoring.QueryVectors], k: int, allowed: Optional[np.ndarray] = None) -> list[PartitionResult]:
+        """``rank(mode, q, None, k, allowed)`` of every query (exact: every live, allowed
+        passage), the passages decoded once for all of them, ``BATCH_COLUMNS`` query vectors a
+        pass. The same answers as one query at a time (scores up to float rounding: the
+        matmul's shape differs); each result's ``rescore_ms`` is the batch's time shared
+        equally."""
+        return self._rank(mode, queries, None, k, allowed)
+
+    BATCH_COLUMNS = 512  # query vectors scored together a pass over the partition (rank_batch)
+
+    def _rank(self, mode: str, queries: Sequence[scoring.QueryVectors], rows: Optional[np.ndarray], k: int, allowed: Optional[np.ndarray]) -> list[PartitionResult]:
         if scoring.MODE_VECTORS[scoring.check_mode(mode)] != self.kind:
             raise ValueError(f"mode {mode} scores {scoring.MODE_VECTORS[mode]} vectors; this partition holds {self.kind}")
         t0 = time.perf_counter()
+        nothing = [PartitionResult(Ranked(), 0, 0.0) for _ in queries]
+        keep = None  # a mask over every passage: the allowed live ones, when scoring all and masking
         if allowed is not None:
             if rows is not None:
                 rows = np.asarray(rows, np.int64)[in_allowed(rows, allowed)]
@@ -193,33 +217,34 @@ class Partition:
                 allowed_rows_ = allowed_as_rows(allowed)
                 if 4 * len(allowed_rows_) <= len(self):
                     rows = allowed_rows_
-                else:
-                    return self._rank_masked(mode, query, k, allowed, t0)
+                else:  # every block scored in place, the others masked (no gathered copy of most vectors)
+                    keep = np.zeros(len(self), bool)
+                    keep[allowed_rows_] = True
+                    if self.live is not None:
+                        keep &= self.live
         if rows is not None and len(rows) == 0:
-            return PartitionResult(Ranked(), 0, 0.0)
+            return nothing
         if rows is not None and self.live is not None:
             rows = rows[self.live[rows]]
             if not len(rows):
-                return PartitionResult(Ranked(), 0, 0.0)
-        scores = self.rescore(mode, query, rows)
+                return nothing
+        if rows is None and keep is None and self.live is not None:
+            keep = self.live
         if rows is None:
-            if self.live is not None:
-                scores[~self.live] = -np.inf
-            ranked = top_documents(scores, self.doc_ids, self.passage_idx, k)
-            if self.live is not None:
-                ranked = ranked.finite()
+            doc_ids, passage_idx = self.doc_ids, self.passage_idx
+            n = len(self) if keep is None else int(keep.sum())
         else:
-            ranked = top_documents(scores, [self.doc_ids[r] for r in rows], self.passage_idx[rows], k)
-        n = (len(self) if self.live is None else int(self.live.sum())) if rows is None else len(rows)
-        return PartitionResult(ranked, n, (time.perf_counter() - t0) * 1e3)
-
-    def _rank_masked(self, mode: str, query: scoring.QueryVectors, k: int, allowed: np.ndarray, t0: float) -> PartitionResult:
-        """``rank`` of every passage, those not allowed (or deleted) scored -inf and dropped."""
-        keep = np.zeros(len(self), bool)
-        keep[allowed_as_rows(allowed)] = True
-        if self.live is not None:
-            keep &= self.live
-        scores = self.rescore(mode, query, None)
-        scores[~keep] = -np.inf
-        ranked = top_documents(scores, self.doc_ids, self.passage_idx, k).finite()
-        return PartitionResult(ranked, int(keep.sum()), (time.perf_counter() - t0) * 1e3)
+            doc_ids, passage_idx = [self.doc_ids[r] for r in rows], self.passage_idx[rows]
+            n = len(rows)
+        if not len(queries):
+            return []
+        ranked = []
+        for batch in scoring.QueryBatch.of(mode, queries).split(self.BATCH_COLUMNS):
+            scores = self.rescore_batch(batch, rows)  # (queries, passages)
+            if keep is not None:
+                scores[:, ~keep] = -np.inf  # deleted or not allowed: never returned
+            for s in scores:
+                r = top_documents(s, doc_ids, passage_idx, k)
+                ranked.append(r.finite() if keep is not None else r)
+        ms = (time.perf_counter() - t0) * 1e3 / len(queries)
+        return [PartitionResult(r, n, ms) for r in ranked]

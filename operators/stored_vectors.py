@@ -18,6 +18,11 @@ from operators.codecs import Codec
 from operators.packed import Packed
 
 DECODE_BLOCK = 4096  # passages decoded at a time by ``blocks``
+# float32 bytes a block of ``scan`` holds (decoded vectors and the caller's similarities):
+# measured on msmarco-sample's exact MaxSim (2-core VM, float16 and pca-64+residual-2 codes),
+# 16-32 MiB blocks were fastest; 2-4 MiB (L2-sized) ones were 1.2-1.8x slower, each block's
+# matmul and cast waking the BLAS / OpenMP threads again; 64 MiB ones 1.4x slower again
+SCAN_BYTES = 16 << 20
 
 
 class StoredVectors:
@@ -46,6 +51,7 @@ class StoredVectors:
             if len(width) > 1:
                 raise ValueError(f"segments of different dimensions {sorted(width)}")
             self.dim = width.pop() if width else 0
+        self._scan_bounds: dict[int, np.ndarray] = {}
 
     @classmethod
     def from_arrays(cls, vectors: "Packed | np.ndarray | StoredVectors") -> "StoredVectors":
@@ -108,16 +114,56 @@ class StoredVectors:
     def decode_range(self, lo: int, hi: int) -> np.ndarray:
         """(hi - lo, dim) float32: the vector rows [lo, hi) decoded, read as slices of the
         segments they span (no gather)."""
+        return self.decode_range_into(lo, hi, np.empty((hi - lo, self.dim), np.float32))
+
+    def decode_range_into(self, lo: int, hi: int, out: np.ndarray) -> np.ndarray:
+        """The vector rows [lo, hi) decoded into ``out`` ((hi - lo, dim) float32), each
+        segment's slice straight into its part of ``out`` (no gather, no concatenation)."""
         first = int(np.searchsorted(self.starts, lo, side="right")) - 1
-        parts = []
         for s in range(max(first, 0), len(self.segments)):
             a, b = max(lo, int(self.starts[s])), min(hi, int(self.starts[s + 1]))
             if a >= hi:
                 break
             if a < b:
-                parts.append(self.segments[s][a - self.starts[s] : b - self.starts[s]])
-        raw = parts[0] if len(parts) == 1 else (np.concatenate(parts) if parts else self.segments[0][:0])
-        return self.codec.decode(raw) if self.codec is not None else raw.astype(np.float32)
+                raw = self.segments[s][a - self.starts[s] : b - self.starts[s]]
+                if self.codec is not None:
+                    self.codec.decode(raw, out=out[a - lo : b - lo])
+                else:
+                    np.copyto(out[a - lo : b - lo], raw)
+        return out
+
+    def scan_bounds(self, max_rows: int) -> np.ndarray:
+        """(blocks + 1,) int64 passage boundaries of ``scan``: consecutive whole passages of
+        at most ``max_rows`` vector rows a block (a longer passage is a block alone). One
+        binary search a block; remembered per ``max_rows``."""
+        bounds = self._scan_bounds.get(max_rows)
+        if bounds is None:
+            if len(self._scan_bounds) >= 64:  # one entry a batch width: keep a few
+                self._scan_bounds.clear()
+            n, out = len(self), [0]
+            while out[-1] < n:
+                stop = int(np.searchsorted(self.offsets, self.offsets[out[-1]] + max_rows, side="right")) - 1
+                out.append(min(n, max(stop, out[-1] + 1)))
+            bounds = self._scan_bounds[max_rows] = np.asarray(out, dtype=np.int64)
+        return bounds
+
+    def scan_rows(self, extra_floats_a_row: int = 0) -> int:
+        """Vector rows a ``scan`` block holds so that it and ``extra_floats_a_row`` float32
+        a row of the caller's (e.g. the block's similarities) stay within ``SCAN_BYTES``."""
+        return max(256, SCAN_BYTES // (4 * (max(self.dim, 1) + extra_floats_a_row)))
+
+    def scan(self, max_rows: Optional[int] = None) -> Iterator[tuple[int, Packed | np.ndarray]]:
+        """(first passage, decoded passages) of every passage in order, whole passages of at
+        most ``max_rows`` vector rows (default ``scan_rows()``) a block, decoded into one
+        float32 buffer reused for every block: a block is overwritten by the next, so score
+        it before asking for the next one and keep nothing of it. A Packed, or an
+        (k, dim) matrix when ``single``."""
+        bounds = self.scan_bounds(max_rows or self.scan_rows())
+        rows = self.offsets[bounds]
+        buf = np.empty((int(np.diff(rows).max(initial=0)), self.dim), np.float32)
+        for start, stop, lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), rows[:-1].tolist(), rows[1:].tolist()):
+            block = self.decode_range_into(lo, hi, buf[: hi - lo])
+            yield start, (block if self.single else Packed(block, self.offsets[start : stop + 1] - lo))
 
     def blocks(self, passages: int = DECODE_BLOCK) -> Iterator[tuple[int, Packed | np.ndarray]]:
         """(first passage, decoded passages) of every passage, ``passages`` at a time: the

@@ -446,6 +446,51 @@ class Searcher:
         result.allowed_passages = n_allowed
         return result
 
+    def search_encoded_batch(
+        self,
+        queries: Sequence[EncodedQuery],
+        k: int = 10,
+        mode: str = "maxsim",
+        encode_ms: float | Sequence[float] = 0.0,
+        restriction: Optional[Restriction] = None,
+        **knobs: Any,
+    ) -> list[SearchResult]:
+        """``search_encoded`` of each query (``encode_ms``: one figure for all, or one a
+        query), the same results. When the mode is answered exactly (exact partitions, or a
+        filter allowing few passages, ``filtered_exact``), every partition scores all the
+        queries in one pass over its vectors (``Partition.rank_batch``: each block decoded
+        once for every query, one matmul a block), and each result's rescore time is the
+        batch's shared equally; otherwise (ANN, bm25, hybrid) the queries are answered one
+        at a time."""
+        ms = [float(encode_ms)] * len(queries) if np.ndim(encode_ms) == 0 else [float(m) for m in encode_ms]  # type: ignore[arg-type, union-attr]
+        if len(ms) != len(queries):
+            raise ValueError(f"{len(queries)} queries but {len(ms)} encode times")
+        for q in queries:
+            self.check(q.text, k, mode)
+        fs, _ = request_settings(self.config, mode, knobs)
+        parts = self.partitions.get(mode, [])
+        exact = mode in MODES and (
+            all(p.exact for p in parts) or (restriction is not None and filtered_exact(len(restriction), fs, k))
+        )
+        if not exact or not queries:
+            return [self.search_encoded(q, k, mode, m, restriction, **knobs) for q, m in zip(queries, ms)]
+        t0 = time.perf_counter()
+        if restriction is None:
+            allowed: list[Optional[np.ndarray]] = [None] * len(parts)
+        else:
+            ranges = dense_ranges(self.manifest, mode, self.paths[mode] == "exact")
+            allowed = [restriction.rows(first, n) for first, n in ranges]
+        nothing = [PartitionResult(Ranked(), 0, 0.0)] * len(queries)
+        per_part = [p.rank_batch(mode, queries, k, allowed=a) if a is None or len(a) else nothing for p, a in zip(parts, allowed)]
+        rescore = (time.perf_counter() - t0) * 1e3 / len(queries)
+        path = "exact" if restriction is not None else self.paths[mode]
+        out = []
+        for i, (q, m) in enumerate(zip(queries, ms)):
+            result = merge_partition_results(q.text, mode, path, k, [r[i] for r in per_part], len(parts), {"encode": m, "candidates": 0.0, "rescore": rescore})
+            result.allowed_passages = len(restriction) if restriction is not None else None
+            out.append(result)
+        return out
+
     def search(
         self, queries: Sequence[str], k: int = 10, mode: str = "maxsim", filter: Optional[str] = None, doc_ids: Optional[Sequence[str]] = None, **knobs: Any
     ) -> list[SearchResult]:

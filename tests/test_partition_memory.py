@@ -49,6 +49,8 @@ CHILD = r"""
 import json, resource, sys
 import numpy as np
 from operators.partition import Partition  # every import before the baseline
+from operators.kernels import get_torch
+get_torch()  # the scoring kernels' torch, as a Partition loads it
 from operators.query import EncodedQuery
 from storage.codec_file import load_codecs
 from storage.manifest import load_manifest

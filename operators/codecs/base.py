@@ -113,7 +113,7 @@ class Codec(ABC):
             raise ValueError(f"{self.name} decode: out must be ({n}, {self.dim_out}) float32, got {out.dtype} {out.shape}")
         for s in range(0, n, block):
             part = codes[s : s + block] if rows is None else codes[rows[s : s + block]]
-            out[s : s + len(part)] = self._decode(np.ascontiguousarray(part))
+            self._decode_into(np.ascontiguousarray(part), out[s : s + len(part)])
         return out
 
     def decode_into(self, codes: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -132,6 +132,12 @@ class Codec(ABC):
 
     @abstractmethod
     def _decode(self, codes: np.ndarray) -> np.ndarray: ...
+
+    def _decode_into(self, codes: np.ndarray, out: np.ndarray) -> None:
+        """One block: C-contiguous (n, bytes_per_vector) uint8 codes decoded into ``out``, a
+        (n, dim_out) float32 view (the exact scan's reused buffer). Codecs that can write
+        there without a temporary of the block override it; the values equal ``_decode``'s."""
+        out[...] = self._decode(codes)
 
     # ---- serialisation
     def stages(self) -> list["Codec | Transform"]:

@@ -148,6 +148,9 @@ class Composed(Codec):
     def _decode(self, codes: np.ndarray) -> np.ndarray:
         return self.inner._decode(codes)
 
+    def _decode_into(self, codes: np.ndarray, out: np.ndarray) -> None:
+        self.inner._decode_into(codes, out)
+
     def stages(self):
         return [self.transform, self.inner]
 

@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from operators.codecs.base import HELDOUT_FRACTION, Codec, _normalize, _use_gpu, default_centroids, id_dtype, is_unit
+from operators.codecs.base import HELDOUT_FRACTION, Codec, _use_gpu, default_centroids, id_dtype, is_unit
 
 
 def _kmeans(x: np.ndarray, k: int, seed: int, niter: int, gpu: Optional[bool]) -> np.ndarray:
@@ -63,6 +63,9 @@ class Residual(Codec):
         # byte value v → its per_byte decoded residual values
         buckets = (np.arange(256, dtype=np.uint8)[:, None] >> self.shifts[None, :]) & np.uint8(2**nbits - 1)
         self.table = self.weights[buckets]  # (256, per_byte) float32
+        # the same table as one 4·per_byte-byte item a byte value: one gather a code byte
+        self._unit = np.dtype((np.void, 4 * self.per_byte))
+        self._table_units = np.ascontiguousarray(self.table).view(self._unit).reshape(256)
         self._index = None
 
     @property
@@ -144,9 +147,25 @@ class Residual(Codec):
         return np.ascontiguousarray(codes[:, : self.id_bytes]).view(self.ids).reshape(-1).astype(np.int64)
 
     def _decode(self, codes: np.ndarray, normalize: Optional[bool] = None) -> np.ndarray:
-        x = self.table[codes[:, self.id_bytes :]].reshape(len(codes), self.dim_out)
-        x += self.centroids[self.ids_of(codes)]
-        return _normalize(x) if (self.normalize if normalize is None else normalize) else x
+        out = np.empty((len(codes), self.dim_out), np.float32)
+        self._decode_into(codes, out, normalize)
+        return out
+
+    def _decode_into(self, codes: np.ndarray, out: np.ndarray, normalize: Optional[bool] = None) -> None:
+        """Residual values gathered straight into ``out`` (each code byte's per_byte values
+        copied as one item), the centroid added, rows rescaled to unit length with
+        ``normalize``: no (n, dim) temporary besides the centroids' gather. Codes hold valid
+        ids (< n_centroids) by construction, so the gathers skip bounds checks."""
+        n = len(codes)
+        res = codes[:, self.id_bytes :]
+        if out.flags.c_contiguous:  # take(mode="clip"): no bounds checks (3x faster than fancy indexing)
+            np.take(self._table_units, res, out=out.view(self._unit).reshape(n, -1), mode="clip")
+        else:
+            out[...] = self.table[res].reshape(n, self.dim_out)
+        out += np.take(self.centroids, self.ids_of(codes), axis=0, mode="clip")
+        if self.normalize if normalize is None else normalize:
+            norms = np.sqrt(np.einsum("ij,ij->i", out, out))
+            out /= np.maximum(norms, np.float32(1e-12))[:, None]
 
     def decode_raw(self, codes: np.ndarray) -> np.ndarray:
         """Centroid + decoded residual, without the rescaling to unit length."""

@@ -7,6 +7,7 @@ from typing import Any, Optional
 import numpy as np
 
 from operators.codecs.base import Codec
+from operators.kernels import half_to_float32
 
 
 class Float16(Codec):
@@ -35,7 +36,12 @@ class Float16(Codec):
         return x.astype("<f2").view(np.uint8)
 
     def _decode(self, codes: np.ndarray) -> np.ndarray:
-        return codes.view("<f2").astype(np.float32)
+        out = np.empty((len(codes), self.dim_out), np.float32)
+        self._decode_into(np.ascontiguousarray(codes), out)
+        return out
+
+    def _decode_into(self, codes: np.ndarray, out: np.ndarray) -> None:
+        half_to_float32(codes.view("<f2"), out)
 
     def _state(self):
         return {"dim": self.dim_in}, {}
@@ -78,8 +84,13 @@ class Int8(Codec):
         return out
 
     def _decode(self, codes: np.ndarray) -> np.ndarray:
+        out = np.empty((len(codes), self.dim_out), np.float32)
+        self._decode_into(codes, out)
+        return out
+
+    def _decode_into(self, codes: np.ndarray, out: np.ndarray) -> None:
         scale = np.ascontiguousarray(codes[:, :4]).view("<f4").astype(np.float32)  # (n, 1)
-        return codes[:, 4:].view(np.int8).astype(np.float32) * scale
+        np.multiply(codes[:, 4:].view(np.int8), scale, out=out)  # int8 → float32 exactly, one rounding
 
     @staticmethod
     def scales(codes: np.ndarray) -> np.ndarray:

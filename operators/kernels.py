@@ -1,0 +1,69 @@
+"""The two dense kernels of exact scoring, on numpy arrays: the half → float32 cast of float16
+codes and the float32 matmul. Both run through torch (one of mvr's dependencies; zero-copy
+views of the numpy arrays) when it imports, numpy otherwise.
+
+Why torch: numpy converts float16 a value at a time (about 1 ns a value on the 2-core
+machine of benchmarks/search_latency.py; torch's F16C / AVX-512 cast is 4x faster on one
+thread), and the exact scan alternates the cast and the matmul block by block, hundreds of
+times a query. With the cast on torch's OpenMP threads and the matmul on numpy's OpenBLAS
+threads, each switch waits for the other pool's spinning threads: measured 2 s instead of
+0.05 s a query on msmarco-sample. Both kernels on torch's threads (its matmul is MKL's
+sgemm) use one pool. Results are float32 and equal numpy's up to float rounding (the cast is
+bit-identical)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Optional
+
+import numpy as np
+
+_torch_module: Optional[Any] = None
+_torch_tried = False
+
+
+def get_torch() -> Optional[Any]:
+    """torch, imported on first use (so that ``mvr --help`` and the codec module import no
+    torch); ``operators.partition`` calls it at import, so a partition replica (or a process
+    under a memory limit, tests/test_partition_memory.py) pays for it when it loads. None when
+    torch does not import."""
+    global _torch_module, _torch_tried
+    if not _torch_tried:
+        _torch_tried = True
+        try:
+            import torch
+        except ImportError:  # pragma: no cover - torch is a dependency
+            return None
+        # codes are read-only memory maps, and the tensors made of them are only read: torch
+        # warns once a process about a read-only array, so that once is spent here, silenced
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            read_only = np.zeros(1, np.float32)
+            read_only.flags.writeable = False
+            torch.from_numpy(read_only)
+        _torch_module = torch
+    return _torch_module
+
+
+def half_to_float32(half: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """IEEE half floats (float16, any shape) converted into ``out`` (float32, the same
+    shape): bit-identical to ``half.astype(np.float32)`` (subnormals, infinities and NaNs
+    included). Returns ``out``."""
+    if half.shape != out.shape or out.dtype != np.float32:
+        raise ValueError(f"half_to_float32: out must be {half.shape} float32, got {out.dtype} {out.shape}")
+    torch = get_torch()
+    if torch is None or not half.size or half.dtype != np.float16 or not half.dtype.isnative:
+        np.copyto(out, half)
+    else:
+        torch.from_numpy(out).copy_(torch.from_numpy(half))
+    return out
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(r, d) @ (d, m) → (r, m) float32 (both converted to float32 first when they are not)."""
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    torch = get_torch()
+    if torch is None or a.ndim != 2 or b.ndim != 2 or 0 in a.shape + b.shape or min(a.strides + b.strides) < 0:
+        return a @ b
+    return torch.mm(torch.from_numpy(a), torch.from_numpy(b)).numpy()
