@@ -1,0 +1,1 @@
+"""Peer libraries of the benchmarks (each in its own venv; see plaid_venv.py)."""
