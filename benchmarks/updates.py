@@ -80,18 +80,21 @@ def build_from_scratch(corpus: str, index: str) -> float:
     return t_index + t_ann
 
 
-def latencies(searchers: dict[str, tuple[Searcher, Optional[Restriction]]], encoded: list, rounds: int) -> dict[str, dict[str, Any]]:
+def latencies(searchers: dict[str, tuple[Searcher, Optional[Restriction]]], texts: list[str], rounds: int) -> dict[str, dict[str, Any]]:
     """{variant: {"p50_ms", "results"}}: each query's median search time (encoding excluded)
-    over ``rounds``, variants interleaved in rotating order; ``results``: the last round's."""
+    over ``rounds``, variants interleaved in rotating order; ``results``: the last round's.
+    Each variant's searcher encodes the queries itself (before any timing): an index's trained
+    codec projects queries into its own space, so one index's encodings are not another's."""
     names = list(searchers)
-    times = {n: np.zeros((rounds, len(encoded))) for n in names}
-    last: dict[str, list[SearchResult]] = {n: [None] * len(encoded) for n in names}  # type: ignore[list-item]
+    encoded = {n: searchers[n][0].encode(texts) for n in names}
+    times = {n: np.zeros((rounds, len(texts))) for n in names}
+    last: dict[str, list[SearchResult]] = {n: [None] * len(texts) for n in names}  # type: ignore[list-item]
     for r in range(rounds):
-        for j, q in enumerate(encoded):
+        for j in range(len(texts)):
             for n in names[(r + j) % len(names):] + names[: (r + j) % len(names)]:
                 s, restriction = searchers[n]
                 t0 = time.perf_counter()
-                last[n][j] = s.search_encoded(q, 10, "maxsim", 0.0, restriction)
+                last[n][j] = s.search_encoded(encoded[n][j], 10, "maxsim", 0.0, restriction)
                 times[n][r, j] = (time.perf_counter() - t0) * 1e3
     return {n: {"p50_ms": float(np.median(np.median(times[n], axis=0))), "results": last[n]} for n in names}
 
@@ -150,9 +153,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         "compacted": (Searcher(live, ["maxsim"], SearchConfig(), enc), Searcher(live, ["maxsim"], exact_cfg, enc)),
         "from scratch": (Searcher(scratch, ["maxsim"], SearchConfig(), enc), Searcher(scratch, ["maxsim"], exact_cfg, enc)),
     }
-    encoded = before.encode(list(queries.values()))
-    ann = latencies({n: (v[0], None) for n, v in variants.items()}, encoded, args.latency_rounds)
-    exact = latencies({n: (v[1], None) for n, v in variants.items()}, encoded, 1)
+    texts = list(queries.values())
+    ann = latencies({n: (v[0], None) for n, v in variants.items()}, texts, args.latency_rounds)
+    exact = latencies({n: (v[1], None) for n, v in variants.items()}, texts, 1)
     ids = list(queries)
     rows = {}
     for n in variants:
@@ -164,7 +167,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     compacted = variants["compacted"][0]
     filt = {"none": (compacted, None), **{s: (compacted, compacted.restriction(f)) for s, f in SELECTIVITY.items()}}
-    lat = latencies(filt, encoded, args.latency_rounds)
+    lat = latencies(filt, texts, args.latency_rounds)
     out["filters"] = {
         s: {"filter": SELECTIVITY.get(s), "allowed_passages": len(filt[s][1]) if filt[s][1] is not None else None, "p50_ms": round(lat[s]["p50_ms"], 2),
             "ratio": round(lat[s]["p50_ms"] / lat["none"]["p50_ms"], 2), "paths": sorted({r.path for r in lat[s]["results"]}),
