@@ -182,7 +182,13 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path):
     written yet): no traceback, status 130."""
     fifo = tmp_path / "config.yaml"
     os.mkfifo(fifo)
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "build-bm25", str(tmp_path / "idx"), "--config", str(fifo)], cwd=ROOT, stderr=subprocess.PIPE)
+    # SIGINT's default disposition in the child: a child inherits an *ignored* SIGINT (and Python
+    # then installs no KeyboardInterrupt handler), and something in this test process may have
+    # ignored it (a full-suite run once hung here after the cluster tests)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "build-bm25", str(tmp_path / "idx"), "--config", str(fifo)], cwd=ROOT, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     writer = None
     try:
         deadline = time.monotonic() + 120
