@@ -24,11 +24,25 @@ class FirstStage:
     (raised while fewer than k passages come back); ``candidate_cap``: passages rescored at
     most over all partitions (the best by first-stage estimate; raised to k); ``ann``: backend
     search knobs (FAISS ``nprobe``; ScaNN ``leaves_to_search``, ``reorder_k``), unset = the
-    index's defaults."""
+    index's defaults. ``k_ref``: the k that ``k_prime`` and ``candidate_cap`` are sized for; a
+    search for more documents scales them (``budget``), as PLAID widens its search with k."""
 
     k_prime: int = 100
     candidate_cap: int = 1000
     ann: dict[str, Any] = field(default_factory=dict)
+    k_ref: int = 10
+
+    def budget(self, k: int) -> tuple[int, int]:
+        """(k', candidate cap) for a top-``k`` search: k' × k / k_ref and the cap at least
+        CAP_PER_K · k when k > k_ref; the configured values otherwise."""
+        if k <= self.k_ref:
+            return self.k_prime, max(self.candidate_cap, k)
+        return -(-self.k_prime * k // self.k_ref), max(self.candidate_cap, CAP_PER_K * k)
+
+
+# Passages rescored per document asked for, at least, once k exceeds k_ref (PLAID's ndocs is
+# 4·k beyond k = 100).
+CAP_PER_K = 4
 
 
 def select(hits: Sequence[Hits], k_prime: int, cap: int) -> tuple[list[np.ndarray], int]:
@@ -71,12 +85,12 @@ class CandidateRounds:
 
     def __init__(self, first_stage: FirstStage, k: int, n_passages: int, n_vectors: int, allowed_passages: Optional[int] = None) -> None:
         self.max_vectors = max(1, n_vectors)
-        k_prime = first_stage.k_prime
+        k_prime, cap = first_stage.budget(k)
         if allowed_passages is not None:
             k_prime = -(-k_prime * max(1, n_passages) // max(1, allowed_passages))
             n_passages = min(n_passages, allowed_passages)
         self.k_prime = max(1, min(k_prime, self.max_vectors))
-        self.cap = max(first_stage.candidate_cap, k)
+        self.cap = cap
         self.need = min(k, n_passages)
 
     def offer(self, hits: Sequence[Hits]) -> Optional[list[np.ndarray]]:

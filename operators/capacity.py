@@ -17,9 +17,10 @@ Formats the arithmetic follows (schema v2, ``storage/schema.py``):
   doc_id, passage_idx) and its index over the *decoded* vectors, of the kind's codec's output
   dimension (``dim_out``: 64 for the default token codec, dim for int8): FAISS IVFPQ (``operators/ivfpq.py``: per vector
   an m·nbits/8-byte code and an 8-byte id; coarse centroids nlist·dim·4; PQ centroids
-  2^nbits·dim·4) or ScaNN (``operators/scann_index.py``: per vector the float32 vector kept
-  for the exact reorder, one byte per dims_per_block dimensions of AH codes on disk — half
-  that in RAM, lut16 packs two a byte — and a 4-byte leaf token; leaf centres), both flat
+  2^nbits·dim·4) or ScaNN (``operators/scann_index.py``: per vector one byte per
+  dims_per_block dimensions of AH codes on disk — half that in RAM, lut16 packs two a byte —
+  and a 4-byte leaf token, plus the float32 vector only when built with a reorder stage,
+  ``reorder_k`` > 0, not the default; leaf centres), both flat
   float32 below 4,096 vectors. One copy of the vectors: the shards' codes;
 - a served partition (``operators/partition.py``, ``operators/stored_vectors.py``) holds per
   kind its ANN index, the passages' vector offsets (int64, n + 1), doc ids (Python strings)
@@ -285,6 +286,7 @@ class AnnSettings:
     pq_m: Optional[int] = None  # FAISS sub-quantizers (code bytes at 8 bits)
     nbits: Optional[int] = None  # FAISS bits a sub-quantizer code
     dims_per_block: int = 2  # ScaNN AH
+    scann_reorder: bool = False  # ScaNN built with reorder_k > 0: a float32 copy of every vector
 
     def __post_init__(self) -> None:
         if self.backend not in ANN_BACKENDS:
@@ -376,10 +378,13 @@ class AnnIndexSize:
     bytes_per_vector_ram: float
 
 
-def ann_index_size(backend: str, dim: int, n_vectors: float, pq_m: Optional[int] = None, nbits: Optional[int] = None, dims_per_block: int = 2) -> AnnIndexSize:
+def ann_index_size(
+    backend: str, dim: int, n_vectors: float, pq_m: Optional[int] = None, nbits: Optional[int] = None, dims_per_block: int = 2,
+    scann_reorder: bool = False,
+) -> AnnIndexSize:
     """Bytes of one partition's index over ``n_vectors`` vectors with this codebase's defaults
     (``operators/ivfpq.py``, ``operators/scann_index.py``) unless ``pq_m`` / ``nbits`` /
-    ``dims_per_block`` are given. Fixed parts (quantizers) included."""
+    ``dims_per_block`` / ``scann_reorder`` are given. Fixed parts (quantizers) included."""
     n = float(n_vectors)
     if n < BRUTE_FORCE_BELOW:  # both backends: flat float32, exact
         per = 4.0 * dim
@@ -401,10 +406,11 @@ def ann_index_size(backend: str, dim: int, n_vectors: float, pq_m: Optional[int]
         leaves = scann_default_num_leaves(n)
         blocks = math.ceil(dim / dims_per_block)
         codebook = SCANN_AH_CENTERS * dim * 4 + 100 * blocks
-        per_file = 4.0 * dim + blocks + 4  # dataset.npy (float32, reorder) + hashed_dataset.npy + datapoint_to_token.npy
-        per_ram = 4.0 * dim + math.ceil(blocks / 2) + 8  # lut16 packs two 4-bit codes a byte; leaf token + datapoint index
+        copy = 4.0 * dim if scann_reorder else 0.0  # dataset.npy: float32 vectors for the reorder stage
+        per_file = copy + blocks + 4  # + hashed_dataset.npy + datapoint_to_token.npy
+        per_ram = copy + math.ceil(blocks / 2) + 8  # lut16 packs two 4-bit codes a byte; leaf token + datapoint index
         leaves_bytes = leaves * (8 * dim + 20)  # serialized_partitioner.pb (measured ≈ 2 × leaves × dim × 4)
-        params = {"num_leaves": leaves, "dims_per_block": dims_per_block, "ah_blocks": blocks}
+        params = {"num_leaves": leaves, "dims_per_block": dims_per_block, "ah_blocks": blocks, "reorder": scann_reorder}
         return AnnIndexSize(backend, n, params, n * per_file + leaves_bytes + codebook + 1200, n * per_ram + leaves * dim * 8 + codebook, per_file, per_ram)
     raise ValueError(f"no ANN index for backend {backend!r}")
 
@@ -577,7 +583,7 @@ def partition_ram(w: Workload, ann: AnnSettings, serve: ServeSettings, passages:
         n = passages * w.vectors_per_passage(kind)
         codes += passages * w.codes_bytes_per_passage(kind)
         if ann.backend != "none":
-            idx = ann_index_size(ann.backend, w.dim_of(kind), n, ann.pq_m, ann.nbits, ann.dims_per_block)
+            idx = ann_index_size(ann.backend, w.dim_of(kind), n, ann.pq_m, ann.nbits, ann.dims_per_block, ann.scann_reorder)
             indexes[kind] = idx
             lines.append(Line(f"{kind}: {ann.backend} index (dim {w.dim_of(kind)})", idx.ram_bytes, _index_how(idx)))
         ids = passages * per_passage + 8
@@ -605,7 +611,8 @@ def _index_how(idx: AnnIndexSize) -> str:
         return "flat float32 (< 4,096 vectors)"
     if idx.backend == "faiss-ivfpq":
         return f"nlist {p['nlist']}, m {p['m']} × {p['nbits']} bits: {idx.bytes_per_vector_ram:g} B/vector + quantizers"
-    return f"{p['num_leaves']} leaves, AH {p['ah_blocks']} blocks, float32 reorder copy: {idx.bytes_per_vector_ram:g} B/vector + leaves"
+    copy = ", float32 reorder copy" if p.get("reorder") else ""
+    return f"{p['num_leaves']} leaves, AH {p['ah_blocks']} blocks{copy}: {idx.bytes_per_vector_ram:g} B/vector + leaves"
 
 
 def partitions_for_budget(ram_at: Callable[[int], float], budget_bytes: float, passages: int) -> int:
@@ -665,7 +672,7 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
             n = w.passages * w.vectors_per_passage(kind)
             storage.append(Line(f"ann/{kind}: passages.parquet", w.passages * pp + partitions * footer, f"ids only (passage, doc_id, passage_idx): {pp:g} B/passage + {footer:,.0f} B a file"))
             # partitions of near-equal size: P × one partition's index (fixed parts counted P times)
-            idx = ann_index_size(ann.backend, w.dim_of(kind), n / partitions, ann.pq_m, ann.nbits, ann.dims_per_block)
+            idx = ann_index_size(ann.backend, w.dim_of(kind), n / partitions, ann.pq_m, ann.nbits, ann.dims_per_block, ann.scann_reorder)
             storage.append(Line(f"ann/{kind}: {ann.backend} index", idx.file_bytes * partitions, f"{partitions:,} × ({_index_how(idx)}), dim {w.dim_of(kind)}"))
     built = (0 if exact_only else len(ann.kinds) * partitions) + (partitions if serve.bm25 else 0)
     if built:

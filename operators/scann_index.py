@@ -1,8 +1,10 @@
-"""ScaNN backend: k-means tree partitioning + anisotropic asymmetric hashing + exact reorder.
+"""ScaNN backend: k-means tree partitioning + anisotropic asymmetric hashing (+ an optional
+exact reorder).
 
 Vectors are (n, dim) float32, normally L2-normalised; the distance is ScaNN's dot product, so
-returned scores are inner products, exact for every result that went through the reorder
-(the top ``reorder_k`` AH candidates, which include all k returned).
+returned scores are inner products: AH estimates by default, exact for every result that went
+through the reorder when the index is built with one (the top ``reorder_k`` AH candidates,
+which include all k returned).
 
 ScaNN's builder trains on, and indexes, the whole dataset at once. So ``add`` buffers vectors
 and the searcher is built lazily, by the first ``search`` or ``save``; ``train(sample)`` only
@@ -18,8 +20,13 @@ Defaults are computed from the number of vectors present at build (the ``n_vecto
 - ``num_leaves`` = round(sqrt(n)), at most n/50 (ScaNN's minimum partition size);
 - ``leaves_to_search`` (search knob) = num_leaves/64 rounded up, at least 8 (or num_leaves if
   smaller): about 1/64 of the data scanned a query, as FAISS's ``nprobe``;
-- ``reorder_k`` (search knob) = 100 AH candidates rescored exactly, raised to k when k is
-  larger (on clustered data, 50 already recovers > 99% of the exact top-10);
+- ``reorder_k`` = 0: no reorder stage, so ScaNN keeps no float32 copy of the vectors (4·dim B
+  a vector, 8x the rest of the index at 64 dims) and returns AH scores; mvr's exact rescoring
+  from the codes is the reorder. Measured on both sample collections at the default codec
+  (``benchmarks/scann_reorder.py``, docs/codecs.md): the same nDCG@10 and overlap@10 for every
+  mode as ``reorder_k`` = 100 and the same latency, at 37 instead of 293 B a token vector. A
+  build with ``reorder_k`` > 0 keeps the copy and rescores that many AH candidates exactly
+  (the search knob, raised to k when k is larger);
 - AH: 2 dimensions a block, 16 centres a block (lut16), anisotropic threshold 0.2
   (ScaNN's recommendation for normalised data; None turns anisotropic quantization off,
   which halves the build: 11.6 s → 6.1 s for 93,131 384-dim token vectors, one thread,
@@ -64,7 +71,7 @@ PARAMS = {
 }
 PARALLEL_BATCH = 256  # queries a thread when searching in parallel
 UPSERT_BATCH = 256  # vectors an insertion batch after the build
-DEFAULT_REORDER_K = 100  # AH candidates rescored exactly before the top k are returned
+DEFAULT_REORDER_K = 0  # no reorder stage (module docstring); > 0: AH candidates rescored exactly from a float32 copy
 
 
 def default_num_leaves(n_vectors: int) -> int:

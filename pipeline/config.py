@@ -278,10 +278,11 @@ class FirstStageConfig(_Section):
     nprobe: Optional[int] = Field(None, ge=1, description="FAISS: coarse cells visited (overrides probe_fraction)")
     leaves_to_search: Optional[int] = Field(None, ge=1, description="ScaNN: tree leaves visited (overrides probe_fraction)")
     reorder_k: Optional[int] = Field(None, ge=1, description="ScaNN: candidates re-ranked in float")
+    k_ref: int = Field(10, ge=1, description="the k that k_prime and candidate_cap are sized for: a search for more documents scales k_prime by k / k_ref and raises candidate_cap to 4·k")
 
     def first_stage(self) -> FirstStage:
         knobs = {"probe_fraction": self.probe_fraction, "nprobe": self.nprobe, "leaves_to_search": self.leaves_to_search, "reorder_k": self.reorder_k}
-        return FirstStage(self.k_prime, self.candidate_cap, {k: v for k, v in knobs.items() if v is not None})
+        return FirstStage(self.k_prime, self.candidate_cap, {k: v for k, v in knobs.items() if v is not None}, self.k_ref)
 
 
 class HybridConfig(_Section):

@@ -77,8 +77,8 @@ def resolve_restriction(catalog: Catalog, filter: Optional[str] = None, doc_ids:
 def filtered_exact(n_allowed: int, fs: FirstStage, k: int) -> bool:
     """Whether a filter allowing ``n_allowed`` passages goes straight to exact scoring of
     them: when they are no more than the passages the ANN path would rescore anyway
-    (``candidate_cap``, at least k)."""
-    return n_allowed <= max(fs.candidate_cap, k)
+    (``candidate_cap`` for a top-``k`` search, ``FirstStage.budget``)."""
+    return n_allowed <= fs.budget(k)[1]
 
 
 @dataclass

@@ -65,8 +65,6 @@ def test_ids_are_consecutive_row_positions(built, data, backend):
     rows = np.arange(0, N, 400)  # both add calls; a stored vector finds itself
     ids, _ = index.search(x[rows], 10)
     assert all(r in row for r, row in zip(rows, ids))
-    if backend == "scann":  # exact reorder: the vector itself is always first
-        assert np.array_equal(ids[:, 0], rows)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -81,13 +79,11 @@ def test_recall_at_default_knobs(built, data, backend):
     print(f"\n{backend} {index.params}: build {build_s:.2f} s, search {search_ms:.3f} ms/query, "
           f"recall@10 {r10:.3f}, exact top-10 within top-100 {r100:.3f}")
     assert r100 >= 0.95
-    if backend == "scann":
-        assert r10 >= 0.9  # AH candidates reordered exactly
-    else:
-        # IVFPQ ranks by PQ-estimated scores (no reorder: exact rescoring happens downstream),
-        # so its own top-10 misses near-ties; measured 0.52 here with the default 8-dim
-        # sub-vectors (0.73 with 4-dim ones, which train 20x slower at dim 384).
-        assert r10 >= 0.45
+    # Both rank by estimated scores by default (no reorder: exact rescoring from the codes
+    # happens downstream), so their own top-10 misses near-ties. IVFPQ: measured 0.52 here with
+    # the default 8-dim sub-vectors (0.73 with 4-dim ones, which train 20x slower at dim 384);
+    # ScaNN's AH: 0.71 (0.99 when built with a reorder stage: the test below).
+    assert r10 >= (0.6 if backend == "scann" else 0.45)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -100,12 +96,10 @@ def test_scores_are_inner_products_best_first(built, data, backend):
     assert ((ids >= 0) & (ids < N)).all() and all(len(set(row)) == 20 for row in ids)
     assert (np.diff(scores, axis=1) <= 1e-6).all()
     true = np.einsum("qd,qkd->qk", q, x[ids])
-    if backend == "scann":
-        np.testing.assert_allclose(scores, true, atol=1e-5)
-    else:  # asymmetric PQ estimates of the same inner products
-        err = np.abs(scores - true)
-        # measured 0.076, 0.23 with the default 8-dim sub-vectors (0.027, 0.12 with 4-dim ones)
-        assert err.mean() < 0.1 and err.max() < 0.35, (err.mean(), err.max())
+    # asymmetric estimates of the same inner products (PQ; ScaNN's AH, no reorder stage)
+    err = np.abs(scores - true)
+    # IVFPQ: measured 0.076, 0.23 with the default 8-dim sub-vectors (0.027, 0.12 with 4-dim ones)
+    assert err.mean() < 0.1 and err.max() < 0.35, (err.mean(), err.max())
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -249,7 +243,7 @@ def test_default_parameter_rules():
     assert (p["nlist"], p["training_sample_size"], p["nprobe"]) == (16384, 1_048_576, 256)
     assert ivfpq.default_params(128, 4095)["brute_force"]
     s = scann_index.default_params(128, 1_000_000)
-    assert (s["num_leaves"], s["leaves_to_search"], s["reorder_k"], s["brute_force"]) == (1000, 16, 100, False)
+    assert (s["num_leaves"], s["leaves_to_search"], s["reorder_k"], s["brute_force"]) == (1000, 16, 0, False)
     assert scann_index.default_params(128, 4095)["brute_force"]
 
 
@@ -273,6 +267,9 @@ def test_scann_without_reorder_keeps_no_float_copy_and_finds_the_same_candidates
     plain_files, reordered_files = (set(os.listdir(tmp_path / n)) for n in ("plain", "reordered"))
     assert reordered_files - plain_files == {"dataset.npy"}
     assert os.path.getsize(tmp_path / "reordered" / "dataset.npy") >= 4 * N * DIM
+    rows = np.arange(0, N, 400)  # reordered exactly, a stored vector is its own first hit
+    assert np.array_equal(reordered.search(x[rows], 10)[0][:, 0], rows)
+    assert recall(reordered.search(q, 10)[0], exact) >= 0.9
     ids100, _ = plain.search(q, 100)
     assert recall(ids100, exact) >= 0.98 and recall(ids100, exact) >= recall(reordered.search(q, 100)[0], exact) - 0.01
     ids10, scores = plain.search(q, 10)

@@ -136,7 +136,8 @@ def test_faiss_code_sizes():
     flat = ann_index_size("scann", 64, 4095)
     assert flat.params == {"brute_force": True} and flat.ram_bytes == 4095 * 64 * 4
     scann = ann_index_size("scann", 128, 10**7)
-    assert scann.bytes_per_vector_ram == 4 * 128 + 32 + 8  # float32 reorder copy + packed 4-bit codes of 64 blocks + ids
+    assert scann.bytes_per_vector_ram == 32 + 8  # packed 4-bit codes of 64 blocks + ids (no reorder stage by default)
+    assert ann_index_size("scann", 128, 10**7, scann_reorder=True).bytes_per_vector_ram == 4 * 128 + 32 + 8  # + the float32 copy
 
 
 def test_ram_partitions_and_hours():
@@ -230,19 +231,19 @@ def test_plan_job_prints_tables_and_json(capsys):
 # ------------------------------------------------------------------ ANN sizes against real indexes
 
 
-@pytest.mark.parametrize("backend", ["faiss-ivfpq", "scann"])
-def test_ann_index_bytes_match_saved_indexes(tmp_path, backend):
+@pytest.mark.parametrize("backend,reorder", [("faiss-ivfpq", False), ("scann", False), ("scann", True)])
+def test_ann_index_bytes_match_saved_indexes(tmp_path, backend, reorder):
     from operators.ann import make_index
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((6000, 32)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    index = make_index(backend, 32, len(x))
+    index = make_index(backend, 32, len(x), **({"reorder_k": 100} if reorder else {}))
     index.train(x)
     index.add(x)
     index.save(str(tmp_path))
     actual = sum(os.path.getsize(tmp_path / f) for f in os.listdir(tmp_path) if f != "ann.json")
-    model = ann_index_size(backend, 32, len(x))
+    model = ann_index_size(backend, 32, len(x), scann_reorder=reorder)
     assert model.file_bytes == pytest.approx(actual, rel=0.02)
     for name in ("nlist", "m", "nbits") if backend == "faiss-ivfpq" else ("num_leaves",):
         assert model.params[name] == index.params[name]

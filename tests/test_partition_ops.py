@@ -89,6 +89,29 @@ def test_k_prime_grows_until_k_passages_are_hit(corpus):
     assert sum(len(r) for r in rows) >= 50 and k_prime > 1
 
 
+def test_budget_follows_k_beyond_k_ref(corpus):
+    fs = FirstStage(k_prime=32, candidate_cap=1024)
+    assert fs.budget(10) == fs.budget(5) == (32, 1024)  # a top-10 search is as configured
+    assert fs.budget(100) == (320, 1024) and fs.budget(1000) == (3200, 4000)
+    assert FirstStage(k_prime=32, candidate_cap=1024, k_ref=1000).budget(100) == (32, 1024)  # scaling off
+    # the first round asks the scaled k'; a top-100 search ranks more candidates than a top-10
+    arrays, doc_ids, rng = corpus
+    parts = partitions(arrays, doc_ids, [0, 150, 300])
+    qv = unit(rng.standard_normal((2, DIM)))
+    asked: list[int] = []
+
+    def gather(kp: int):
+        asked.append(kp)
+        return [p.hits(qv, kp) for p in parts]
+
+    few = FirstStage(k_prime=4, candidate_cap=1000)
+    rows10, _ = candidates(gather, few, 10, 300, 2000)
+    first10, asked[:] = asked[0], []
+    rows100, _ = candidates(gather, few, 100, 300, 2000)
+    assert first10 == 4 and asked[0] == 40
+    assert sum(map(len, rows100)) >= 100 > sum(map(len, rows10))
+
+
 def test_candidate_cap_keeps_the_best_estimates():
     from operators.partition import Hits
 
