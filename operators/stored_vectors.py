@@ -85,13 +85,23 @@ class StoredVectors:
         """The stored rows (codes or float vectors) at ``vector_rows``, in that order: only the
         pages holding them are read from a memory-mapped segment."""
         rows = np.asarray(vector_rows, dtype=np.int64)
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.n_vectors):
+            raise IndexError(f"vector rows out of range [0, {self.n_vectors})")
+        # rows checked above: take(mode="clip") skips numpy's per-item bounds checks (several
+        # times faster than fancy indexing on these narrow rows)
         if len(self.segments) == 1:
-            return self.segments[0][rows]
+            return np.take(self.segments[0], rows, axis=0, mode="clip")
         seg = np.searchsorted(self.starts, rows, side="right") - 1
         out = np.empty((len(rows),) + self.segments[0].shape[1:], dtype=self.segments[0].dtype)
+        if len(rows) and (seg[1:] >= seg[:-1]).all():  # ascending (candidate rows are): one slice a segment
+            cuts = np.r_[0, np.flatnonzero(seg[1:] != seg[:-1]) + 1, len(rows)]
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                s = seg[a]
+                np.take(self.segments[s], rows[a:b] - self.starts[s], axis=0, mode="clip", out=out[a:b])
+            return out
         for s in np.unique(seg):  # one step per segment touched, not per vector
             mask = seg == s
-            out[mask] = self.segments[s][rows[mask] - self.starts[s]]
+            out[mask] = np.take(self.segments[s], rows[mask] - self.starts[s], axis=0, mode="clip")
         return out
 
     def decode(self, vector_rows: np.ndarray) -> np.ndarray:

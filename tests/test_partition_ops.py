@@ -129,3 +129,18 @@ def test_exact_partition_ranks_every_passage(corpus):
         part.hits(q.tokens, 5)
     with pytest.raises(ValueError, match="holds tokens"):
         part.rank("pooled", q, None, 5)
+
+
+def test_stored_rows_gather_across_segments_in_any_order():
+    from operators.stored_vectors import StoredVectors
+
+    rng = np.random.default_rng(1)
+    whole = rng.integers(0, 255, (50, 18), dtype=np.uint8)
+    v = StoredVectors([whole[:7], whole[7:30], whole[30:]], np.array([0, 10, 25, 50]))
+    for rows in (np.arange(50), np.array([3, 6, 7, 29, 30, 49]), np.array([49, 0, 31, 8, 8, 2]), np.zeros(0, np.int64)):
+        assert np.array_equal(v.raw(rows), whole[rows])
+    one = StoredVectors([whole], np.array([0, 50]))
+    assert np.array_equal(one.raw(np.array([5, 1, 49])), whole[[5, 1, 49]])
+    for bad in (np.array([50]), np.array([-1, 3])):
+        with pytest.raises(IndexError, match="out of range"):
+            v.raw(bad)
