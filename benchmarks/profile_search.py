@@ -1,0 +1,83 @@
+"""Where one ANN + rescoring query's time goes: cProfile over ``Searcher.search_encoded`` (k =
+10, default knobs) on an index's token-vector ANN partitions, queries encoded beforehand.
+
+    python benchmarks/profile_search.py --index /tmp/mvr-bench/msmarco \\
+        --dataset ../shared/datasets/msmarco-sample [--backend faiss-ivfpq] [--rounds 5] [--top 25]
+
+The index's tokens must have ANN partitions of ``--backend`` (built here, P = 1, tokens only,
+when the manifest holds another backend or none: this replaces the index's ANN entry for
+tokens). Prints the p50 / p95 of the timed rounds (no profiler attached), then the profile
+of the same rounds, by cumulative and by own time, and the share of a query spent in the
+stages that matter (FAISS / ScaNN search, candidate merge, code gather, decode, matmul)."""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import numpy as np
+
+# (label, file suffix, function name): the function whose cumulative time is the stage
+STAGES = [
+    ("first stage: ANN search", "operators/ann.py", "search"),
+    ("candidate merge", "operators/candidates.py", "select"),
+    ("code gather (StoredVectors.raw)", "operators/stored_vectors.py", "raw"),
+    ("decode (codec)", "operators/codecs/base.py", "decode"),
+    ("scoring matmul", "operators/kernels.py", "matmul"),
+    ("top-k documents", "operators/ranking.py", "top_documents"),
+]
+
+
+def main() -> None:
+    from pipeline.ann_build import build_ann
+    from pipeline.config import AnnBuildConfig, SearchConfig
+    from pipeline.search import Searcher
+    from storage.beir import read_collection
+    from storage.manifest import load_manifest
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--index", required=True)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--backend", default="faiss-ivfpq", choices=["faiss-ivfpq", "scann"])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--top", type=int, default=25)
+    args = p.parse_args()
+
+    entry = (load_manifest(args.index).ann or {}).get("tokens") or {}
+    if entry.get("backend") != args.backend:
+        print(f"building {args.backend} partitions over the tokens (P = 1) ...", flush=True)
+        build_ann(args.index, AnnBuildConfig(backend=args.backend, partitions=1, vectors=["tokens"], bm25=None), log=lambda _: None, force=True)
+    searcher = Searcher(args.index, ("maxsim",), SearchConfig())
+    queries = list(read_collection(args.dataset).queries.values())
+    encoded = searcher.encode(queries)
+    for e in encoded[:5]:  # warm-up
+        searcher.search_encoded(e, 10, "maxsim")
+    ms = []
+    for _ in range(args.rounds):
+        for e in encoded:
+            t0 = time.perf_counter()
+            searcher.search_encoded(e, 10, "maxsim")
+            ms.append((time.perf_counter() - t0) * 1e3)
+    n = len(ms)
+    print(f"{args.backend}, maxsim, k = 10: {len(encoded)} queries x {args.rounds} rounds; p50 {np.percentile(ms, 50):.2f} ms, p95 {np.percentile(ms, 95):.2f} ms (no profiler)")
+
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(args.rounds):
+        for e in encoded:
+            searcher.search_encoded(e, 10, "maxsim")
+    profile.disable()
+    stats = pstats.Stats(profile)
+    total = stats.total_tt
+    print(f"profiled: {total / n * 1e3:.2f} ms a query (the profiler's own overhead included)")
+    for label, path, name in STAGES:
+        cum = sum(v[3] for (file, _, func), v in stats.stats.items() if file.endswith(path) and func == name)
+        print(f"  {label:34s} {cum / n * 1e3:6.3f} ms a query ({cum / total:5.1%})")
+    stats.sort_stats("cumulative").print_stats(args.top)
+    stats.sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()
