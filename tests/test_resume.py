@@ -19,7 +19,7 @@ from storage.manifest import load_manifest
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-N_DOCS = 300
+N_DOCS = 200
 
 
 def _job(corpus: Path, index: Path, config: Path) -> subprocess.Popen:
