@@ -277,7 +277,7 @@ class FirstStageConfig(_Section):
     probe_fraction: Optional[float] = Field(None, gt=0, le=1, description="share of coarse cells visited (at least 8); None: the index's default")
     nprobe: Optional[int] = Field(None, ge=1, description="FAISS: coarse cells visited (overrides probe_fraction)")
     leaves_to_search: Optional[int] = Field(None, ge=1, description="ScaNN: tree leaves visited (overrides probe_fraction)")
-    reorder_k: Optional[int] = Field(None, ge=1, description="ScaNN: candidates re-ranked in float")
+    reorder_k: Optional[int] = Field(None, ge=1, description="ScaNN built with a reorder stage (reorder_k > 0; not the default): candidates re-ranked in float")
     k_ref: int = Field(10, ge=1, description="the k that k_prime and candidate_cap are sized for: a search for more documents scales k_prime by k / k_ref and raises candidate_cap to 4·k")
 
     def first_stage(self) -> FirstStage:

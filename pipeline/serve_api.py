@@ -222,7 +222,7 @@ class Knobs(BaseModel):
     probe_fraction: Optional[float] = Field(None, allow_inf_nan=False, description="share of coarse cells visited")
     nprobe: Optional[StrictInt] = Field(None, le=MAX_KNOB["nprobe"], description="FAISS cells visited")
     leaves_to_search: Optional[StrictInt] = Field(None, le=MAX_KNOB["leaves_to_search"], description="ScaNN leaves visited")
-    reorder_k: Optional[StrictInt] = Field(None, le=MAX_KNOB["reorder_k"], description="ScaNN candidates re-ranked in float")
+    reorder_k: Optional[StrictInt] = Field(None, le=MAX_KNOB["reorder_k"], description="ScaNN built with a reorder stage (reorder_k > 0; not the default): candidates re-ranked in float")
     dense: Optional[StrictStr] = Field(None, description="hybrid: the dense mode fused with BM25")
     fusion: Optional[StrictStr] = Field(None, description="hybrid: weighted (λ) or rrf")
     lam: Optional[float] = Field(None, ge=0, le=1, allow_inf_nan=False, description="hybrid: λ, the dense side's weight in [0, 1]")
