@@ -2,7 +2,8 @@
 same index and queries, then N concurrent HTTP clients on loopback.
 
     python benchmarks/serve_load.py [--workdir /tmp/mvr-bench] [--partitions 2] [--mode maxsim]
-        [--clients 1,2,4,8] [--seconds 15] [--rounds 3]
+        [--clients 1,2,4,8] [--seconds 15] [--rounds 3] [--placement ingress|deployment]
+        [--one-trip-max-partitions 8]
 
 Index: msmarco-sample with ``mvr index`` defaults and FAISS IVFPQ partitions of every kind
 (``mvr build-ann`` defaults, P = --partitions), reused when the workdir holds them (the
@@ -13,7 +14,9 @@ msmarco-sample's 50, k = 10, default search knobs.
    encode, search, titles and text from the catalog, the same body the service returns) and
    every query over HTTP, as two blocks whose order alternates by round, so drifting machine
    load hits both alike. A query's latency is its median over the rounds; the ratio is Serve
-   p50 / in-process p50.
+   p50 / in-process p50. The answers' own stage timings (encode, candidates, rescore) are
+   printed for both, and the HTTP floor: a request the ingress refuses at validation (422),
+   which is Serve's proxy, FastAPI and loopback HTTP with no search.
 2. Load: for each client count, that many threads each send the queries round-robin over
    their own HTTP connection for --seconds (bounded: at most 64 clients, 120 s a level);
    QPS, p50 and p99 over every request of the level. Every answer must be complete (status
@@ -84,6 +87,8 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--placement", default="ingress", choices=("ingress", "deployment"), help="where the query encoder runs (encoder.placement)")
+    p.add_argument("--one-trip-max-partitions", type=int, default=8, help="one_trip_max_partitions (0: two trips to the partitions)")
     args = p.parse_args()
     levels = [min(64, int(c)) for c in args.clients.split(",")]
     seconds = min(args.seconds, 120.0)
@@ -111,11 +116,12 @@ def main() -> None:
     with open(datasets / "msmarco-sample" / "queries.jsonl") as f:
         queries = [json.loads(line)["text"] for line in f if line.strip()]
 
-    config = ServeConfig(port=args.port)
+    config = ServeConfig.model_validate({"port": args.port, "encoder": {"placement": args.placement}, "one_trip_max_partitions": args.one_trip_max_partitions})
     d = deploy(index, config, log=print)
     r = d.resources
-    print(f"service: P={len(d.layout.shards)}; encoder {r.encoder.num_cpus:g} CPU x {r.encoder.threads} threads, "
-          f"partitions {r.partition.num_cpus:g} CPU x {r.partition.threads} thread(s), ingress {r.searcher.num_cpus:g} CPU")
+    print(f"service: P={len(d.layout.shards)}; encoder ({args.placement}) {r.encoder.num_cpus:g} CPU x {r.encoder.threads} threads, "
+          f"partitions {r.partition.num_cpus:g} CPU x {r.partition.threads} thread(s), ingress {r.searcher.num_cpus:g} CPU; "
+          f"one trip to the partitions up to P={args.one_trip_max_partitions}")
     searcher = Searcher(index, modes=(args.mode,))
     catalog = Catalog(index)
     client = SearchClient(d.url)
@@ -125,6 +131,7 @@ def main() -> None:
             client.search(q, 10, args.mode)
         local: dict[int, list[float]] = {i: [] for i in range(len(queries))}
         served: dict[int, list[float]] = {i: [] for i in range(len(queries))}
+        stages: dict[str, dict[str, list[float]]] = {"in-process": {}, "Serve HTTP": {}}  # the answers' own timings_ms
         for rnd in range(args.rounds):
             # whole blocks, alternating which goes first: per-query alternation would let one
             # path's spinning OpenMP / torch threads slow the other's next query
@@ -132,18 +139,31 @@ def main() -> None:
                 for i, q in enumerate(queries):
                     t0 = time.perf_counter()
                     if which == 0:
-                        answer(searcher, catalog, q, 10, args.mode)
+                        body = answer(searcher, catalog, q, 10, args.mode)
                         local[i].append((time.perf_counter() - t0) * 1e3)
                     else:
                         body = client.search(q, 10, args.mode)
                         assert not body["degraded"], body
                         served[i].append((time.perf_counter() - t0) * 1e3)
+                    for stage, ms in body["timings_ms"].items():
+                        stages["in-process" if which == 0 else "Serve HTTP"].setdefault(stage, []).append(ms)
         lp = [statistics.median(v) for v in local.values()]
         sp = [statistics.median(v) for v in served.values()]
         print(f"\none client, {args.mode}, k=10, {len(queries)} queries x {args.rounds} rounds (median per query):")
         print(f"  in-process p50 {percentile(lp, 50):6.1f} ms  p99 {percentile(lp, 99):6.1f} ms")
         print(f"  Serve HTTP p50 {percentile(sp, 50):6.1f} ms  p99 {percentile(sp, 99):6.1f} ms")
         print(f"  Serve / in-process p50: {percentile(sp, 50) / percentile(lp, 50):.2f}x")
+        floor = []
+        for i in range(100):  # HTTP in and out, the proxy and FastAPI: a request refused at validation
+            t0 = time.perf_counter()
+            assert client.session.post(d.url + "/search", json={"query": ""}, timeout=60).status_code == 422
+            floor.append((time.perf_counter() - t0) * 1e3)
+        print(f"  Serve HTTP floor (a request refused at validation, 422) p50 {percentile(floor, 50):.1f} ms")
+        names = ("encode", "candidates", "rescore", "total")
+        print("  stage medians (ms, the answers' timings_ms; Serve's measured in the ingress, each hop included):")
+        print("  " + " " * 12 + "".join(f"{n:>11}" for n in names))
+        for path, got in stages.items():
+            print(f"  {path:<12}" + "".join(f"{statistics.median(got.get(n, [float('nan')])):>11.2f}" for n in names))
         print(f"\nload ({seconds:g} s a level, {args.mode}, k=10):")
         print(f"  {'clients':>7} {'requests':>8} {'QPS':>7} {'p50 ms':>8} {'p99 ms':>8} {'failed':>6}")
         for c in levels:
@@ -151,10 +171,12 @@ def main() -> None:
             print(f"  {c:>7} {row['requests']:>8} {row['qps']:>7.1f} {row['p50']:>8.1f} {row['p99']:>8.1f} {len(row['failures']):>6}")
             for f in row["failures"][:3]:
                 print(f"      failure: {f}")
+        trips = client.stats()["one_trip"]
     finally:
         client.close()
         catalog.close()
         shutdown(config)
+    print(f"one trip: {trips['queries']} queries, {trips['asked_again']} of them asked a partition again")
     print(f"\nCPU steal during the run: {steal.percent():.1f}%")
 
 

@@ -46,13 +46,16 @@ def deployment_table(d):
     for col in ("app", "deployment", "replicas", "CPUs each", "GPUs each", "threads", "holds"):
         t.add_column(col)
     r = d.resources
-    t.add_row(d.encoder_app, "QueryEncoder", str(r.encoder.replicas), f"{r.encoder.num_cpus:g}", f"{r.encoder.num_gpus:g}", str(r.encoder.threads or "-"), "model")
+    if d.encoder_app:
+        t.add_row(d.encoder_app, "QueryEncoder", str(r.encoder.replicas), f"{r.encoder.num_cpus:g}", f"{r.encoder.num_gpus:g}", str(r.encoder.threads or "-"), "model")
     for s in d.layout.shards:
         holds = ", ".join(f"{k} ({'all, exact' if e is None else str(e['passages']) + ' passages'})" for k, e in s.kinds.items())
         if s.bm25:
             holds += f", BM25 partition(s) {', '.join(map(str, sorted(s.bm25)))}"
         t.add_row(d.index_app, f"Partition{s.index}", str(r.partition.replicas), f"{r.partition.num_cpus:g}", "0", str(r.partition.threads), holds)
-    t.add_row("(ingress)", "Searcher", str(r.searcher.replicas), f"{r.searcher.num_cpus:g}", "0", "-", ", ".join(f"{m}: {s.path}" for m, s in d.layout.modes.items()))
+    modes = ", ".join(f"{m}: {s.path}" for m, s in d.layout.modes.items())
+    holds = modes if d.encoder_app else f"model (the query encoder); {modes}"
+    t.add_row("(ingress)", "Searcher", str(r.searcher.replicas), f"{r.searcher.num_cpus:g}", f"{r.searcher.num_gpus:g}", str(r.searcher.threads or "-"), holds)
     return t
 
 

@@ -10,12 +10,14 @@ grows and the partitions are asked again."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from operators.partition import Hits
+from operators.partition import Hits, Partition, Scored
+from operators.scoring import QueryVectors, first_stage_vectors
 
 
 @dataclass
@@ -100,6 +102,38 @@ class CandidateRounds:
         # grow by the shortfall (at least 2x) so a few rounds suffice
         self.k_prime = min(self.max_vectors, self.k_prime * max(2, -(-2 * self.need // max(1, n_hit))))
         return None
+
+
+# One trip (``first_trip``): standard deviations above its expected share of each query
+# vector's global top-k' (binomial) that a partition rescores ahead of the merge.
+SHARE_SIGMAS = 5.0
+
+
+def local_share(k_prime: int, cap: int, fraction: float, sigmas: float = SHARE_SIGMAS) -> tuple[int, int]:
+    """(k', cap) with which a partition holding ``fraction`` of the passages picks, from its
+    own hits, the passages it rescores ahead of the merge: its expected share of the global
+    k' and cap (``fraction`` of each, as when passages are spread over partitions at random)
+    plus ``sigmas`` binomial standard deviations. ``fraction`` 1: the global ones."""
+    p = min(1.0, max(0.0, float(fraction)))
+
+    def share(n: int) -> int:
+        return min(n, max(1, math.ceil(n * p + sigmas * math.sqrt(n * p * (1 - p)))))
+
+    return share(k_prime), share(cap)
+
+
+def first_trip(
+    part: Partition, mode: str, query: QueryVectors, k_prime: int, knobs: dict[str, Any], share: tuple[int, int], allowed: Optional[np.ndarray] = None
+) -> tuple[Hits, Scored]:
+    """A partition's first trip when the merge is expected to need no second one: its hits
+    (``Partition.hits``), and the exact scores of the passages it would contribute to the
+    candidates if its share of them is at most ``share`` (``local_share``): those chosen by
+    ``select`` from its own hits with that k' and cap. When the merge's candidates of this
+    partition are all among them, ``Scored.result`` ranks them as ``Partition.rank`` would
+    (the same candidates, so the same top-k); otherwise the caller asks for ``rank``."""
+    hits = part.hits(first_stage_vectors(mode, query), k_prime, knobs, allowed=allowed)
+    (rows,), _ = select([hits], *share)
+    return hits, part.score_rows(mode, query, rows)
 
 
 def candidates(

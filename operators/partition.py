@@ -60,6 +60,35 @@ class PartitionResult:
     rescore_ms: float
 
 
+@dataclass
+class Scored:
+    """Exact scores of some of a partition's passages, rescored ahead of the candidate merge
+    (``operators.candidates.first_trip``): ``rows`` (n,) int64 ascending, ``scores`` (n,)
+    float32, and the rows' ``doc_ids`` (n,) object and ``passage_idx`` (n,) int32."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+    doc_ids: np.ndarray
+    passage_idx: np.ndarray
+    rescore_ms: float
+
+    @classmethod
+    def empty(cls) -> "Scored":
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, object), np.zeros(0, np.int32), 0.0)
+
+    def result(self, rows: np.ndarray, k: int) -> Optional[PartitionResult]:
+        """The top-``k`` documents among ``rows`` (sorted unique, the merge's candidates of this
+        partition), as ``Partition.rank`` would give them, when every one of them was scored
+        here; None when some was not (the partition must be asked to rank them)."""
+        rows = np.asarray(rows, np.int64)
+        pos = np.searchsorted(self.rows, rows)
+        if len(rows) and (pos[-1] >= len(self.rows) or not np.array_equal(self.rows[np.minimum(pos, len(self.rows) - 1)], rows)):
+            return None
+        if not len(rows):
+            return PartitionResult(Ranked(), 0, self.rescore_ms)
+        return PartitionResult(top_documents(self.scores[pos], self.doc_ids[pos], self.passage_idx[pos], k), len(rows), self.rescore_ms)
+
+
 def allowed_rows(passages: np.ndarray, first_passage: int, count: int) -> np.ndarray:
     """The rows (sorted int64) of a partition holding global passages [first_passage,
     first_passage + count) that are among ``passages`` (sorted global passage numbers, e.g.
@@ -184,6 +213,18 @@ class Partition:
         for start, block in self.vectors.scan(self.vectors.scan_rows(batch.width)):
             out[:, start : start + len(block)] = scoring.score_batch(batch, block)
         return out
+
+    def score_rows(self, mode: str, query: scoring.QueryVectors, rows: np.ndarray) -> Scored:
+        """Exact ``mode`` scores of the passages at ``rows`` (sorted unique, live: e.g. from
+        ``hits``), with their document ids and passage numbers."""
+        t0 = time.perf_counter()
+        rows = np.asarray(rows, np.int64)
+        if scoring.MODE_VECTORS[scoring.check_mode(mode)] != self.kind:
+            raise ValueError(f"mode {mode} scores {scoring.MODE_VECTORS[mode]} vectors; this partition holds {self.kind}")
+        scores = self.rescore(mode, query, rows) if len(rows) else np.zeros(0, np.float32)
+        doc_ids = np.empty(len(rows), object)
+        doc_ids[:] = [self.doc_ids[r] for r in rows.tolist()]
+        return Scored(rows, scores, doc_ids, self.passage_idx[rows], (time.perf_counter() - t0) * 1e3)
 
     def rank(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray], k: int, allowed: Optional[np.ndarray] = None) -> PartitionResult:
         """The top-``k`` documents among the passages at ``rows`` (None: every passage) that

@@ -345,8 +345,14 @@ class ReplicaConfig(_Section):
 
 
 class EncoderReplicaConfig(ReplicaConfig):
-    """The query encoder: batches concurrent queries (Serve's ``@serve.batch``)."""
+    """The query encoder: batches concurrent queries (Serve's ``@serve.batch``). Placed in the
+    ingress by default (one hop less a query; its replicas are the ingress's, each reserving
+    these CPUs / GPUs on top of the ingress's own), or as its own deployment (shared by index
+    versions of the same model, ``replicas`` of it, scaled apart from the ingress)."""
 
+    placement: Literal["ingress", "deployment"] = Field(
+        "ingress", description="ingress: encode in the Searcher replicas (one hop less); deployment: a QueryEncoder deployment of its own"
+    )
     num_gpus: Optional[float] = Field(None, ge=0, description="None: 1 when the cluster has a GPU")
     max_batch_size: int = Field(16, ge=1, description="queries encoded in one forward pass at most")
     batch_wait_ms: float = Field(0.0, ge=0, description="how long a batch waits to fill; 0: queries that queued while the last batch ran form the next")
@@ -371,6 +377,9 @@ class ServeConfig(_JobConfig):
     encoder: EncoderReplicaConfig = EncoderReplicaConfig()
     partition: ReplicaConfig = ReplicaConfig()
     searcher: ReplicaConfig = ReplicaConfig(num_cpus=0.1, max_ongoing_requests=64)
+    one_trip_max_partitions: int = Field(
+        8, ge=0, description="ANN modes over at most this many partitions take one trip: hits and each partition's likely share of the candidates rescored together (the same top-k; 0: always two trips)"
+    )
     partition_timeout_s: float = Field(2.0, gt=0, description="a partition not answering a trip within this is left out (degraded answer)")
     encode_timeout_s: float = Field(10.0, gt=0, description="a query not encoded within this is answered 503")
     max_batch_queries: int = Field(256, ge=1, description="queries in one POST /search/batch at most")

@@ -1,6 +1,7 @@
 """The HTTP API and the ``Searcher`` ingress deployment (FastAPI through Serve).
 
-A query: validate → encode (``QueryEncoder``, batched) → first trip to every partition of the
+A query: validate → encode (batched: here, ``BatchedQueryEncoder``, or in the ``QueryEncoder``
+deployment with ``encoder.placement: deployment``) → first trip to every partition of the
 mode at once (``hits``), rounds of ``operators.candidates.CandidateRounds`` → second trip
 (``rank``) to the partitions holding candidates → merge (``pipeline.search``) → titles and
 text from the catalog (``pipeline.local_search.response_body``). The same steps as the
@@ -44,19 +45,20 @@ import ray
 from ray import serve
 
 from operators.bm25 import Analyzer
-from operators.candidates import CandidateRounds
+from operators.candidates import CandidateRounds, local_share
 from operators.filter_expr import MAX_DOC_IDS, FilterError, parse as parse_filter
 from operators.fusion import fuse
-from operators.partition import Hits, PartitionResult
+from operators.partition import Hits, PartitionResult, Scored
 from operators.ranking import Ranked, merge
 from operators.scoring import SEARCH_MODES, first_stage_vectors
 from pipeline.config import BM25Config
 from pipeline.config import ServeConfig
 from pipeline.local_search import response_body
 from pipeline.search import MAX_K, MAX_QUERY_CHARS, Restriction, filtered_exact, merge_partition_results, request_settings, resolve_restriction, validate_request
-from pipeline.serve_deployments import QueryNotEncodable
+from pipeline.serve_deployments import BatchedQueryEncoder, QueryNotEncodable
 from pipeline.serve_layout import ServingLayout
 from storage.catalog import Catalog
+from storage.manifest import Manifest
 
 log = logging.getLogger("ray.serve")
 
@@ -325,10 +327,23 @@ class SearchService:
     """The ingress: HTTP (and handle) requests in, fan-out over the partition deployments of
     ``layout`` in app ``index_app``, the encoder in ``encoder_app``."""
 
-    def __init__(self, layout: ServingLayout, config: ServeConfig, encoder_app: str, index_app: str, token_sha256: Optional[str]) -> None:
+    def __init__(
+        self, layout: ServingLayout, config: ServeConfig, encoder_app: Optional[str], index_app: str, token_sha256: Optional[str],
+        manifest: Optional[Manifest] = None, encoder_threads: Optional[int] = None,
+    ) -> None:
+        """``encoder_app``: the app of the ``QueryEncoder`` deployment to call, or None to encode
+        here with the model of ``manifest`` (``encoder_threads`` torch threads)."""
         self.layout, self.config = layout, config
         self.encoder_app, self.index_app = encoder_app, index_app
-        self.encoder = serve.get_deployment_handle("QueryEncoder", encoder_app)
+        if encoder_app is None:
+            if manifest is None:
+                raise ValueError("the ingress encodes the queries itself only given the index's manifest")
+            e = config.encoder
+            self.local_encoder: Optional[BatchedQueryEncoder] = BatchedQueryEncoder(layout.index_url, manifest, encoder_threads, e.max_batch_size, e.batch_wait_ms / 1e3)
+            self.encoder = None
+        else:
+            self.local_encoder = None
+            self.encoder = serve.get_deployment_handle("QueryEncoder", encoder_app)
         self.partitions = [serve.get_deployment_handle(f"Partition{s.index}", index_app) for s in layout.shards]
         self.catalog = Catalog(layout.index_url, layout.catalog)
         self.counts = self.catalog.totals()
@@ -337,6 +352,7 @@ class SearchService:
         app.state.token_sha256 = token_sha256
         app.state.max_body_bytes = config.max_body_bytes
         self.started = time.time()
+        self.one_trip = {"queries": 0, "asked_again": 0}  # queries answered by the one-trip path, and those needing a second trip
         self._restrictions: "OrderedDict[tuple, Restriction]" = OrderedDict()
 
     RESTRICTIONS_KEPT = 16
@@ -402,7 +418,8 @@ class SearchService:
             encoded, terms = None, self.analyzer([query])[0]
         else:
             try:
-                encoded = await asyncio.wait_for(self.encoder.encode.remote(query), self.config.encode_timeout_s)
+                call = self.local_encoder.encode(query) if self.local_encoder is not None else self.encoder.encode.remote(query)
+                encoded = await asyncio.wait_for(call, self.config.encode_timeout_s)
             except Exception as e:
                 raise HTTPException(503, f"the query encoder did not answer: {type(e).__name__}") from None
             if isinstance(encoded, QueryNotEncodable):  # this text alone: its batch-mates were encoded
@@ -420,6 +437,7 @@ class SearchService:
         if restriction is not None:
             allowed = [restriction.rows(*self._range(served, j)) for j in served.shards]
         path = served.path
+        scored: dict[int, Scored] = {}  # the first trip's rescored passages (one trip)
         if served.path in ("exact", "bm25"):
             rows: list = [None] * len(handles)
         elif restriction is not None and filtered_exact(len(restriction), fs, need):
@@ -427,24 +445,40 @@ class SearchService:
         else:
             qv = first_stage_vectors(dense_mode, encoded)
             rounds = CandidateRounds(fs, need, served.passages, served.vectors, n_allowed)
-            while True:
+            if hybrid is None and len(handles) <= self.config.one_trip_max_partitions:
+                # one trip: hits, and each partition's likely share of the candidates rescored
+                share = [local_share(rounds.k_prime, rounds.cap, self._range(served, j)[1] / max(1, served.passages)) for j in served.shards]
+                got = await self._trip({i: handles[i].first_trip.remote(mode, served.kind, encoded, rounds.k_prime, fs.ann, share[i], allowed[i]) for i in alive}, timeout)
+                scored = {i: g[1] for i, g in got.items()}
+                got = {i: g[0] for i, g in got.items()}
+            else:
                 got = await self._trip({i: handles[i].hits.remote(served.kind, qv, rounds.k_prime, fs.ann, allowed[i]) for i in alive}, timeout)
+            while True:
                 alive = [i for i in alive if i in got]
                 rows = rounds.offer([got.get(i, Hits.empty()) for i in range(len(handles))])
                 if rows is not None:
                     break
+                scored = {}  # k' grew: the candidates are not those the first trip rescored for
+                got = await self._trip({i: handles[i].hits.remote(served.kind, qv, rounds.k_prime, fs.ann, allowed[i]) for i in alive}, timeout)
         t2 = time.perf_counter()
 
         def worth_asking(i: int) -> bool:  # a partition with no candidate or no allowed row answers nothing
             return (rows[i] is None or len(rows[i]) > 0) and (allowed[i] is None or len(allowed[i]) > 0)
 
+        ready: dict[int, PartitionResult] = {}  # ranked from the first trip's scores: no second trip
         if mode == "bm25":
             asked = {i: handles[i].bm25_rank.remote(terms, k, allowed[i]) for i in alive if allowed[i] is None or len(allowed[i])}
         elif hybrid is not None:
             asked = {i: handles[i].hybrid.remote(dense_mode, served.kind, encoded, terms, rows[i], hybrid.n_best, allowed[i]) for i in alive}
         else:
-            asked = {i: handles[i].rank.remote(mode, served.kind, encoded, rows[i], k, allowed[i]) for i in alive if worth_asking(i)}
-        got = await self._trip(asked, timeout)
+            for i in alive:
+                if i in scored and worth_asking(i) and (r := scored[i].result(rows[i], k)) is not None:
+                    ready[i] = r
+            asked = {i: handles[i].rank.remote(mode, served.kind, encoded, rows[i], k, allowed[i]) for i in alive if worth_asking(i) and i not in ready}
+            if scored:
+                self.one_trip["queries"] += 1
+                self.one_trip["asked_again"] += bool(asked)
+        got = {**await self._trip(asked, timeout), **ready}
         if restriction is not None and hybrid is None and mode != "bm25" and path == "ann":
             ranked_so_far = [got[i].ranked for i in got]
             if len(merge(ranked_so_far, k)) < k and sum(got[i].candidates for i in got) < len(restriction):
@@ -462,10 +496,10 @@ class SearchService:
         else:
             results = []
             for i in alive:
-                if i not in asked:  # no candidates here: it answered (the first trip) with nothing to rank
-                    results.append(PartitionResult(Ranked(), 0, 0.0))
-                elif i in got:
+                if i in got:
                     results.append(got[i])
+                elif i not in asked:  # no candidates here: it answered (the first trip) with nothing to rank
+                    results.append(PartitionResult(Ranked(), 0, 0.0))
             if not results:
                 raise HTTPException(503, f"no partition answered within {timeout} s")
             n_answered = len(results)
@@ -502,8 +536,14 @@ class SearchService:
         return {"responses": bodies, "timings_ms": {"total": round((time.perf_counter() - t0) * 1e3, 3)}}
 
     async def _ping(self) -> dict[str, Any]:
-        calls = {-1: self.encoder.info.remote(), **{i: h.info.remote() for i, h in enumerate(self.partitions)}}
-        return await self._trip(calls, self.config.partition_timeout_s)
+        """Each partition's ``info`` (keys 0..P-1) and the encoder's (key -1), those answering."""
+        calls = {i: h.info.remote() for i, h in enumerate(self.partitions)}
+        if self.encoder is not None:
+            calls[-1] = self.encoder.info.remote()
+        got = await self._trip(calls, self.config.partition_timeout_s)
+        if self.local_encoder is not None:
+            got[-1] = {**self.local_encoder.info(), "placement": "ingress"}
+        return got
 
     @app.post("/admin/reload", status_code=202)
     async def reload(self) -> dict[str, Any]:
@@ -545,9 +585,10 @@ class SearchService:
             "documents": self.counts["documents"],
             "partitions": len(self.partitions),
             "modes": {m: {"path": s.path, "partitions": len(s.shards)} for m, s in self.layout.modes.items()},
-            "replicas": replica_counts([(self.encoder_app, "QueryEncoder"), (self.index_app, None)]),
+            "replicas": replica_counts([(self.encoder_app, "QueryEncoder"), (self.index_app, None)] if self.encoder_app else [(self.index_app, None)]),
             "partitions_answering": sorted(i for i in got if i >= 0),
             "encoder": got.get(-1),
+            "one_trip": dict(self.one_trip),
             "uptime_s": round(time.time() - self.started, 1),
             "auth": app.state.token_sha256 is not None,
             "config": self.config.model_dump(mode="json", by_alias=True),

@@ -1,15 +1,14 @@
 """Building, deploying and switching the Serve applications of ``mvr serve``.
 
-Three kinds of Serve application, so an index version can be replaced without refusing a
-query:
+Serve applications, so an index version can be replaced without refusing a query:
 
-- ``{app}-encoder-{hash}``: the ``QueryEncoder`` of a model + query settings (shared by
-  index versions built with the same model);
 - ``{app}-index-v{version}-{hash}``: the ``Partition{i}`` deployments of one index version;
-- ``{app}`` (HTTP route ``/``): the ``Searcher`` ingress, bound to one encoder app and one
-  index app.
+- ``{app}`` (HTTP route ``/``): the ``Searcher`` ingress, bound to one index app; it encodes
+  the queries itself (``encoder.placement: ingress``, the default: one hop less a query), or
+- ``{app}-encoder-{hash}`` (``encoder.placement: deployment``): a ``QueryEncoder`` of a
+  model + query settings, shared by index versions built with the same model.
 
-``deploy`` starts the encoder and index apps of the index's current manifest beside whatever
+``deploy`` starts the index app (and encoder app) of the index's current manifest beside whatever
 is serving, waits until they run, then rolls the ingress over to them (Serve's rolling update
 with surge: new ingress replicas start before old ones stop, and old ones still reach the old
 partitions), and only then deletes the apps nothing uses any more.
@@ -88,7 +87,8 @@ def plan_resources(config: ServeConfig, n_partitions: int) -> ResourcePlan:
     share: the encoder takes 40% (at most 4 CPUs; on a GPU cluster a GPU and 1 CPU) and runs
     torch on all of a node's cores, since queries come one at a time between batches; the
     partitions split 50% (at most 1 CPU each) and run 1 thread each, since a query's
-    partitions work side by side. Reservations are logical: they decide placement, the
+    partitions work side by side. With the encoder in the ingress (``encoder.placement``), the
+    ingress replicas take the encoder's reservation and threads on top of their own. Reservations are logical: they decide placement, the
     threads decide the work."""
     resources = ray.cluster_resources()
     cpus, gpus = float(resources.get("CPU", 1)), float(resources.get("GPU", 0))
@@ -100,10 +100,13 @@ def plan_resources(config: ServeConfig, n_partitions: int) -> ResourcePlan:
     enc_threads = e.threads or (None if enc_gpus else int(node_cpus))
     part_cpus = p.num_cpus or round(min(1.0, 0.5 * share / (max(1, n_partitions) * p.replicas)), 3)
     part_threads = p.threads or max(1, int(part_cpus))
+    searcher = ReplicaPlan(s.replicas, s.num_cpus or 0.1, 0.0, s.threads, s.max_ongoing_requests)
+    if e.placement == "ingress":  # the ingress replicas encode: each takes the encoder's reservation as well
+        searcher = ReplicaPlan(max(s.replicas, e.replicas), round(searcher.num_cpus + enc_cpus, 3), enc_gpus, enc_threads, s.max_ongoing_requests)
     return ResourcePlan(
         ReplicaPlan(e.replicas, enc_cpus, enc_gpus, enc_threads, e.max_ongoing_requests),
         ReplicaPlan(p.replicas, part_cpus, 0.0, part_threads, p.max_ongoing_requests),
-        ReplicaPlan(s.replicas, s.num_cpus or 0.1, 0.0, s.threads, s.max_ongoing_requests),
+        searcher,
     )
 
 
@@ -124,12 +127,14 @@ def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def app_names(config: ServeConfig, manifest: Manifest, layout: ServingLayout, plan: ResourcePlan) -> tuple[str, str]:
-    """(encoder app, index app) names: a change in what they load or reserve changes the name."""
+def app_names(config: ServeConfig, manifest: Manifest, layout: ServingLayout, plan: ResourcePlan) -> tuple[Optional[str], str]:
+    """(encoder app, index app) names: a change in what they load or reserve changes the name.
+    No encoder app (None) when the encoder runs in the ingress."""
     model = {k: manifest.config.get(k) for k in ("model", "tokenizer", "compress")}
     enc = _digest([model, manifest.model.get("fingerprint"), sorted((g, c["sha256"]) for g, c in manifest.codecs.items()), plan.encoder, config.encoder.max_batch_size, config.encoder.batch_wait_ms])
     idx = _digest([layout.tag, plan.partition, sorted((g, c["sha256"]) for g, c in manifest.codecs.items())])
-    return f"{config.app_name}-encoder-{enc}", f"{config.app_name}-index-v{layout.version}-{idx}"
+    enc_name = f"{config.app_name}-encoder-{enc}" if config.encoder.placement == "deployment" else None
+    return enc_name, f"{config.app_name}-index-v{layout.version}-{idx}"
 
 
 def encoder_app(index_url: str, manifest: Manifest, config: ServeConfig, plan: ReplicaPlan) -> serve.Application:
@@ -146,12 +151,13 @@ def index_app(layout: ServingLayout, manifest: Manifest, config: ServeConfig, pl
 
 @dataclass
 class Deployment:
-    """What ``deploy`` put up: the URL, the index version and the apps serving it."""
+    """What ``deploy`` put up: the URL, the index version and the apps serving it (no encoder
+    app when the encoder runs in the ingress)."""
 
     url: str
     index_url: str
     version: int
-    encoder_app: str
+    encoder_app: Optional[str]
     index_app: str
     layout: ServingLayout
     resources: ResourcePlan
@@ -205,7 +211,10 @@ def deploy(
     plan = plan_resources(config, len(layout.shards))
     enc_name, idx_name = app_names(config, manifest, layout, plan)
     targets = []
-    for name, build in ((enc_name, lambda: encoder_app(index_url, manifest, config, plan.encoder)), (idx_name, lambda: index_app(layout, manifest, config, plan.partition))):
+    apps = [(idx_name, lambda: index_app(layout, manifest, config, plan.partition))]
+    if enc_name is not None:
+        apps.insert(0, (enc_name, lambda: encoder_app(index_url, manifest, config, plan.encoder)))
+    for name, build in apps:
         if _running(name):
             log(f"{name}: already running, reused")
         else:
@@ -214,7 +223,8 @@ def deploy(
     if targets:  # started side by side; returns when both run
         serve.run_many(targets)
     digest = token_digest(token) if token else token_sha256
-    ingress = SearchService.options(**plan.searcher.options()).bind(layout, config, enc_name, idx_name, digest)
+    in_ingress = manifest if enc_name is None else None  # the ingress loads the encoder itself
+    ingress = SearchService.options(**plan.searcher.options()).bind(layout, config, enc_name, idx_name, digest, in_ingress, plan.searcher.threads)
     log(f"{config.app_name}: routing / to index version {layout.version}")
     serve.run(ingress, name=config.app_name, route_prefix="/")
     wait_settled(config.app_name)

@@ -15,7 +15,8 @@ from ray import serve
 from operators.ann import set_build_threads
 from operators.compress import l2_normalize
 from operators.fusion import ScoredPassages, side_by_side
-from operators.partition import Hits, Partition, PartitionResult
+from operators.candidates import first_trip
+from operators.partition import Hits, Partition, PartitionResult, Scored
 from operators.query import EncodedQuery
 from operators.scoring import MODE_VECTORS, QueryVectors, first_stage_vectors
 from pipeline.search import index_query_encoder
@@ -32,11 +33,13 @@ class QueryNotEncodable(ValueError):
     422), its batch-mates get their vectors."""
 
 
-@serve.deployment(name="QueryEncoder", max_surge_percent=100, health_check_period_s=2)
-class QueryEncoderServer:
-    """The index's query encoder (model, ColBERT query conventions, projection). Concurrent
-    ``encode`` calls are grouped into one forward pass by ``@serve.batch``; a text that makes
-    the pass fail fails alone (``encode``)."""
+class BatchedQueryEncoder:
+    """The index's query encoder (model, ColBERT query conventions, projection) behind
+    ``@serve.batch``: concurrent ``encode`` calls in one replica are grouped into one forward
+    pass; a text that makes the pass fail fails alone. The pass runs on the replica's event
+    loop: handing it to a thread measured slower under load in the ingress (the GIL shared
+    with the loop's other requests; benchmarks/serve_load.py). Held by the ``Searcher`` ingress (the default
+    placement) or by the ``QueryEncoder`` deployment."""
 
     def __init__(self, index_url: str, manifest: Manifest, threads: Optional[int], max_batch_size: int, batch_wait_s: float) -> None:
         import torch
@@ -63,20 +66,23 @@ class QueryEncoderServer:
         try:
             return self.encoder(texts)
         except Exception as batch_error:
-            out: list[EncodedQuery | QueryNotEncodable] = []
-            for text in texts:
-                try:
-                    out.extend(self.encoder([text]))
-                except Exception as e:
-                    out.append(QueryNotEncodable(f"the query encoder cannot take this text ({type(e).__name__}: {str(e)[:200]})"))
-            refused = sum(isinstance(o, QueryNotEncodable) for o in out)
-            if refused == len(texts):
-                try:
-                    self.encoder(["warm up"])
-                except Exception:
-                    raise batch_error from None
-            self.split = (self.split + [(len(texts), refused)])[-256:]
-            return out
+            return self._one_by_one(texts, batch_error)
+
+    def _one_by_one(self, texts: list[str], batch_error: Exception) -> list[EncodedQuery | QueryNotEncodable]:
+        out: list[EncodedQuery | QueryNotEncodable] = []
+        for text in texts:
+            try:
+                out.extend(self.encoder([text]))
+            except Exception as e:
+                out.append(QueryNotEncodable(f"the query encoder cannot take this text ({type(e).__name__}: {str(e)[:200]})"))
+        refused = sum(isinstance(o, QueryNotEncodable) for o in out)
+        if refused == len(texts):
+            try:
+                self.encoder(["warm up"])
+            except Exception:
+                raise batch_error from None
+        self.split = (self.split + [(len(texts), refused)])[-256:]
+        return out
 
     def info(self) -> dict[str, Any]:
         b = self.batches
@@ -88,6 +94,22 @@ class QueryEncoderServer:
             "last_batches": b[-32:],
             "split_batches": [list(s) for s in self.split[-32:]],
         }
+
+
+@serve.deployment(name="QueryEncoder", max_surge_percent=100, health_check_period_s=2)
+class QueryEncoderServer:
+    """The query encoder as its own deployment (``encoder.placement: deployment``): shared by
+    the index versions built with the same model, scaled apart from the ingress, one more hop
+    a query. ``encode(text)`` and ``info()`` are ``BatchedQueryEncoder``'s."""
+
+    def __init__(self, index_url: str, manifest: Manifest, threads: Optional[int], max_batch_size: int, batch_wait_s: float) -> None:
+        self.core = BatchedQueryEncoder(index_url, manifest, threads, max_batch_size, batch_wait_s)
+
+    async def encode(self, text: str) -> EncodedQuery | QueryNotEncodable:
+        return await self.core.encode(text)
+
+    def info(self) -> dict[str, Any]:
+        return self.core.info()
 
 
 @serve.deployment(name="Partition", max_surge_percent=100, health_check_period_s=2)
@@ -140,6 +162,13 @@ class PartitionServer:
         """First trip: each of the (n_q, dim) query vectors' ``k_prime`` nearest indexed vectors
         (among the ``allowed`` rows of a filter; None: all)."""
         return self._part(kind).hits(query_vectors, k_prime, knobs, allowed=allowed)
+
+    def first_trip(
+        self, mode: str, kind: str, query: QueryVectors, k_prime: int, knobs: dict[str, Any], share: tuple[int, int], allowed: Optional[np.ndarray] = None
+    ) -> tuple[Hits, Scored]:
+        """``hits`` and, in the same trip, the exact scores of this partition's likely share of
+        the candidates (``operators.candidates.first_trip``), so most queries need no ``rank``."""
+        return first_trip(self._part(kind), mode, query, k_prime, knobs, share, allowed)
 
     def rank(self, mode: str, kind: str, query: QueryVectors, rows: Optional[np.ndarray], k: int, allowed: Optional[np.ndarray] = None) -> PartitionResult:
         """Second trip: exact ``mode`` scores of the candidate ``rows`` (None: every passage)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from operators.ann import make_index
-from operators.candidates import FirstStage, candidates, select
+from operators.candidates import FirstStage, candidates, first_trip, local_share, select
 from operators.packed import Packed
 from operators.partition import Partition
 from operators.ranking import merge, top_documents
@@ -79,6 +79,44 @@ def test_candidates_and_ranking_do_not_depend_on_partitioning(corpus):
     ranked = merge([p.rank("maxsim", q, r, 10).ranked for p, r in zip(parts, rows)], 10)
     s = maxsim(q.tokens, Packed.from_list(arrays, DIM))
     assert ranked.doc_ids == top_documents(s, doc_ids, np.zeros(300), 10).doc_ids
+
+
+@pytest.mark.parametrize("bounds", [[0, 300], [0, 150, 300], [0, 70, 71, 300], [0, 60, 120, 180, 240, 300]])
+def test_one_trip_ranks_exactly_as_two_trips(corpus, bounds):
+    """``first_trip``: each partition's hits plus its likely share of the candidates scored
+    ahead of the merge. Where the merge's candidates of a partition were all scored, the
+    result is ``rank``'s on them (same documents, same scores); where some were not,
+    ``Scored.result`` says so (None) instead of answering from fewer passages."""
+    arrays, doc_ids, rng = corpus
+    parts = partitions(arrays, doc_ids, bounds)
+    fs = FirstStage(k_prime=20, candidate_cap=40)
+    covered = asked_again = 0
+    for seed in range(20):
+        q = SimpleNamespace(tokens=unit(np.random.default_rng(seed).standard_normal((4, DIM))), pooled=None)
+        kp, cap = fs.budget(10)
+        trips = [first_trip(p, "maxsim", q, kp, {}, local_share(kp, cap, len(p) / 300)) for p in parts]
+        rows, n_hit = select([h for h, _ in trips], kp, cap)
+        assert n_hit >= 10  # the first round was enough: no k' growth to discard the scores
+        for p, (_, scored), r in zip(parts, trips, rows):
+            two_trips = p.rank("maxsim", q, r, 10)
+            one = scored.result(r, 10)
+            if one is None:
+                asked_again += 1
+                assert not np.isin(r, scored.rows).all()
+                continue
+            covered += 1
+            assert one.ranked.doc_ids == two_trips.ranked.doc_ids and one.candidates == two_trips.candidates == len(r)
+            np.testing.assert_allclose(one.ranked.scores, two_trips.ranked.scores, rtol=1e-6)
+            np.testing.assert_array_equal(one.ranked.passage_idx, two_trips.ranked.passage_idx)
+    print(f"\nP={len(parts)}: {covered} partition answers from the first trip, {asked_again} asked again")
+    assert covered >= 0.8 * (covered + asked_again)
+    if len(parts) == 1:  # its share is everything: never asked again
+        assert asked_again == 0
+    # a share too small to hold the merge's candidates is caught, never ranked from fewer passages
+    q = SimpleNamespace(tokens=unit(rng.standard_normal((4, DIM))), pooled=None)
+    trips = [first_trip(p, "maxsim", q, 20, {}, (1, 1)) for p in parts]
+    rows, _ = select([h for h, _ in trips], 20, 40)
+    assert all(sc.result(r, 10) is None for (_, sc), r in zip(trips, rows) if len(r) > 1)
 
 
 def test_k_prime_grows_until_k_passages_are_hit(corpus):

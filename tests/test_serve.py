@@ -7,6 +7,7 @@ rebuilt index is switched to while queries keep being answered."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -153,12 +154,12 @@ def test_one_bad_query_among_concurrent_clients_fails_alone(served, in_process):
     the in-process top-10, the bad one 422 naming the problem; the encoder only ever saw the
     N valid ones (the ingress refused the bad one). In /search/batch the request is refused
     naming the bad item."""
-    from ray import serve
-
-    url, d = served["url"], served["deployment"]
+    url = served["url"]
     queries = list(served["queries"].values())[:8]
-    encoder = serve.get_deployment_handle("QueryEncoder", d.encoder_app)
-    before = encoder.info.remote().result()["batches"]
+    assert served["deployment"].encoder_app is None  # the default: the ingress encodes
+    encoder_info = lambda: requests.get(url + "/stats", timeout=30).json()["encoder"]  # noqa: E731
+    assert encoder_info()["placement"] == "ingress"
+    before = encoder_info()["batches"]
     start = threading.Barrier(len(queries) + 1)
     answers: dict[int, requests.Response] = {}
 
@@ -177,7 +178,7 @@ def test_one_bad_query_among_concurrent_clients_fails_alone(served, in_process):
     for i, result in enumerate(in_process.search(queries, 10, "maxsim")):
         assert answers[i].status_code == 200, answers[i].text
         same_top10(hits(answers[i].json()), result.hits())
-    info = encoder.info.remote().result()
+    info = encoder_info()
     new = info["last_batches"][len(info["last_batches"]) - (info["batches"] - before):]
     print(f"\nencoder batches for the {len(queries)} valid queries: {new}")
     assert sum(new) == len(queries)  # each valid query encoded once; the bad one never reached the encoder
@@ -190,14 +191,27 @@ def test_one_bad_query_among_concurrent_clients_fails_alone(served, in_process):
 
 
 def test_the_encoder_isolates_a_failing_text_in_its_batch(served, in_process):
-    """Defence in depth, at the encoder itself (its DeploymentHandle, past the ingress's
-    validation): a text the tokenizer raises on, batched with valid ones, comes back as a
-    ``QueryNotEncodable`` while its batch-mates get the vectors they get alone."""
+    """Defence in depth, at the encoder itself (a ``QueryEncoder`` deployment, as
+    ``encoder.placement: deployment`` runs it, called by its DeploymentHandle past the
+    ingress's validation): a text the tokenizer raises on, batched with valid ones, comes back
+    as a ``QueryNotEncodable`` while its batch-mates get the vectors they get alone."""
     from ray import serve
 
+    from pipeline.serve_app import encoder_app, plan_resources
+    from storage.manifest import load_manifest
+
+    config = served["config"].model_copy(update={"encoder": served["config"].encoder.model_copy(update={"placement": "deployment"})})
+    plan = dataclasses.replace(plan_resources(config, 2).encoder, num_cpus=0.01)  # beside the service's own reservations
+    encoder = serve.run(encoder_app(served["index"], load_manifest(served["index"]), config, plan), name="encoder-under-test", route_prefix=None)
+    try:
+        _isolates_a_failing_text(encoder, served, in_process)
+    finally:
+        serve.delete("encoder-under-test")
+
+
+def _isolates_a_failing_text(encoder, served, in_process) -> None:
     from pipeline.serve_deployments import QueryNotEncodable
 
-    encoder = serve.get_deployment_handle("QueryEncoder", served["deployment"].encoder_app)
     valid = list(served["queries"].values())[:6]
     expected = {q: e.tokens for q, e in zip(valid, in_process.encode(valid))}
     filler = [" ".join(valid)] * 16  # keeps the encoder busy while the texts below queue up as one batch
