@@ -304,9 +304,8 @@ def service(msmarco_meta_index):
     from pipeline.serve_app import deploy
     from test_serve import free_port
 
-    # the encoder as its own deployment, and two trips to the partitions, here (test_serve.py
-    # serves the defaults: the encoder in the ingress, one trip)
-    config = ServeConfig.model_validate({"port": free_port(), "app_name": "mvr-filters", "encoder": {"placement": "deployment"}, "one_trip_max_partitions": 0})
+    # two trips to the partitions here (test_serve.py serves the default, one trip)
+    config = ServeConfig(port=free_port(), app_name="mvr-filters", one_trip_max_partitions=0)
     d = deploy(msmarco_meta_index["index"], config, log=print)
     yield d.url
     serve.shutdown()

@@ -45,7 +45,11 @@ def test_queries_during_add_delete_compact(msmarco_100, tmp_path, datasets):
     shutil.copytree(msmarco_100, index)
     docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")
     stay, gone, new = docs[0:3], docs[3:6], docs[100:130]
-    config = ServeConfig(port=free_ports(1)[0], modes=["maxsim"], reload_poll_s=1.0, partition_timeout_s=10.0)
+    # the encoder as its own deployment, as for an index updated often: it is kept across the
+    # switches (test_serve.py switches with the default, the encoder in the ingress)
+    config = ServeConfig.model_validate(
+        {"port": free_ports(1)[0], "modes": ["maxsim"], "reload_poll_s": 1.0, "partition_timeout_s": 10.0, "encoder": {"placement": "deployment"}}
+    )
     d = deploy(index, config, token=TOKEN, log=print)
     start_reloader(index, config, TOKEN, d.version)
     url = d.url
