@@ -2,10 +2,14 @@
 
 A query: validate → encode (batched: here, ``BatchedQueryEncoder``, or in the ``QueryEncoder``
 deployment with ``encoder.placement: deployment``) → first trip to every partition of the
-mode at once (``hits``), rounds of ``operators.candidates.CandidateRounds`` → second trip
-(``rank``) to the partitions holding candidates → merge (``pipeline.search``) → titles and
-text from the catalog (``pipeline.local_search.response_body``). The same steps as the
-in-process search core, with the partitions behind handles. ``bm25`` skips the encoder and
+mode at once (``first_trip``: hits, and each partition's likely share of the candidates
+rescored; ``hits`` alone over more than ``one_trip_max_partitions`` partitions), rounds of
+``operators.candidates.CandidateRounds`` → each partition's top-k from the first trip's
+scores, or a second trip (``rank``) to a partition whose candidates were not all scored →
+merge (``pipeline.search``) → titles and text from the catalog
+(``pipeline.local_search.response_body``). The same answers as the in-process search core,
+with the partitions behind handles; the trips of concurrent queries to one partition go as
+one call (``pipeline.serve_fanout``). ``bm25`` skips the encoder and
 takes one trip (``bm25_rank``); ``hybrid`` takes ``hybrid`` as its second trip and fuses the
 partitions' unions here (``operators.fusion.fuse``).
 
@@ -56,6 +60,7 @@ from pipeline.config import ServeConfig
 from pipeline.local_search import response_body
 from pipeline.search import MAX_K, MAX_QUERY_CHARS, Restriction, filtered_exact, merge_partition_results, request_settings, resolve_restriction, validate_request
 from pipeline.serve_deployments import BatchedQueryEncoder, QueryNotEncodable
+from pipeline.serve_fanout import CoalescedHandle
 from pipeline.serve_layout import ServingLayout
 from storage.catalog import Catalog
 from storage.manifest import Manifest
@@ -345,6 +350,7 @@ class SearchService:
             self.local_encoder = None
             self.encoder = serve.get_deployment_handle("QueryEncoder", encoder_app)
         self.partitions = [serve.get_deployment_handle(f"Partition{s.index}", index_app) for s in layout.shards]
+        self.fanout = [CoalescedHandle(h) for h in self.partitions]  # the trips of a query go through these
         self.catalog = Catalog(layout.index_url, layout.catalog)
         self.counts = self.catalog.totals()
         bm25 = BM25Config.model_validate(layout.bm25_config) if layout.bm25_config else None
@@ -426,7 +432,7 @@ class SearchService:
                 raise QueryRefused(422, str(encoded))
             terms = self.analyzer([query])[0] if hybrid is not None else None
         t1 = time.perf_counter()
-        handles = [self.partitions[i] for i in served.shards]
+        handles = [self.fanout[i] for i in served.shards]
         alive = list(range(len(handles)))
         timeout = self.config.partition_timeout_s
         dense_mode = hybrid.dense if hybrid is not None else mode
@@ -448,18 +454,18 @@ class SearchService:
             if hybrid is None and len(handles) <= self.config.one_trip_max_partitions:
                 # one trip: hits, and each partition's likely share of the candidates rescored
                 share = [local_share(rounds.k_prime, rounds.cap, self._range(served, j)[1] / max(1, served.passages)) for j in served.shards]
-                got = await self._trip({i: handles[i].first_trip.remote(mode, served.kind, encoded, rounds.k_prime, fs.ann, share[i], allowed[i]) for i in alive}, timeout)
+                got = await self._trip({i: handles[i].call("first_trip", mode, served.kind, encoded, rounds.k_prime, fs.ann, share[i], allowed[i]) for i in alive}, timeout)
                 scored = {i: g[1] for i, g in got.items()}
                 got = {i: g[0] for i, g in got.items()}
             else:
-                got = await self._trip({i: handles[i].hits.remote(served.kind, qv, rounds.k_prime, fs.ann, allowed[i]) for i in alive}, timeout)
+                got = await self._trip({i: handles[i].call("hits", served.kind, qv, rounds.k_prime, fs.ann, allowed[i]) for i in alive}, timeout)
             while True:
                 alive = [i for i in alive if i in got]
                 rows = rounds.offer([got.get(i, Hits.empty()) for i in range(len(handles))])
                 if rows is not None:
                     break
                 scored = {}  # k' grew: the candidates are not those the first trip rescored for
-                got = await self._trip({i: handles[i].hits.remote(served.kind, qv, rounds.k_prime, fs.ann, allowed[i]) for i in alive}, timeout)
+                got = await self._trip({i: handles[i].call("hits", served.kind, qv, rounds.k_prime, fs.ann, allowed[i]) for i in alive}, timeout)
         t2 = time.perf_counter()
 
         def worth_asking(i: int) -> bool:  # a partition with no candidate or no allowed row answers nothing
@@ -467,14 +473,14 @@ class SearchService:
 
         ready: dict[int, PartitionResult] = {}  # ranked from the first trip's scores: no second trip
         if mode == "bm25":
-            asked = {i: handles[i].bm25_rank.remote(terms, k, allowed[i]) for i in alive if allowed[i] is None or len(allowed[i])}
+            asked = {i: handles[i].call("bm25_rank", terms, k, allowed[i]) for i in alive if allowed[i] is None or len(allowed[i])}
         elif hybrid is not None:
-            asked = {i: handles[i].hybrid.remote(dense_mode, served.kind, encoded, terms, rows[i], hybrid.n_best, allowed[i]) for i in alive}
+            asked = {i: handles[i].call("hybrid", dense_mode, served.kind, encoded, terms, rows[i], hybrid.n_best, allowed[i]) for i in alive}
         else:
             for i in alive:
                 if i in scored and worth_asking(i) and (r := scored[i].result(rows[i], k)) is not None:
                     ready[i] = r
-            asked = {i: handles[i].rank.remote(mode, served.kind, encoded, rows[i], k, allowed[i]) for i in alive if worth_asking(i) and i not in ready}
+            asked = {i: handles[i].call("rank", mode, served.kind, encoded, rows[i], k, allowed[i]) for i in alive if worth_asking(i) and i not in ready}
             if scored:
                 self.one_trip["queries"] += 1
                 self.one_trip["asked_again"] += bool(asked)
@@ -483,7 +489,7 @@ class SearchService:
             ranked_so_far = [got[i].ranked for i in got]
             if len(merge(ranked_so_far, k)) < k and sum(got[i].candidates for i in got) < len(restriction):
                 # fewer than k documents among the candidates: score the allowed passages exactly
-                asked = {i: handles[i].rank.remote(mode, served.kind, encoded, None, k, allowed[i]) for i in alive if len(allowed[i])}
+                asked = {i: handles[i].call("rank", mode, served.kind, encoded, None, k, allowed[i]) for i in alive if len(allowed[i])}
                 got = await self._trip(asked, timeout)
                 path = "exact"
         if hybrid is not None:
@@ -589,6 +595,7 @@ class SearchService:
             "partitions_answering": sorted(i for i in got if i >= 0),
             "encoder": got.get(-1),
             "one_trip": dict(self.one_trip),
+            "fanout": {"trips": sum(f.trips for f in self.fanout), "calls": sum(f.calls for f in self.fanout)},
             "uptime_s": round(time.time() - self.started, 1),
             "auth": app.state.token_sha256 is not None,
             "config": self.config.model_dump(mode="json", by_alias=True),

@@ -20,6 +20,7 @@ from operators.partition import Hits, Partition, PartitionResult, Scored
 from operators.query import EncodedQuery
 from operators.scoring import MODE_VECTORS, QueryVectors, first_stage_vectors
 from pipeline.search import index_query_encoder
+from pipeline.serve_fanout import run_many
 from pipeline.serve_layout import ShardSpec
 from storage.bm25_partitions import load_bm25_partition
 from storage.manifest import Manifest
@@ -193,6 +194,11 @@ class PartitionServer:
             raise ValueError(f"partition {self.shard} holds no BM25 side for its {kind} vectors")
         sparse = np.concatenate([self.bm25[i].scores(terms) for i in self.sparse[kind]])
         return side_by_side(part, sparse, self.first[kind], mode, query, rows, n_best, allowed=allowed)
+
+    def many(self, calls: list[tuple[str, tuple]]) -> list[tuple[bool, Any]]:
+        """Several trips in one call (``pipeline.serve_fanout``: the ingress coalesces the calls
+        of one loop turn): each (method, args) answered as (True, result) or (False, error)."""
+        return run_many(self, calls)
 
     def info(self) -> dict[str, Any]:
         return {

@@ -99,6 +99,11 @@ def test_http_top10_equals_in_process_for_every_mode(served, in_process):
         served_ndcg = ndcg10(dict(zip(queries, map(hits, bodies))), qrels)
         print(f"\n{mode}: nDCG@10 over HTTP {served_ndcg:.4f} (exact reference {reference[mode]})")
         assert served_ndcg >= reference[mode] - 0.01
+    # the batches' trips were coalesced: far fewer actor calls than partition calls
+    fanout, one_trip = client.stats()["fanout"], client.stats()["one_trip"]
+    print(f"\nfan-out: {fanout}; one trip: {one_trip}")
+    assert fanout["trips"] * 4 < fanout["calls"]
+    assert one_trip["queries"] >= 4 * len(queries) and one_trip["asked_again"] <= 0.1 * one_trip["queries"]
 
 
 BAD_REQUESTS = [

@@ -1,0 +1,92 @@
+"""Coalesced trips from the ingress to a partition: the calls a ``Searcher`` replica makes to
+one partition deployment in the same turn of its event loop (the queries of a
+``/search/batch``, or concurrent ``/search`` requests whose encoding was batched together)
+go as one ``many`` call, so a batch of Q queries over P partitions takes P actor calls a trip
+instead of Q × P. A lone call goes as itself.
+
+Each caller gets its own future: a call that fails inside ``many`` fails alone; a trip that
+fails (a dead replica) fails every call it carried, as the calls would have failed one by one;
+a trip whose callers have all given up (``asyncio.wait_for`` timed out) is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+# What ``PartitionServer.many`` runs: the trips of a query.
+TRIP_METHODS = frozenset({"first_trip", "hits", "rank", "bm25_rank", "hybrid"})
+
+
+class CoalescedHandle:
+    """Wraps a partition's ``DeploymentHandle``: ``call(method, *args)`` returns a future of
+    ``handle.method.remote(*args)``'s result, sent with the other calls of the same loop turn."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.pending: list[tuple[str, tuple, asyncio.Future]] = []
+        self.trips = 0  # actor calls sent
+        self.calls = 0  # calls carried by them
+
+    def call(self, method: str, *args: Any) -> asyncio.Future:
+        if method not in TRIP_METHODS:
+            raise ValueError(f"{method} is not a partition trip")
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self.pending:
+            loop.call_soon(self._flush)
+        self.pending.append((method, args, future))
+        return future
+
+    def _flush(self) -> None:
+        batch, self.pending = self.pending, []
+        futures = [f for _, _, f in batch]
+        if all(f.done() for f in futures):
+            return
+        self.trips += 1
+        self.calls += len(batch)
+        if len(batch) == 1:
+            method, args, _ = batch[0]
+            response = getattr(self.handle, method).remote(*args)
+        else:
+            response = self.handle.many.remote([(m, a) for m, a, _ in batch])
+        waiting = [len(futures)]
+
+        def given_up(f: asyncio.Future) -> None:  # every caller timed out or was cancelled: so is the trip
+            if f.cancelled():
+                waiting[0] -= 1
+                if waiting[0] == 0:
+                    response.cancel()
+
+        for f in futures:
+            f.add_done_callback(given_up)
+        asyncio.ensure_future(self._deliver(response, futures, len(batch) == 1))
+
+    @staticmethod
+    async def _deliver(response: Any, futures: list[asyncio.Future], single: bool) -> None:
+        try:
+            got = await response
+        except BaseException as e:  # the trip failed (or was cancelled): each call fails with it
+            for f in futures:
+                if not f.done():
+                    f.set_exception(e if isinstance(e, Exception) else RuntimeError(f"partition trip ended: {type(e).__name__}"))
+            return
+        results = [(True, got)] if single else got
+        for f, (ok, value) in zip(futures, results):
+            if not f.done():
+                f.set_result(value) if ok else f.set_exception(value)
+
+
+def run_many(target: Any, calls: list[tuple[str, tuple]]) -> list[tuple[bool, Any]]:
+    """``PartitionServer.many``'s body: each (method, args) of ``calls`` run on ``target`` in
+    order, as (True, result) or (False, the exception it raised)."""
+    out: list[tuple[bool, Any]] = []
+    for method, args in calls:
+        if method not in TRIP_METHODS:
+            out.append((False, ValueError(f"{method} is not a partition trip")))
+            continue
+        try:
+            out.append((True, getattr(target, method)(*args)))
+        except Exception as e:  # noqa: BLE001 - this call fails alone, the others of the trip answer
+            out.append((False, e))
+    return out
