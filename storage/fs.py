@@ -101,15 +101,16 @@ def create_exclusive(url: str, data: bytes) -> None:
         f.write(data)
 
 
-def list_files(url: str, suffix: str = "") -> list[str]:
-    """Full URLs of the files directly under ``url`` ending in ``suffix`` (sorted); [] if absent."""
+def list_files(url: str, suffix: str = "", include_tmp: bool = False) -> list[str]:
+    """Full URLs of the files directly under ``url`` ending in ``suffix`` (sorted); [] if absent.
+    Atomic writes' temporary files (``.tmp-``) are left out unless ``include_tmp``."""
     fs, path = resolve(url)
     if not fs.exists(path):
         return []
     out = []
     for entry in fs.ls(path, detail=True):
         name = entry["name"]
-        if entry.get("type") == "file" and name.endswith(suffix) and ".tmp-" not in name:
+        if entry.get("type") == "file" and name.endswith(suffix) and (include_tmp or ".tmp-" not in name):
             out.append(unstrip(fs, name))
     return sorted(out)
 

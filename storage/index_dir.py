@@ -144,11 +144,13 @@ def remove_if_empty(index_url: str) -> bool:
 
 
 def remove_orphan_shards(index_url: str, keep: set[str]) -> int:
-    """Delete shard files (Parquet and codes) no commit record lists (left by a killed run);
+    """Delete shard files (Parquet and codes) no commit record lists (left by a killed run),
+    and the temporary files of atomic writes a killed writer left half done (a writer still
+    finishing one then fails its rename instead of leaving an orphan after the commit);
     ``keep``: the recorded shards' paths. Returns the count."""
     keep = keep | {codes_path(p) for p in keep}
     removed = 0
-    for url in fs.list_files(fs.join(index_url, SHARDS_DIR)):
+    for url in fs.list_files(fs.join(index_url, SHARDS_DIR), include_tmp=True):
         rel = f"{SHARDS_DIR}/{url.rstrip('/').rsplit('/', 1)[-1]}"
         if rel not in keep:
             fs.remove(url)

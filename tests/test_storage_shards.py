@@ -83,8 +83,10 @@ def test_orphans_and_manifest_commit(index_url):
     rec = write_shard(index_url, table, "00000-000000")
     fs.write_bytes_atomic(f"{index_url}/shards/00000-000000-0000003.parquet", b"partial")  # no record
     fs.write_bytes_atomic(f"{index_url}/shards/00000-000000-0000003.codes.arrow", b"partial")
-    assert remove_orphan_shards(index_url, {rec["path"]}) == 2
-    assert [u.rsplit("/", 1)[-1] for u in fs.list_files(f"{index_url}/shards")] == sorted(p.split("/")[1] for p in (rec["path"], rec["codes"]))
+    with fs.open_file(f"{index_url}/shards/00000-000000-0000004.codes.arrow.tmp-{'0' * 32}", "wb") as f:  # a writer killed mid-write
+        f.write(b"half")
+    assert remove_orphan_shards(index_url, {rec["path"]}) == 3
+    assert [u.rsplit("/", 1)[-1] for u in fs.list_files(f"{index_url}/shards", include_tmp=True)] == sorted(p.split("/")[1] for p in (rec["path"], rec["codes"]))
     m = Manifest(config={}, model={}, input={}, counts={"passages": 3}, dim=8, codecs={}, shards=[ShardEntry(**rec)])
     commit_manifest(index_url, m)
     commit_manifest(index_url, m.model_copy())

@@ -1,0 +1,194 @@
+"""Search cost against corpus size: exact MaxSim, FAISS IVFPQ + rescoring and ScaNN +
+rescoring, p50 latency and bytes, from 10⁴ passages up, on one partition in process.
+
+    python benchmarks/scale_curve.py [--workdir /tmp/mvr-bench] [--sizes 10000,30000,100000]
+        [--queries 20] [--rounds 3] [--backends faiss-ivfpq,scann] [--out docs/scale_curve.png]
+
+Method. The real passages are msmarco-sample's 5,000 (``mvr index`` defaults: the
+pca-64+residual-2 token codec, 18 B a token vector). The corpus of N passages adds N − 5,000
+synthetic ones: each has the length of a random real passage and real token codes drawn at
+random from the whole collection, half of each code's residual bytes redrawn at random (the
+centroid id is kept), so the synthetic vectors spread over the real vectors' cells without
+being copies. They compete for every query vector's nearest neighbours (the first stage's
+work grows with N as on a real corpus) but rarely make a passage that matches a whole query,
+so the exact top-10 stays mostly real and overlap@10 measures whether the ANN path finds it
+in a growing haystack. Quality on real collections is measured elsewhere (search.md,
+vs_plaid.md); here only latency, memory and overlap with exact.
+
+Per size: the token codes are held as one array (as the memory-mapped shards would be), the
+ANN index is built as ``mvr build-ann`` builds a partition (defaults for the size: FAISS
+nlist = 4√n, nprobe = nlist/64; ScaNN leaves alike), and each query (msmarco-sample's,
+encoded once, k = 10, default knobs) is timed on each path in rotating order; a query's
+latency is its median over the rounds (exact: one round). "held" variants keep the probe
+count at its value for the smallest size (FAISS ``nprobe``, ScaNN ``leaves_to_search``).
+Bytes: the ANN index as saved (what a replica loads) and the codes (what it maps)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encode_throughput import Steal  # noqa: E402
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def synthetic_corpus(codes: np.ndarray, lengths: np.ndarray, n_extra: int, id_bytes: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(codes of the real and n_extra synthetic passages, (n + 1,) offsets): see the module
+    docstring for how a synthetic passage is made."""
+    lens = lengths[rng.integers(0, len(lengths), n_extra)]
+    syn = codes[rng.integers(0, len(codes), int(lens.sum()))]
+    redraw = rng.random((len(syn), codes.shape[1] - id_bytes)) < 0.5
+    residual = syn[:, id_bytes:]
+    residual[redraw] = rng.integers(0, 256, int(redraw.sum()), dtype=np.uint8)
+    syn[:, id_bytes:] = residual
+    all_lengths = np.concatenate([lengths, lens]).astype(np.int64)
+    offsets = np.zeros(len(all_lengths) + 1, np.int64)
+    np.cumsum(all_lengths, out=offsets[1:])
+    return np.concatenate([codes, syn]), offsets
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root = Path(__file__).resolve().parents[1]
+    p.add_argument("--datasets", default=str(root.parent / "shared" / "datasets"))
+    p.add_argument("--workdir", default="/tmp/mvr-bench")
+    p.add_argument("--sizes", default="10000,30000,100000")
+    p.add_argument("--queries", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--backends", default="faiss-ivfpq,scann")
+    p.add_argument("--out", default=None, help="PNG of p50 and bytes against passages")
+    args = p.parse_args()
+
+    from operators.ann import make_index, set_build_threads
+    from operators.candidates import FirstStage
+    from operators.partition import Partition
+    from operators.stored_vectors import StoredVectors
+    from pipeline.config import IndexConfig, SearchConfig
+    from pipeline.indexing import index_corpus
+    from pipeline.search import Searcher, search_partitions
+    from storage.manifest import read_manifest
+
+    steal = Steal()
+    datasets = Path(args.datasets)
+    index = str(Path(args.workdir) / "msmarco")
+    if read_manifest(index) is None:
+        index_corpus(str(datasets / "msmarco-sample"), index, IndexConfig(), log=lambda _: None)
+    searcher = Searcher(index, ("maxsim",), SearchConfig(exact=True))
+    (real,) = searcher.partitions["maxsim"]
+    sv = real.vectors
+    codec = sv.codec
+    id_bytes = next(s.id_bytes for s in codec.stages() if hasattr(s, "id_bytes"))
+    codes = np.ascontiguousarray(sv.raw(np.arange(sv.n_vectors)))
+    lengths = np.diff(sv.offsets)
+    with open(datasets / "msmarco-sample" / "queries.jsonl") as f:
+        texts = [json.loads(line)["text"] for line in f if line.strip()][: args.queries]
+    queries = searcher.encode(texts)
+    set_build_threads(2)
+    backends = args.backends.split(",")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"real: {len(lengths):,} passages, {len(codes):,} token vectors of {codes.shape[1]} B ({codec.name}); {len(queries)} queries; sizes {sizes}")
+    rows = []
+    held: dict[str, dict] = {}
+    for n in sizes:
+        rng = np.random.default_rng(n)
+        all_codes, offsets = synthetic_corpus(codes, lengths, max(0, n - len(lengths)), id_bytes, rng)
+        vectors = StoredVectors([all_codes], offsets, codec)
+        doc_ids = list(real.doc_ids) + [f"synthetic-{i}" for i in range(n - len(lengths))]
+        passage_idx = np.zeros(n, np.int32)
+        exact = Partition("tokens", vectors, doc_ids, passage_idx)
+        paths = {}
+        for backend in backends:
+            t0 = time.perf_counter()
+            ann = make_index(backend, vectors.dim, vectors.n_vectors)
+            sample = np.sort(np.random.default_rng(0).choice(vectors.n_vectors, min(ann.params.get("training_sample_size", vectors.n_vectors), vectors.n_vectors), replace=False))
+            ann.train(vectors.decode(sample))
+            for block in vectors.vector_blocks(1 << 18):
+                ann.add(block)
+            ann.finalize()
+            build_s = time.perf_counter() - t0
+            with tempfile.TemporaryDirectory() as d:
+                ann.save(d)
+                ann_bytes = dir_bytes(Path(d))
+            knob = "nprobe" if backend == "faiss-ivfpq" else "leaves_to_search"
+            held.setdefault(backend, {knob: ann.params[knob]})
+            part = Partition("tokens", vectors, doc_ids, passage_idx, ann)
+            paths[backend] = (part, FirstStage(), ann_bytes, build_s, f"{knob} {ann.params[knob]}")
+            if held[backend][knob] != ann.params[knob]:
+                paths[f"{backend} held"] = (part, FirstStage(ann=dict(held[backend])), ann_bytes, build_s, f"{knob} {held[backend][knob]}")
+        # exact once a query (it is the slow one), then the ANN paths in rotating order
+        exact_ms, exact_top = [], []
+        for q in queries:
+            t0 = time.perf_counter()
+            r = exact.rank("maxsim", q, None, 10)
+            exact_ms.append((time.perf_counter() - t0) * 1e3)
+            exact_top.append(set(r.ranked.doc_ids))
+        times: dict[str, list[list[float]]] = {name: [[] for _ in queries] for name in paths}
+        overlap: dict[str, list[float]] = {name: [] for name in paths}
+        names = list(paths)
+        for rnd in range(args.rounds):
+            for qi, q in enumerate(queries):
+                for name in names[rnd % len(names):] + names[: rnd % len(names)]:
+                    part, fs, *_ = paths[name]
+                    t0 = time.perf_counter()
+                    (res,), _ = search_partitions([part], "maxsim", q, 10, fs)
+                    times[name][qi].append((time.perf_counter() - t0) * 1e3)
+                    if rnd == 0:
+                        overlap[name].append(len(set(res.ranked.doc_ids) & exact_top[qi]) / 10)
+        code_bytes = all_codes.nbytes + offsets.nbytes
+        rows.append({"passages": n, "path": "exact", "p50_ms": statistics.median(exact_ms), "overlap": 1.0, "ann_bytes": 0, "code_bytes": code_bytes, "build_s": 0.0, "probe": "-"})
+        for name, (part, fs, ann_bytes, build_s, probe) in paths.items():
+            p50 = statistics.median(statistics.median(t) for t in times[name])
+            rows.append({"passages": n, "path": name, "p50_ms": p50, "overlap": float(np.mean(overlap[name])), "ann_bytes": ann_bytes, "code_bytes": code_bytes, "build_s": build_s, "probe": probe})
+        print(f"\n{n:,} passages, {vectors.n_vectors:,} token vectors")
+        print(f"  {'path':<20} {'p50 ms':>9} {'overlap@10':>10} {'ANN MB':>8} {'codes MB':>9} {'build s':>8}  probe")
+        for r in rows:
+            if r["passages"] == n:
+                print(f"  {r['path']:<20} {r['p50_ms']:>9.2f} {r['overlap']:>10.3f} {r['ann_bytes'] / 1e6:>8.1f} {r['code_bytes'] / 1e6:>9.1f} {r['build_s']:>8.1f}  {r['probe']}")
+        del paths, exact, vectors, all_codes
+    print("\ngrowth of p50 from the smallest to the largest size:")
+    for name in dict.fromkeys(r["path"] for r in rows):
+        got = [r for r in rows if r["path"] == name]
+        if len(got) > 1:
+            print(f"  {name:<20} {got[-1]['p50_ms'] / got[0]['p50_ms']:6.2f}x over {got[-1]['passages'] / got[0]['passages']:g}x the passages")
+    print(f"\nCPU steal during the run: {steal.percent():.1f}%")
+    if args.out:
+        plot(rows, args.out)
+        print(f"plot: {args.out}")
+
+
+def plot(rows: list[dict], out: str) -> None:
+    """p50 latency (log-log) and bytes a partition holds against passages, one line a path."""
+    from pipeline.plots import png_bytes, pyplot
+
+    plt = pyplot()
+    fig, (lat, mem) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name in dict.fromkeys(r["path"] for r in rows):
+        got = [r for r in rows if r["path"] == name]
+        x = [r["passages"] for r in got]
+        lat.plot(x, [r["p50_ms"] for r in got], marker="o", label=name)
+        if name != "exact" and not name.endswith(" held"):
+            mem.plot(x, [(r["ann_bytes"] + r["code_bytes"]) / 1e6 for r in got], marker="o", label=f"{name} index + codes")
+    exact = [r for r in rows if r["path"] == "exact"]
+    mem.plot([r["passages"] for r in exact], [r["code_bytes"] / 1e6 for r in exact], marker="o", label="codes (exact)")
+    lat.set(xscale="log", yscale="log", xlabel="passages", ylabel="p50 ms a query (search, k = 10)", title="latency")
+    mem.set(xscale="log", yscale="log", xlabel="passages", ylabel="MB", title="bytes of one partition")
+    lat.legend(fontsize=8)
+    mem.legend(fontsize=8)
+    fig.tight_layout()
+    with open(out, "wb") as f:
+        f.write(png_bytes(fig))
+
+
+if __name__ == "__main__":
+    main()
