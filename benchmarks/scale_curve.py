@@ -2,7 +2,7 @@
 rescoring, p50 latency and bytes, from 10⁴ passages up, on one partition in process.
 
     python benchmarks/scale_curve.py [--workdir /tmp/mvr-bench] [--sizes 10000,30000,100000]
-        [--queries 20] [--rounds 3] [--backends faiss-ivfpq,scann] [--out docs/scale_curve.png]
+        [--queries 20] [--rounds 3] [--backends faiss-ivfpq,scann] [--out docs/scale_curve.png] [--k-prime N]
 
 Method. The real passages are msmarco-sample's 5,000 (``mvr index`` defaults: the
 pca-64+residual-2 token codec, 18 B a token vector). The corpus of N passages adds N − 5,000
@@ -19,7 +19,8 @@ Per size: the token codes are held as one array (as the memory-mapped shards wou
 ANN index is built as ``mvr build-ann`` builds a partition (defaults for the size: FAISS
 nlist = 4√n, nprobe = nlist/64; ScaNN leaves alike), and each query (msmarco-sample's,
 encoded once, k = 10, default knobs) is timed on each path in rotating order; a query's
-latency is its median over the rounds (exact: one round). "held" variants keep the probe
+latency is its median over the rounds (exact: one round), split into the first stage (ANN
+search and candidate merge) and rescoring, with the passages rescored. "held" variants keep the probe
 count at its value for the smallest size (FAISS ``nprobe``, ScaNN ``leaves_to_search``).
 Bytes: the ANN index as saved (what a replica loads) and the codes (what it maps)."""
 
@@ -68,6 +69,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--backends", default="faiss-ivfpq,scann")
     p.add_argument("--out", default=None, help="PNG of p50 and bytes against passages")
+    p.add_argument("--k-prime", type=int, default=None, help="first-stage k' of the ANN paths (default: FirstStage's)")
     args = p.parse_args()
 
     from operators.ann import make_index, set_build_threads
@@ -97,6 +99,7 @@ def main() -> None:
     set_build_threads(2)
     backends = args.backends.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"k' of the ANN paths: {args.k_prime or FirstStage().k_prime}")
     print(f"real: {len(lengths):,} passages, {len(codes):,} token vectors of {codes.shape[1]} B ({codec.name}); {len(queries)} queries; sizes {sizes}")
     rows = []
     held: dict[str, dict] = {}
@@ -123,9 +126,10 @@ def main() -> None:
             knob = "nprobe" if backend == "faiss-ivfpq" else "leaves_to_search"
             held.setdefault(backend, {knob: ann.params[knob]})
             part = Partition("tokens", vectors, doc_ids, passage_idx, ann)
-            paths[backend] = (part, FirstStage(), ann_bytes, build_s, f"{knob} {ann.params[knob]}")
+            base = FirstStage() if args.k_prime is None else FirstStage(k_prime=args.k_prime)
+            paths[backend] = (part, base, ann_bytes, build_s, f"{knob} {ann.params[knob]}")
             if held[backend][knob] != ann.params[knob]:
-                paths[f"{backend} held"] = (part, FirstStage(ann=dict(held[backend])), ann_bytes, build_s, f"{knob} {held[backend][knob]}")
+                paths[f"{backend} held"] = (part, FirstStage(k_prime=base.k_prime, ann=dict(held[backend])), ann_bytes, build_s, f"{knob} {held[backend][knob]}")
         # exact once a query (it is the slow one), then the ANN paths in rotating order
         exact_ms, exact_top = [], []
         for q in queries:
@@ -134,6 +138,7 @@ def main() -> None:
             exact_ms.append((time.perf_counter() - t0) * 1e3)
             exact_top.append(set(r.ranked.doc_ids))
         times: dict[str, list[list[float]]] = {name: [[] for _ in queries] for name in paths}
+        stages: dict[str, dict[str, list[float]]] = {name: {"candidates": [], "rescore": [], "rescored": []} for name in paths}
         overlap: dict[str, list[float]] = {name: [] for name in paths}
         names = list(paths)
         for rnd in range(args.rounds):
@@ -141,24 +146,32 @@ def main() -> None:
                 for name in names[rnd % len(names):] + names[: rnd % len(names)]:
                     part, fs, *_ = paths[name]
                     t0 = time.perf_counter()
-                    (res,), _ = search_partitions([part], "maxsim", q, 10, fs)
+                    (res,), split = search_partitions([part], "maxsim", q, 10, fs)
                     times[name][qi].append((time.perf_counter() - t0) * 1e3)
+                    for stage in ("candidates", "rescore"):
+                        stages[name][stage].append(split[stage])
+                    stages[name]["rescored"].append(res.candidates)
                     if rnd == 0:
                         overlap[name].append(len(set(res.ranked.doc_ids) & exact_top[qi]) / 10)
         code_bytes = all_codes.nbytes + offsets.nbytes
-        rows.append({"passages": n, "path": "exact", "p50_ms": statistics.median(exact_ms), "overlap": 1.0, "ann_bytes": 0, "code_bytes": code_bytes, "build_s": 0.0, "probe": "-"})
+        rows.append({"passages": n, "path": "exact", "p50_ms": statistics.median(exact_ms), "overlap": 1.0, "ann_bytes": 0, "code_bytes": code_bytes, "build_s": 0.0, "probe": "-",
+                     "candidates": 0.0, "rescore": statistics.median(exact_ms), "rescored": n})
         for name, (part, fs, ann_bytes, build_s, probe) in paths.items():
             p50 = statistics.median(statistics.median(t) for t in times[name])
-            rows.append({"passages": n, "path": name, "p50_ms": p50, "overlap": float(np.mean(overlap[name])), "ann_bytes": ann_bytes, "code_bytes": code_bytes, "build_s": build_s, "probe": probe})
+            split = {stage: statistics.median(v) for stage, v in stages[name].items()}
+            rows.append({"passages": n, "path": name, "p50_ms": p50, "overlap": float(np.mean(overlap[name])), "ann_bytes": ann_bytes, "code_bytes": code_bytes, "build_s": build_s, "probe": probe, **split})
         print(f"\n{n:,} passages, {vectors.n_vectors:,} token vectors")
-        print(f"  {'path':<20} {'p50 ms':>9} {'overlap@10':>10} {'ANN MB':>8} {'codes MB':>9} {'build s':>8}  probe")
+        print(f"  {'path':<20} {'p50 ms':>9} {'first st.':>9} {'rescore':>8} {'rescored':>8} {'overlap@10':>10} {'ANN MB':>8} {'codes MB':>9} {'build s':>8}  probe")
         for r in rows:
             if r["passages"] == n:
-                print(f"  {r['path']:<20} {r['p50_ms']:>9.2f} {r['overlap']:>10.3f} {r['ann_bytes'] / 1e6:>8.1f} {r['code_bytes'] / 1e6:>9.1f} {r['build_s']:>8.1f}  {r['probe']}")
+                print(f"  {r['path']:<20} {r['p50_ms']:>9.2f} {r['candidates']:>9.2f} {r['rescore']:>8.2f} {r['rescored']:>8.0f} {r['overlap']:>10.3f} "
+                      f"{r['ann_bytes'] / 1e6:>8.1f} {r['code_bytes'] / 1e6:>9.1f} {r['build_s']:>8.1f}  {r['probe']}")
         del paths, exact, vectors, all_codes
     print("\ngrowth of p50 from the smallest to the largest size:")
     for name in dict.fromkeys(r["path"] for r in rows):
         got = [r for r in rows if r["path"] == name]
+        if name.endswith(" held"):  # at the smallest size the held probe count is the default's
+            got = [r for r in rows if r["path"] == name.removesuffix(" held")][:1] + got
         if len(got) > 1:
             print(f"  {name:<20} {got[-1]['p50_ms'] / got[0]['p50_ms']:6.2f}x over {got[-1]['passages'] / got[0]['passages']:g}x the passages")
     print(f"\nCPU steal during the run: {steal.percent():.1f}%")
@@ -175,6 +188,8 @@ def plot(rows: list[dict], out: str) -> None:
     fig, (lat, mem) = plt.subplots(1, 2, figsize=(11, 4.2))
     for name in dict.fromkeys(r["path"] for r in rows):
         got = [r for r in rows if r["path"] == name]
+        if name.endswith(" held"):
+            got = [r for r in rows if r["path"] == name.removesuffix(" held")][:1] + got
         x = [r["passages"] for r in got]
         lat.plot(x, [r["p50_ms"] for r in got], marker="o", label=name)
         if name != "exact" and not name.endswith(" held"):
