@@ -106,6 +106,22 @@ def test_http_top10_equals_in_process_for_every_mode(served, in_process):
     assert one_trip["queries"] >= 4 * len(queries) and one_trip["asked_again"] <= 0.1 * one_trip["queries"]
 
 
+def test_filtered_queries_take_one_trip_and_equal_the_search_core(served, in_process):
+    """A filter with the one-trip path (test_filters.py serves filters with two trips): the
+    allowed rows go with the first trip, and the answers are the in-process filtered search's,
+    for a ~50 % filter (ANN among the allowed) and a ~1 % one (exact over the allowed)."""
+    url, queries = served["url"], list(served["queries"].values())[:5]
+    before = requests.get(url + "/stats", timeout=30).json()["one_trip"]["queries"]
+    for expr, path in (("year < 2005", "ann"), ("bucket = 7", "exact")):
+        for q in queries:
+            r = requests.post(url + "/search", json={"query": q, "k": 10, "filter": expr}, timeout=60)
+            assert r.status_code == 200, r.text
+            (local,) = in_process.search([q], 10, "maxsim", filter=expr)
+            assert r.json()["path"] == local.path == path
+            same_top10(hits(r.json()), local.hits())
+    assert requests.get(url + "/stats", timeout=30).json()["one_trip"]["queries"] >= before + len(queries)
+
+
 BAD_REQUESTS = [
     ({"query": ""}, 422, "empty"),
     ({"query": "   "}, 422, "empty"),
