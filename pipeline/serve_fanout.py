@@ -27,6 +27,7 @@ class CoalescedHandle:
         self.pending: list[tuple[str, tuple, asyncio.Future]] = []
         self.trips = 0  # actor calls sent
         self.calls = 0  # calls carried by them
+        self._delivering: set[asyncio.Task] = set()  # the loop holds tasks weakly: keep them until done
 
     def call(self, method: str, *args: Any) -> asyncio.Future:
         if method not in TRIP_METHODS:
@@ -60,7 +61,9 @@ class CoalescedHandle:
 
         for f in futures:
             f.add_done_callback(given_up)
-        asyncio.ensure_future(self._deliver(response, futures, len(batch) == 1))
+        task = asyncio.ensure_future(self._deliver(response, futures, len(batch) == 1))
+        self._delivering.add(task)
+        task.add_done_callback(self._delivering.discard)
 
     @staticmethod
     async def _deliver(response: Any, futures: list[asyncio.Future], single: bool) -> None:
