@@ -72,10 +72,6 @@ class Scored:
     passage_idx: np.ndarray
     rescore_ms: float
 
-    @classmethod
-    def empty(cls) -> "Scored":
-        return cls(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, object), np.zeros(0, np.int32), 0.0)
-
     def result(self, rows: np.ndarray, k: int) -> Optional[PartitionResult]:
         """The top-``k`` documents among ``rows`` (sorted unique, the merge's candidates of this
         partition), as ``Partition.rank`` would give them, when every one of them was scored

@@ -88,8 +88,8 @@ def plan_resources(config: ServeConfig, n_partitions: int) -> ResourcePlan:
     torch on all of a node's cores, since queries come one at a time between batches; the
     partitions split 50% (at most 1 CPU each) and run 1 thread each, since a query's
     partitions work side by side. With the encoder in the ingress (``encoder.placement``), the
-    ingress replicas take the encoder's reservation and threads on top of their own. Reservations are logical: they decide placement, the
-    threads decide the work."""
+    ingress replicas take the encoder's reservation and threads on top of their own.
+    Reservations are logical: they decide placement, the threads decide the work."""
     resources = ray.cluster_resources()
     cpus, gpus = float(resources.get("CPU", 1)), float(resources.get("GPU", 0))
     node_cpus = max((n["Resources"].get("CPU", 1) for n in ray.nodes() if n.get("Alive")), default=cpus)

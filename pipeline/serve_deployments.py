@@ -39,8 +39,8 @@ class BatchedQueryEncoder:
     ``@serve.batch``: concurrent ``encode`` calls in one replica are grouped into one forward
     pass; a text that makes the pass fail fails alone. The pass runs on the replica's event
     loop: handing it to a thread measured slower under load in the ingress (the GIL shared
-    with the loop's other requests; benchmarks/serve_load.py). Held by the ``Searcher`` ingress (the default
-    placement) or by the ``QueryEncoder`` deployment."""
+    with the loop's other requests; benchmarks/serve_load.py). Held by the ``Searcher``
+    ingress (the default placement) or by the ``QueryEncoder`` deployment."""
 
     def __init__(self, index_url: str, manifest: Manifest, threads: Optional[int], max_batch_size: int, batch_wait_s: float) -> None:
         import torch
