@@ -19,12 +19,14 @@ import time
 
 import numpy as np
 
-# (label, file suffix, function name): the function whose cumulative time is the stage
+# (label, file suffix, function name): the functions whose cumulative time is the stage (the
+# rescoring decodes through ``decode_scaled`` of a rescaling codec, ``decode`` otherwise)
 STAGES = [
     ("first stage: ANN search", "operators/ann.py", "search"),
     ("candidate merge", "operators/candidates.py", "select"),
     ("code gather (StoredVectors.raw)", "operators/stored_vectors.py", "raw"),
     ("decode (codec)", "operators/codecs/base.py", "decode"),
+    ("decode (codec)", "operators/codecs/residual.py", "decode_scaled"),
     ("scoring matmul", "operators/kernels.py", "matmul"),
     ("top-k documents", "operators/ranking.py", "top_documents"),
 ]
@@ -72,8 +74,9 @@ def main() -> None:
     stats = pstats.Stats(profile)
     total = stats.total_tt
     print(f"profiled: {total / n * 1e3:.2f} ms a query (the profiler's own overhead included)")
-    for label, path, name in STAGES:
-        cum = sum(v[3] for (file, _, func), v in stats.stats.items() if file.endswith(path) and func == name)
+    for label in dict.fromkeys(label for label, _, _ in STAGES):  # a stage may be one of several functions
+        funcs = {(path, name) for lab, path, name in STAGES if lab == label}
+        cum = sum(v[3] for (file, _, func), v in stats.stats.items() if any(file.endswith(p) and func == f for p, f in funcs))
         print(f"  {label:34s} {cum / n * 1e3:6.3f} ms a query ({cum / total:5.1%})")
     stats.sort_stats("cumulative").print_stats(args.top)
     stats.sort_stats("tottime").print_stats(args.top)

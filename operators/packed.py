@@ -6,17 +6,22 @@ exact scorers hold token vectors, first-m vectors and centroids without padding.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 
 @dataclass
 class Packed:
-    """``vectors``: (total, dim); ``offsets``: (n + 1,) int64, offsets[0] == 0."""
+    """``vectors``: (total, dim); ``offsets``: (n + 1,) int64, offsets[0] == 0;
+    ``row_scale``: None, or (total,) float32 factors: row r stands for ``vectors[r] *
+    row_scale[r]`` (a codec's decoded vectors before their rescaling to unit length,
+    ``Codec.decode_scaled``), which the scorers apply to their similarities instead of the
+    vectors."""
 
     vectors: np.ndarray
     offsets: np.ndarray
+    row_scale: Optional[np.ndarray] = None
 
     @classmethod
     def from_list(cls, arrays: Sequence[np.ndarray], dim: int, dtype=np.float32) -> "Packed":
@@ -28,6 +33,8 @@ class Packed:
 
     @classmethod
     def concat(cls, parts: Sequence["Packed"]) -> "Packed":
+        if any(p.row_scale is not None for p in parts):
+            parts = [cls(p.scaled(), p.offsets) for p in parts]
         vectors = np.concatenate([p.vectors for p in parts])
         shifts = np.cumsum([0] + [p.offsets[-1] for p in parts[:-1]])
         offsets = np.concatenate([[0]] + [p.offsets[1:] + s for p, s in zip(parts, shifts)])
@@ -53,7 +60,12 @@ class Packed:
         # row r of the result comes from starts[owner] + (r - offsets[owner])
         rows = np.arange(offsets[-1], dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
         vectors = self.vectors[rows]
-        return Packed(vectors if dtype is None else vectors.astype(dtype, copy=False), offsets)
+        scale = None if self.row_scale is None else self.row_scale[rows]
+        return Packed(vectors if dtype is None else vectors.astype(dtype, copy=False), offsets, scale)
+
+    def scaled(self) -> np.ndarray:
+        """The vectors with ``row_scale`` applied (a copy; ``vectors`` itself when None)."""
+        return self.vectors if self.row_scale is None else self.vectors * self.row_scale[:, None]
 
     def owners(self) -> np.ndarray:
         """(total,) int64: the passage each row belongs to."""

@@ -204,7 +204,7 @@ class Partition:
         every passage is decoded once for the whole batch, a block of whole passages at a time
         into one reused buffer (``StoredVectors.scan``), each block scored with one matmul."""
         if rows is not None:
-            return scoring.score_batch(batch, self.vectors.take(rows))
+            return scoring.score_batch(batch, self.vectors.take(rows, scaled=True))
         out = np.empty((len(batch), len(self)), dtype=np.float32)
         for start, block in self.vectors.scan(self.vectors.scan_rows(batch.width)):
             out[:, start : start + len(block)] = scoring.score_batch(batch, block)

@@ -28,6 +28,15 @@ def _segment_max(values: np.ndarray, offsets: np.ndarray, axis: int = -1) -> np.
     return np.maximum.reduceat(values, offsets[:-1], axis=axis)
 
 
+def _similarities(query_vectors: np.ndarray, docs: Packed) -> np.ndarray:
+    """(m, rows) float32 q · d of every query vector and passage row, ``docs.row_scale``
+    applied (each row's factor to its column)."""
+    sims = matmul(query_vectors, docs.vectors.T)
+    if docs.row_scale is not None:
+        sims *= docs.row_scale
+    return sims
+
+
 # Every scorer works on several queries at once: the queries' vectors are the rows of one
 # (m, dim) matrix, so a block of passages costs one BLAS matmul (m, dim) @ (dim, rows) and
 # segment reductions along the rows of its (m, rows) similarities, each over contiguous memory
@@ -41,7 +50,7 @@ def maxsim_many(query_vectors: np.ndarray, starts: np.ndarray, docs: Packed) -> 
     next start). Returns (n_q, n) float32."""
     if not len(docs):
         return np.zeros((len(starts), 0), np.float32)
-    sims = matmul(query_vectors, docs.vectors.T)  # (m, rows)
+    sims = _similarities(query_vectors, docs)  # (m, rows)
     best = _segment_max(sims, docs.offsets, axis=1)  # (m, n): each query vector's best row a passage
     full = np.diff(np.append(starts, len(query_vectors))) > 0
     if full.all():
@@ -56,7 +65,7 @@ def first_m_many(query_vectors: np.ndarray, docs: Packed) -> np.ndarray:
     """ME-BERT for (n_q, dim) query vectors: max_j q · d_j over each passage's vectors; (n_q, n)."""
     if not len(docs):
         return np.zeros((len(query_vectors), 0), np.float32)
-    return _segment_max(matmul(query_vectors, docs.vectors.T), docs.offsets, axis=1)
+    return _segment_max(_similarities(query_vectors, docs), docs.offsets, axis=1)
 
 
 def softmax_centroid_many(query_vectors: np.ndarray, docs: Packed) -> np.ndarray:
@@ -64,7 +73,7 @@ def softmax_centroid_many(query_vectors: np.ndarray, docs: Packed) -> np.ndarray
     a_j (q · c_j); (n_q, n)."""
     if not len(docs):
         return np.zeros((len(query_vectors), 0), np.float32)
-    s = matmul(query_vectors, docs.vectors.T)  # (n_q, rows)
+    s = _similarities(query_vectors, docs)  # (n_q, rows)
     e = np.exp(s - np.repeat(_segment_max(s, docs.offsets, axis=1), docs.lengths, axis=1))
     z = np.add.reduceat(e, docs.offsets[:-1], axis=1)
     e *= s

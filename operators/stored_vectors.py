@@ -109,9 +109,11 @@ class StoredVectors:
         raw = self.raw(vector_rows)
         return self.codec.decode(raw) if self.codec is not None else raw.astype(np.float32)
 
-    def take(self, passages: np.ndarray) -> Packed | np.ndarray:
+    def take(self, passages: np.ndarray, scaled: bool = False) -> Packed | np.ndarray:
         """The passages at ``passages`` (in that order), decoded to float32: a Packed, or an
-        (k, dim) matrix when ``single``. Decodes only their vectors."""
+        (k, dim) matrix when ``single``. Decodes only their vectors. ``scaled`` (a Packed
+        for scoring): the codec's vectors before their rescaling to unit length, with the
+        factors as ``Packed.row_scale`` (``Codec.decode_scaled``; the scorers apply them)."""
         idx = np.asarray(passages, dtype=np.int64)
         if self.single:
             return self.decode(idx)
@@ -119,6 +121,9 @@ class StoredVectors:
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         rows = np.arange(offsets[-1], dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
+        if scaled and self.codec is not None:
+            vectors, scale = self.codec.decode_scaled(self.raw(rows))
+            return Packed(vectors, offsets, scale)
         return Packed(self.decode(rows), offsets)
 
     def decode_range(self, lo: int, hi: int) -> np.ndarray:

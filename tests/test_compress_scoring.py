@@ -59,3 +59,20 @@ def test_scorers_equal_naive_loops():
         expected.append(qp @ (a @ d))
     np.testing.assert_allclose(scoring.softmax_centroid(qp, packed), expected, rtol=1e-4)
     assert len(packed) == len(docs) and np.array_equal(packed[3], docs[3])
+
+
+def test_row_scale_travels_with_take_and_concat():
+    """A Packed with ``row_scale`` (rows standing for ``vectors * row_scale``) keeps each
+    row's factor through ``take``; ``concat`` applies the factors (its result has none)."""
+    arrays = _passages(seed=4)
+    p = Packed.from_list(arrays, 16)
+    scale = np.random.default_rng(1).uniform(0.5, 2, len(p.vectors)).astype(np.float32)
+    scaled = Packed(p.vectors, p.offsets, scale)
+    picked = scaled.take(np.array([7, 2, 2]))
+    want = Packed(scaled.scaled(), p.offsets).take(np.array([7, 2, 2]))
+    np.testing.assert_allclose(picked.scaled(), want.vectors, rtol=1e-6)
+    both = Packed.concat([scaled, p])
+    assert both.row_scale is None
+    np.testing.assert_allclose(both.vectors[: len(p.vectors)], p.vectors * scale[:, None], rtol=1e-6)
+    q = np.random.default_rng(2).standard_normal((3, 16)).astype(np.float32)
+    np.testing.assert_allclose(scoring.maxsim(q, scaled), scoring.maxsim(q, Packed(scaled.scaled(), p.offsets)), rtol=1e-5)

@@ -141,6 +141,37 @@ def test_exact_maxsim_is_brute_force_maxsim(data, codec_name):
         assert part.rank("maxsim", q, None, K).ranked.doc_ids == got.ranked.doc_ids
 
 
+@pytest.mark.parametrize("codec_name", ["float16", "residual-2", "int8"])
+@pytest.mark.parametrize("mode", MODES)
+def test_rescoring_rows_equals_a_loop_over_their_decoded_vectors(data, codec_name, mode):
+    """The ANN path's rescoring (``Partition.rescore`` of some rows) takes a residual codec's
+    vectors before their rescaling to unit length and applies each row's factor to its
+    similarities (``Codec.decode_scaled``): the scores equal a loop over the rows' vectors as
+    ``decode`` gives them (unit length), one passage at a time."""
+    codec = codec_for(codec_name, data)
+    part = partition(mode, data, codec, live=False)
+    v = part.vectors
+    rows = np.sort(np.random.default_rng(5).choice(PASSAGES, 70, replace=False))
+    if not v.single:
+        taken = v.take(rows, scaled=True)
+        assert (taken.row_scale is not None) == (codec_name == "residual-2")  # only a rescaling codec defers it
+        np.testing.assert_allclose(taken.scaled(), v.take(rows).vectors, rtol=1e-6, atol=1e-6)
+    decoded = codec.decode(np.concatenate(v.segments))
+    for q in data.queries:
+        want = []
+        for r in rows.tolist():
+            d = decoded[v.offsets[r] : v.offsets[r + 1]]
+            if mode == "maxsim":
+                want.append((q.tokens @ d.T).max(axis=1).sum())
+            elif mode == "first-m" or mode == "pooled":
+                want.append((d @ q.pooled).max())
+            else:  # softmax-centroid
+                s = d @ q.pooled
+                a = np.exp(s - s.max())
+                want.append((a * s).sum() / a.sum())
+        np.testing.assert_allclose(part.rescore(mode, q, rows), want, rtol=1e-5, atol=1e-5)
+
+
 def test_scan_decodes_every_block_into_one_buffer(data):
     codec = codec_for("float16", data)
     v = stored(data.tokens, data.lengths, codec)

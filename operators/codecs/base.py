@@ -116,6 +116,16 @@ class Codec(ABC):
             self._decode_into(np.ascontiguousarray(part), out[s : s + len(part)])
         return out
 
+    def decode_scaled(self, codes: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
+        """(vectors, row_scale): codes (n, bytes_per_vector) decoded to (n, dim_out) float32
+        *before* any rescaling to unit length, and the (n,) float32 factor that rescaling
+        multiplies each row by (None: no rescaling; ``vectors`` is then ``decode``'s answer).
+        ``vectors * row_scale[:, None]`` equals ``decode(codes)`` up to float rounding. A
+        scorer applies the factor to its (query vector, row) similarities instead: fewer
+        values than the (row, dim) vectors when a query has fewer vectors than dims, and one
+        pass over the decoded rows less."""
+        return self.decode(codes), None
+
     def decode_into(self, codes: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``codes[rows]`` decoded into ``out`` ((len(rows), dim_out) float32), block by block:
         the candidate vectors of a query without decoding the rest."""

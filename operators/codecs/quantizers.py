@@ -151,6 +151,9 @@ class Composed(Codec):
     def _decode_into(self, codes: np.ndarray, out: np.ndarray) -> None:
         self.inner._decode_into(codes, out)
 
+    def decode_scaled(self, codes: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
+        return self.inner.decode_scaled(codes)
+
     def stages(self):
         return [self.transform, self.inner]
 

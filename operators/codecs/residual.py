@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from operators.codecs.base import HELDOUT_FRACTION, Codec, _use_gpu, default_centroids, id_dtype, is_unit
+from operators.codecs.base import BLOCK, HELDOUT_FRACTION, Codec, _use_gpu, default_centroids, id_dtype, is_unit
 
 
 def _kmeans(x: np.ndarray, k: int, seed: int, niter: int, gpu: Optional[bool]) -> np.ndarray:
@@ -166,6 +166,20 @@ class Residual(Codec):
         if self.normalize if normalize is None else normalize:
             norms = np.sqrt(np.einsum("ij,ij->i", out, out))
             out /= np.maximum(norms, np.float32(1e-12))[:, None]
+
+    def decode_scaled(self, codes: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
+        """Centroid + decoded residual, and with ``normalize`` each row's 1 / L2 norm (the
+        rescaling ``decode`` applies), computed without rescaling the rows."""
+        codes = np.ascontiguousarray(codes)
+        if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] != self.bytes_per_vector:
+            raise ValueError(f"{self.name} decode: expected (n, {self.bytes_per_vector}) uint8 codes, got {codes.dtype} {codes.shape}")
+        out = np.empty((len(codes), self.dim_out), np.float32)
+        for s in range(0, len(codes), BLOCK):  # BLOCK rows at a time: bounds the centroids' gather
+            self._decode_into(codes[s : s + BLOCK], out[s : s + BLOCK], normalize=False)
+        if not self.normalize:
+            return out, None
+        norms = np.sqrt(np.einsum("ij,ij->i", out, out))
+        return out, np.float32(1.0) / np.maximum(norms, np.float32(1e-12))
 
     def decode_raw(self, codes: np.ndarray) -> np.ndarray:
         """Centroid + decoded residual, without the rescaling to unit length."""
