@@ -3,7 +3,7 @@ same index and queries, then N concurrent HTTP clients on loopback.
 
     python benchmarks/serve_load.py [--workdir /tmp/mvr-bench] [--partitions 2] [--mode maxsim]
         [--clients 1,2,4,8] [--seconds 15] [--rounds 3] [--placement ingress|deployment]
-        [--one-trip-max-partitions 8]
+        [--one-trip-max-partitions 8] [--searcher-replicas 1] [--encoder-threads T]
 
 Index: msmarco-sample with ``mvr index`` defaults and FAISS IVFPQ partitions of every kind
 (``mvr build-ann`` defaults, P = --partitions), reused when the workdir holds them (the
@@ -20,7 +20,11 @@ msmarco-sample's 50, k = 10, default search knobs.
 2. Load: for each client count, that many threads each send the queries round-robin over
    their own HTTP connection for --seconds (bounded: at most 64 clients, 120 s a level);
    QPS, p50 and p99 over every request of the level. Every answer must be complete (status
-   200, not degraded); failures are counted and printed.
+   200, not degraded); failures are counted and printed. Each level first runs the
+   in-process baseline on the same cores: as many threads sharing the one Searcher (and its
+   query encoder), each answering the same queries with the same body (``local_level``;
+   the service's replicas stay deployed and idle meanwhile). The last line divides the best
+   level's QPS of the service by the best in-process level's.
 
 CPU steal over the run is printed: on a shared VM it moves every figure."""
 
@@ -76,6 +80,49 @@ def load_level(url: str, queries: list[str], mode: str, clients: int, seconds: f
     return {"clients": clients, "requests": len(latencies), "failures": failures, "qps": len(latencies) / wall, "p50": percentile(latencies, 50), "p99": percentile(latencies, 99)}
 
 
+def local_level(searcher, index: str, queries: list[str], mode: str, clients: int, seconds: float) -> dict:
+    """The in-process baseline of ``load_level``: ``clients`` threads sharing one Searcher
+    (its partitions and query encoder; numpy, torch and FAISS release the GIL), each with its
+    own catalog connection, answering queries (``pipeline.local_search.answer``: the same body
+    as the service) for ``seconds``."""
+    from pipeline.local_search import answer
+    from storage.catalog import Catalog
+
+    latencies: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    catalogs = [Catalog(index) for _ in range(clients)]
+    deadline = time.perf_counter() + seconds
+
+    def client(c: int) -> None:
+        i = c * 7
+        while time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            failure = None
+            try:
+                answer(searcher, catalogs[c], queries[i % len(queries)], 10, mode)
+            except Exception as e:  # noqa: BLE001 - counted and printed, as the service's failures
+                failure = f"{type(e).__name__}: {e}"[:80]
+            ms = (time.perf_counter() - t0) * 1e3
+            with lock:
+                if failure is None:
+                    latencies.append(ms)
+                else:
+                    failures.append(failure)
+            i += 1
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    for c in catalogs:
+        c.close()
+    return {"clients": clients, "requests": len(latencies), "failures": failures, "qps": len(latencies) / wall, "p50": percentile(latencies, 50), "p99": percentile(latencies, 99)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root = Path(__file__).resolve().parents[1]
@@ -89,6 +136,8 @@ def main() -> None:
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--placement", default="ingress", choices=("ingress", "deployment"), help="where the query encoder runs (encoder.placement)")
     p.add_argument("--one-trip-max-partitions", type=int, default=8, help="one_trip_max_partitions (0: two trips to the partitions)")
+    p.add_argument("--searcher-replicas", type=int, default=1, help="ingress (Searcher) replicas: searcher.replicas")
+    p.add_argument("--encoder-threads", type=int, default=None, help="torch threads of each encoder (encoder.threads; default: a node's cores)")
     args = p.parse_args()
     levels = [min(64, int(c)) for c in args.clients.split(",")]
     seconds = min(args.seconds, 120.0)
@@ -116,11 +165,14 @@ def main() -> None:
     with open(datasets / "msmarco-sample" / "queries.jsonl") as f:
         queries = [json.loads(line)["text"] for line in f if line.strip()]
 
-    config = ServeConfig.model_validate({"port": args.port, "encoder": {"placement": args.placement}, "one_trip_max_partitions": args.one_trip_max_partitions})
+    config = ServeConfig.model_validate({
+        "port": args.port, "encoder": {"placement": args.placement, "threads": args.encoder_threads},
+        "searcher": {**ServeConfig().searcher.model_dump(), "replicas": args.searcher_replicas}, "one_trip_max_partitions": args.one_trip_max_partitions,
+    })
     d = deploy(index, config, log=print)
     r = d.resources
     print(f"service: P={len(d.layout.shards)}; encoder ({args.placement}) {r.encoder.num_cpus:g} CPU x {r.encoder.threads} threads, "
-          f"partitions {r.partition.num_cpus:g} CPU x {r.partition.threads} thread(s), ingress {r.searcher.num_cpus:g} CPU; "
+          f"partitions {r.partition.num_cpus:g} CPU x {r.partition.threads} thread(s), ingress {r.searcher.replicas} x {r.searcher.num_cpus:g} CPU; "
           f"one trip to the partitions up to P={args.one_trip_max_partitions}")
     searcher = Searcher(index, modes=(args.mode,))
     catalog = Catalog(index)
@@ -164,13 +216,17 @@ def main() -> None:
         print("  " + " " * 12 + "".join(f"{n:>11}" for n in names))
         for path, got in stages.items():
             print(f"  {path:<12}" + "".join(f"{statistics.median(got.get(n, [float('nan')])):>11.2f}" for n in names))
-        print(f"\nload ({seconds:g} s a level, {args.mode}, k=10):")
-        print(f"  {'clients':>7} {'requests':>8} {'QPS':>7} {'p50 ms':>8} {'p99 ms':>8} {'failed':>6}")
+        print(f"\nload ({seconds:g} s a level, {args.mode}, k=10; in process: threads sharing one Searcher, the same cores):")
+        print(f"  {'clients':>7} {'path':>10} {'requests':>8} {'QPS':>7} {'p50 ms':>8} {'p99 ms':>8} {'failed':>6}")
+        best = {"in-process": 0.0, "Serve HTTP": 0.0}
         for c in levels:
-            row = load_level(d.url, queries, args.mode, c, seconds)
-            print(f"  {c:>7} {row['requests']:>8} {row['qps']:>7.1f} {row['p50']:>8.1f} {row['p99']:>8.1f} {len(row['failures']):>6}")
-            for f in row["failures"][:3]:
-                print(f"      failure: {f}")
+            for path in ("in-process", "Serve HTTP"):
+                row = local_level(searcher, index, queries, args.mode, c, seconds) if path == "in-process" else load_level(d.url, queries, args.mode, c, seconds)
+                best[path] = max(best[path], row["qps"])
+                print(f"  {c:>7} {path:>10} {row['requests']:>8} {row['qps']:>7.1f} {row['p50']:>8.1f} {row['p99']:>8.1f} {len(row['failures']):>6}")
+                for f in row["failures"][:3]:
+                    print(f"      failure: {f}")
+        print(f"  saturation (the best level of each): Serve {best['Serve HTTP']:.1f} QPS / in process {best['in-process']:.1f} QPS = {best['Serve HTTP'] / max(best['in-process'], 1e-9):.2f}x")
         trips = client.stats()["one_trip"]
     finally:
         client.close()

@@ -7,7 +7,8 @@ through the reorder when the index is built with one (the top ``reorder_k`` AH c
 which include all k returned).
 
 ScaNN's builder trains on, and indexes, the whole dataset at once. So ``add`` buffers vectors
-and the searcher is built lazily, by the first ``search`` or ``save``; ``train(sample)`` only
+(in one array of the ``n_vectors`` given to ``create`` while they fit it, so the builder gets
+no concatenated copy) and the searcher is built lazily, by the first ``search`` or ``save``; ``train(sample)`` only
 checks the sample (ScaNN draws its own ``training_sample_size`` from the data at build).
 Vectors added after the build go through ScaNN's online insertion (``upsert``): they join the
 nearest existing leaf and are coded with the existing codebooks, like FAISS's add after train;
@@ -132,6 +133,12 @@ class ScannIndex(AnnIndex):
         self._params = default_params(self.dim, n_hint, self._overrides)
         self._pending: list[np.ndarray] = []
         self._n_pending = 0
+        self._n_hint = n_hint
+        # the vectors added before the build, in one (n_hint, dim) float32 buffer while they fit
+        # the announced count: the builder then gets a view of it, not a concatenated second copy
+        # (at 24 M 64-dim vectors a copy is 6 GB, and ScaNN makes its own: the build went out of
+        # memory on 24 GB with the concatenation, benchmarks/scale_curve.py)
+        self._buffer: Optional[np.ndarray] = None
         self._searcher: Optional[Any] = None
         self._trained = trained
 
@@ -171,9 +178,17 @@ class ScannIndex(AnnIndex):
     def _add(self, vectors: np.ndarray) -> None:
         if self._searcher is not None:
             self._searcher.searcher.upsert([None] * len(vectors), vectors, UPSERT_BATCH)
-        else:
+            return
+        n, filled = len(vectors), self._n_pending
+        if not self._pending and filled + n <= self._n_hint:  # within the announced count: into the buffer
+            if self._buffer is None:
+                self._buffer = np.empty((self._n_hint, self.dim), np.float32)
+            self._buffer[filled : filled + n] = vectors
+        else:  # more than announced: the buffer's filled rows become the first block, then a list
+            if self._buffer is not None:
+                self._pending, self._buffer = [self._buffer[:filled]], None
             self._pending.append(vectors)
-            self._n_pending += len(vectors)
+        self._n_pending += n
 
     def finalize(self) -> None:
         self._build()
@@ -182,7 +197,10 @@ class ScannIndex(AnnIndex):
         """Build the searcher from the buffered vectors (no-op once built or when empty)."""
         if self._searcher is not None or self._n_pending == 0:
             return
-        data = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
+        if self._buffer is not None:
+            data = self._buffer[: self._n_pending]  # C-contiguous rows: no copy
+        else:
+            data = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
         n = len(data)
         self._params = p = default_params(self.dim, n, self._overrides)
         builder = scann.scann_ops_pybind.builder(data, 10, "dot_product")
@@ -211,7 +229,7 @@ class ScannIndex(AnnIndex):
             if build_threads():
                 builder.set_n_training_threads(build_threads())
             self._searcher = builder.build()
-        self._pending, self._n_pending = [], 0
+        self._pending, self._n_pending, self._buffer = [], 0, None
 
     def _search(self, queries: np.ndarray, k: int, knobs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         self._build()

@@ -86,6 +86,24 @@ def test_recall_at_default_knobs(built, data, backend):
     assert r10 >= (0.6 if backend == "scann" else 0.45)
 
 
+@pytest.mark.parametrize("announced", [N // 2, N + 3_000])
+def test_scann_buffers_fewer_or_more_vectors_than_announced(data, announced):
+    """ScaNN's ``add`` fills one buffer of the ``n_vectors`` given to ``create`` (the builder
+    gets a view of it, no concatenated copy: the ``built`` fixture above, two adds of exactly
+    N); more vectors than announced go on in a list after the buffer's rows, fewer build from
+    the filled rows only. Each way indexes every vector once, in order: the ids are row
+    positions and the recall is the fixture's."""
+    x, q, exact = data
+    index = make_index("scann", DIM, announced)
+    index.train(x)
+    first, second, third = index.add(x[:5_000]), index.add(x[5_000:SPLIT]), index.add(x[SPLIT:])
+    assert index.ntotal == N and np.array_equal(np.concatenate([first, second, third]), np.arange(N))
+    ids100, _ = index.search(q, 100)
+    assert recall(ids100, exact) >= 0.95
+    ids, _ = index.search(x[::997], 1)  # a stored vector finds itself (its own row id)
+    assert np.mean(ids[:, 0] == np.arange(0, N, 997)) >= 0.9
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_scores_are_inner_products_best_first(built, data, backend):
     x, q, _ = data
