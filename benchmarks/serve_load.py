@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -47,37 +48,49 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
-def load_level(url: str, queries: list[str], mode: str, clients: int, seconds: float) -> dict:
-    """``clients`` threads sending queries for ``seconds``: latencies (ms) and failures."""
-    import requests
-
+def run_clients(ask, clients: int, seconds: float) -> dict:
+    """``clients`` threads, each calling ``ask(client, i)`` (its i-th query; a falsy result is
+    success, a string a failure) until ``seconds`` have passed: QPS, p50 / p99 ms, failures."""
     latencies: list[float] = []
     failures: list[str] = []
     lock = threading.Lock()
     deadline = time.perf_counter() + seconds
 
-    def client(offset: int) -> None:
-        session = requests.Session()
-        i = offset
+    def client(c: int) -> None:
+        i = c * 7
         while time.perf_counter() < deadline:
             t0 = time.perf_counter()
-            r = session.post(url + "/search", json={"query": queries[i % len(queries)], "k": 10, "mode": mode}, timeout=60)
+            failure = ask(c, i)
             ms = (time.perf_counter() - t0) * 1e3
             with lock:
-                if r.status_code != 200 or r.json()["degraded"]:
-                    failures.append(f"{r.status_code} {r.text[:80]}")
+                if failure:
+                    failures.append(failure)
                 else:
                     latencies.append(ms)
             i += 1
 
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(c * 7,)) for c in range(clients)]
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
     return {"clients": clients, "requests": len(latencies), "failures": failures, "qps": len(latencies) / wall, "p50": percentile(latencies, 50), "p99": percentile(latencies, 99)}
+
+
+def load_level(url: str, queries: list[str], mode: str, clients: int, seconds: float) -> dict:
+    """``clients`` HTTP clients, each on its own connection, for ``seconds``: every answer
+    must be complete (status 200, not degraded)."""
+    import requests
+
+    sessions = [requests.Session() for _ in range(clients)]
+
+    def ask(c: int, i: int) -> Optional[str]:
+        r = sessions[c].post(url + "/search", json={"query": queries[i % len(queries)], "k": 10, "mode": mode}, timeout=60)
+        return None if r.status_code == 200 and not r.json()["degraded"] else f"{r.status_code} {r.text[:80]}"
+
+    return run_clients(ask, clients, seconds)
 
 
 def local_level(searcher, index: str, queries: list[str], mode: str, clients: int, seconds: float) -> dict:
@@ -88,39 +101,20 @@ def local_level(searcher, index: str, queries: list[str], mode: str, clients: in
     from pipeline.local_search import answer
     from storage.catalog import Catalog
 
-    latencies: list[float] = []
-    failures: list[str] = []
-    lock = threading.Lock()
     catalogs = [Catalog(index) for _ in range(clients)]
-    deadline = time.perf_counter() + seconds
 
-    def client(c: int) -> None:
-        i = c * 7
-        while time.perf_counter() < deadline:
-            t0 = time.perf_counter()
-            failure = None
-            try:
-                answer(searcher, catalogs[c], queries[i % len(queries)], 10, mode)
-            except Exception as e:  # noqa: BLE001 - counted and printed, as the service's failures
-                failure = f"{type(e).__name__}: {e}"[:80]
-            ms = (time.perf_counter() - t0) * 1e3
-            with lock:
-                if failure is None:
-                    latencies.append(ms)
-                else:
-                    failures.append(failure)
-            i += 1
+    def ask(c: int, i: int) -> Optional[str]:
+        try:
+            answer(searcher, catalogs[c], queries[i % len(queries)], 10, mode)
+        except Exception as e:  # noqa: BLE001 - counted and printed, as the service's failures
+            return f"{type(e).__name__}: {e}"[:80]
+        return None
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    for c in catalogs:
-        c.close()
-    return {"clients": clients, "requests": len(latencies), "failures": failures, "qps": len(latencies) / wall, "p50": percentile(latencies, 50), "p99": percentile(latencies, 99)}
+    try:
+        return run_clients(ask, clients, seconds)
+    finally:
+        for c in catalogs:
+            c.close()
 
 
 def main() -> None:

@@ -101,9 +101,7 @@ class Codec(ABC):
         """Codes (n, bytes_per_vector) uint8 → (n, dim_out) float32. With ``rows`` (an index
         array) only ``codes[rows]`` are decoded, in that order; with ``out`` (a float32
         (len, dim_out) array) the result is written there and returned."""
-        codes = np.asarray(codes)
-        if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] != self.bytes_per_vector:
-            raise ValueError(f"{self.name} decode: expected (n, {self.bytes_per_vector}) uint8 codes, got {codes.dtype} {codes.shape}")
+        codes = self._check_codes(codes)
         if rows is not None:
             rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         n = len(codes) if rows is None else len(rows)
@@ -115,6 +113,13 @@ class Codec(ABC):
             part = codes[s : s + block] if rows is None else codes[rows[s : s + block]]
             self._decode_into(np.ascontiguousarray(part), out[s : s + len(part)])
         return out
+
+    def _check_codes(self, codes: np.ndarray) -> np.ndarray:
+        """``codes`` as an array; ValueError unless (n, bytes_per_vector) uint8."""
+        codes = np.asarray(codes)
+        if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] != self.bytes_per_vector:
+            raise ValueError(f"{self.name} decode: expected (n, {self.bytes_per_vector}) uint8 codes, got {codes.dtype} {codes.shape}")
+        return codes
 
     def decode_scaled(self, codes: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
         """(vectors, row_scale): codes (n, bytes_per_vector) decoded to (n, dim_out) float32

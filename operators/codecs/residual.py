@@ -170,9 +170,7 @@ class Residual(Codec):
     def decode_scaled(self, codes: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
         """Centroid + decoded residual, and with ``normalize`` each row's 1 / L2 norm (the
         rescaling ``decode`` applies), computed without rescaling the rows."""
-        codes = np.ascontiguousarray(codes)
-        if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] != self.bytes_per_vector:
-            raise ValueError(f"{self.name} decode: expected (n, {self.bytes_per_vector}) uint8 codes, got {codes.dtype} {codes.shape}")
+        codes = np.ascontiguousarray(self._check_codes(codes))
         out = np.empty((len(codes), self.dim_out), np.float32)
         for s in range(0, len(codes), BLOCK):  # BLOCK rows at a time: bounds the centroids' gather
             self._decode_into(codes[s : s + BLOCK], out[s : s + BLOCK], normalize=False)
