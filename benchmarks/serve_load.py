@@ -4,6 +4,7 @@ same index and queries, then N concurrent HTTP clients on loopback.
     python benchmarks/serve_load.py [--workdir /tmp/mvr-bench] [--partitions 2] [--mode maxsim]
         [--clients 1,2,4,8] [--seconds 15] [--rounds 3] [--placement ingress|deployment]
         [--one-trip-max-partitions 8] [--searcher-replicas 1] [--encoder-threads T]
+        [--partition-placement deployment|ingress]
 
 Index: msmarco-sample with ``mvr index`` defaults and FAISS IVFPQ partitions of every kind
 (``mvr build-ann`` defaults, P = --partitions), reused when the workdir holds them (the
@@ -129,6 +130,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--placement", default="ingress", choices=("ingress", "deployment"), help="where the query encoder runs (encoder.placement)")
+    p.add_argument("--partition-placement", default="deployment", choices=("deployment", "ingress"), help="where the partitions run (partition.placement)")
     p.add_argument("--one-trip-max-partitions", type=int, default=8, help="one_trip_max_partitions (0: two trips to the partitions)")
     p.add_argument("--searcher-replicas", type=int, default=1, help="ingress (Searcher) replicas: searcher.replicas")
     p.add_argument("--encoder-threads", type=int, default=None, help="torch threads of each encoder (encoder.threads; default: a node's cores)")
@@ -160,14 +162,15 @@ def main() -> None:
         queries = [json.loads(line)["text"] for line in f if line.strip()]
 
     config = ServeConfig.model_validate({
-        "port": args.port, "encoder": {"placement": args.placement, "threads": args.encoder_threads},
+        "port": args.port, "encoder": {"placement": args.placement, "threads": args.encoder_threads}, "partition": {"placement": args.partition_placement},
         "searcher": {**ServeConfig().searcher.model_dump(), "replicas": args.searcher_replicas}, "one_trip_max_partitions": args.one_trip_max_partitions,
     })
     d = deploy(index, config, log=print)
     r = d.resources
     print(f"service: P={len(d.layout.shards)}; encoder ({args.placement}) {r.encoder.num_cpus:g} CPU x {r.encoder.threads} threads, "
-          f"partitions {r.partition.num_cpus:g} CPU x {r.partition.threads} thread(s), ingress {r.searcher.replicas} x {r.searcher.num_cpus:g} CPU; "
-          f"one trip to the partitions up to P={args.one_trip_max_partitions}")
+          + (f"partitions (deployment) {r.partition.num_cpus:g} CPU x {r.partition.threads} thread(s), " if d.index_app else "partitions (ingress, called in place), ")
+          + f"ingress {r.searcher.replicas} x {r.searcher.num_cpus:g} CPU"
+          + (f"; one trip to the partitions up to P={args.one_trip_max_partitions}" if d.index_app else ""))
     searcher = Searcher(index, modes=(args.mode,))
     catalog = Catalog(index)
     client = SearchClient(d.url)

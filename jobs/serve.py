@@ -52,9 +52,11 @@ def deployment_table(d):
         holds = ", ".join(f"{k} ({'all, exact' if e is None else str(e['passages']) + ' passages'})" for k, e in s.kinds.items())
         if s.bm25:
             holds += f", BM25 partition(s) {', '.join(map(str, sorted(s.bm25)))}"
-        t.add_row(d.index_app, f"Partition{s.index}", str(r.partition.replicas), f"{r.partition.num_cpus:g}", "0", str(r.partition.threads), holds)
+        if d.index_app:
+            t.add_row(d.index_app, f"Partition{s.index}", str(r.partition.replicas), f"{r.partition.num_cpus:g}", "0", str(r.partition.threads), holds)
     modes = ", ".join(f"{m}: {s.path}" for m, s in d.layout.modes.items())
-    holds = modes if d.encoder_app else f"model (the query encoder); {modes}"
+    here = (["model (the query encoder)"] if not d.encoder_app else []) + ([f"{len(d.layout.shards)} partition(s)"] if not d.index_app else [])
+    holds = "; ".join(here + [modes])
     t.add_row("(ingress)", "Searcher", str(r.searcher.replicas), f"{r.searcher.num_cpus:g}", f"{r.searcher.num_gpus:g}", str(r.searcher.threads or "-"), holds)
     return t
 

@@ -358,6 +358,18 @@ class EncoderReplicaConfig(ReplicaConfig):
     batch_wait_ms: float = Field(0.0, ge=0, description="how long a batch waits to fill; 0: queries that queued while the last batch ran form the next")
 
 
+class PartitionReplicaConfig(ReplicaConfig):
+    """The index's partitions: each a ``Partition{i}`` deployment of its own by default (what
+    lets an index outgrow one machine, a hung partition be left out of an answer, and
+    partitions scale apart), or loaded by every ingress replica (``placement: ingress``: no
+    trip to a partition, for an index that one replica can map; each ingress replica then
+    reserves ``num_cpus`` per partition on top of its own)."""
+
+    placement: Literal["deployment", "ingress"] = Field(
+        "deployment", description="deployment: a Partition deployment each; ingress: every Searcher replica maps every partition (no partition trip)"
+    )
+
+
 class ServeConfig(_JobConfig):
     """Configuration of ``mvr serve``: what is served, the HTTP endpoint, replica sizing,
     limits and the fault timeout. The bearer token is not part of it (``--token`` /
@@ -375,7 +387,7 @@ class ServeConfig(_JobConfig):
     )
     search: SearchConfig = SearchConfig()
     encoder: EncoderReplicaConfig = EncoderReplicaConfig()
-    partition: ReplicaConfig = ReplicaConfig()
+    partition: PartitionReplicaConfig = PartitionReplicaConfig()
     searcher: ReplicaConfig = ReplicaConfig(num_cpus=0.1, max_ongoing_requests=64)
     one_trip_max_partitions: int = Field(
         8, ge=0, description="ANN modes over at most this many partitions take one trip: hits and each partition's likely share of the candidates rescored together (the same top-k; 0: always two trips)"

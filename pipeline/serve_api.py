@@ -8,8 +8,9 @@ rescored; ``hits`` alone over more than ``one_trip_max_partitions`` partitions),
 scores, or a second trip (``rank``) to a partition whose candidates were not all scored →
 merge (``pipeline.search``) → titles and text from the catalog
 (``pipeline.local_search.response_body``). The same answers as the in-process search core,
-with the partitions behind handles; the trips of concurrent queries to one partition go as
-one call (``pipeline.serve_fanout``). ``bm25`` skips the encoder and
+with the partitions behind handles (the trips of concurrent queries to one partition go as
+one call, ``pipeline.serve_fanout``) or, with ``partition.placement: ingress``, held here and
+called in place. ``bm25`` skips the encoder and
 takes one trip (``bm25_rank``); ``hybrid`` takes ``hybrid`` as its second trip and fuses the
 partitions' unions here (``operators.fusion.fuse``).
 
@@ -59,8 +60,8 @@ from pipeline.config import BM25Config
 from pipeline.config import ServeConfig
 from pipeline.local_search import response_body
 from pipeline.search import MAX_K, MAX_QUERY_CHARS, Restriction, filtered_exact, merge_partition_results, request_settings, resolve_restriction, validate_request
-from pipeline.serve_deployments import BatchedQueryEncoder, QueryNotEncodable
-from pipeline.serve_fanout import CoalescedHandle
+from pipeline.serve_deployments import BatchedQueryEncoder, PartitionHost, QueryNotEncodable
+from pipeline.serve_fanout import CoalescedHandle, LocalPartition
 from pipeline.serve_layout import ServingLayout
 from storage.catalog import Catalog
 from storage.manifest import Manifest
@@ -330,27 +331,36 @@ def replica_counts(deployments: list[tuple[str, Optional[str]]]) -> dict[str, di
 @serve.ingress(app)
 class SearchService:
     """The ingress: HTTP (and handle) requests in, fan-out over the partition deployments of
-    ``layout`` in app ``index_app``, the encoder in ``encoder_app``."""
+    ``layout`` in app ``index_app`` (or over the partitions held here), the encoder in
+    ``encoder_app`` (or here)."""
 
     def __init__(
-        self, layout: ServingLayout, config: ServeConfig, encoder_app: Optional[str], index_app: str, token_sha256: Optional[str],
-        manifest: Optional[Manifest] = None, encoder_threads: Optional[int] = None,
+        self, layout: ServingLayout, config: ServeConfig, encoder_app: Optional[str], index_app: Optional[str], token_sha256: Optional[str],
+        manifest: Optional[Manifest] = None, encoder_threads: Optional[int] = None, partition_threads: Optional[int] = None,
     ) -> None:
         """``encoder_app``: the app of the ``QueryEncoder`` deployment to call, or None to encode
-        here with the model of ``manifest`` (``encoder_threads`` torch threads)."""
+        here with the model of ``manifest`` (``encoder_threads`` torch threads). ``index_app``:
+        the app of the ``Partition{i}`` deployments, or None to hold the partitions here
+        (``partition_threads`` FAISS threads; None: the process's OpenMP threads, shared with
+        the encoder)."""
         self.layout, self.config = layout, config
         self.encoder_app, self.index_app = encoder_app, index_app
+        if manifest is None and (encoder_app is None or index_app is None):
+            raise ValueError("the ingress encodes the queries or holds the partitions itself only given the index's manifest")
         if encoder_app is None:
-            if manifest is None:
-                raise ValueError("the ingress encodes the queries itself only given the index's manifest")
             e = config.encoder
             self.local_encoder: Optional[BatchedQueryEncoder] = BatchedQueryEncoder(layout.index_url, manifest, encoder_threads, e.max_batch_size, e.batch_wait_ms / 1e3)
             self.encoder = None
         else:
             self.local_encoder = None
             self.encoder = serve.get_deployment_handle("QueryEncoder", encoder_app)
-        self.partitions = [serve.get_deployment_handle(f"Partition{s.index}", index_app) for s in layout.shards]
-        self.fanout = [CoalescedHandle(h) for h in self.partitions]  # the trips of a query go through these
+        self.fanout: list[CoalescedHandle | LocalPartition]  # the trips of a query go through these
+        if index_app is None:
+            self.partitions = [PartitionHost(layout.index_url, s, manifest, partition_threads) for s in layout.shards]
+            self.fanout = [LocalPartition(p) for p in self.partitions]
+        else:
+            self.partitions = [serve.get_deployment_handle(f"Partition{s.index}", index_app) for s in layout.shards]
+            self.fanout = [CoalescedHandle(h) for h in self.partitions]
         self.catalog = Catalog(layout.index_url, layout.catalog)
         self.counts = self.catalog.totals()
         bm25 = BM25Config.model_validate(layout.bm25_config) if layout.bm25_config else None
@@ -451,8 +461,10 @@ class SearchService:
         else:
             qv = first_stage_vectors(dense_mode, encoded)
             rounds = CandidateRounds(fs, need, served.passages, served.vectors, n_allowed)
-            if hybrid is None and len(handles) <= self.config.one_trip_max_partitions:
+            if hybrid is None and self.index_app is not None and len(handles) <= self.config.one_trip_max_partitions:
                 # one trip: hits, and each partition's likely share of the candidates rescored
+                # (partitions held here take two: a second trip costs no hop, the margin's
+                # rescoring would)
                 share = [local_share(rounds.k_prime, rounds.cap, self._range(served, j)[1] / max(1, served.passages)) for j in served.shards]
                 got = await self._trip({i: handles[i].call("first_trip", mode, served.kind, encoded, rounds.k_prime, fs.ann, share[i], allowed[i]) for i in alive}, timeout)
                 scored = {i: g[1] for i, g in got.items()}
@@ -543,10 +555,12 @@ class SearchService:
 
     async def _ping(self) -> dict[str, Any]:
         """Each partition's ``info`` (keys 0..P-1) and the encoder's (key -1), those answering."""
-        calls = {i: h.info.remote() for i, h in enumerate(self.partitions)}
+        calls = {i: h.info.remote() for i, h in enumerate(self.partitions) if self.index_app is not None}
         if self.encoder is not None:
             calls[-1] = self.encoder.info.remote()
         got = await self._trip(calls, self.config.partition_timeout_s)
+        if self.index_app is None:
+            got.update({i: {**p.info(), "placement": "ingress"} for i, p in enumerate(self.partitions)})
         if self.local_encoder is not None:
             got[-1] = {**self.local_encoder.info(), "placement": "ingress"}
         return got
@@ -591,7 +605,7 @@ class SearchService:
             "documents": self.counts["documents"],
             "partitions": len(self.partitions),
             "modes": {m: {"path": s.path, "partitions": len(s.shards)} for m, s in self.layout.modes.items()},
-            "replicas": replica_counts([(self.encoder_app, "QueryEncoder"), (self.index_app, None)] if self.encoder_app else [(self.index_app, None)]),
+            "replicas": replica_counts([(a, d) for a, d in ((self.encoder_app, "QueryEncoder"), (self.index_app, None)) if a]),
             "partitions_answering": sorted(i for i in got if i >= 0),
             "encoder": got.get(-1),
             "one_trip": dict(self.one_trip),

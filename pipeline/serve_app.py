@@ -2,7 +2,8 @@
 
 Serve applications, so an index version can be replaced without refusing a query:
 
-- ``{app}-index-v{version}-{hash}``: the ``Partition{i}`` deployments of one index version;
+- ``{app}-index-v{version}-{hash}``: the ``Partition{i}`` deployments of one index version
+  (none with ``partition.placement: ingress``: every ingress replica then maps the partitions);
 - ``{app}`` (HTTP route ``/``): the ``Searcher`` ingress, bound to one index app; it encodes
   the queries itself (``encoder.placement: ingress``, the default: one hop less a query), or
 - ``{app}-encoder-{hash}`` (``encoder.placement: deployment``): a ``QueryEncoder`` of a
@@ -21,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 import ray
@@ -103,6 +104,8 @@ def plan_resources(config: ServeConfig, n_partitions: int) -> ResourcePlan:
     searcher = ReplicaPlan(s.replicas, s.num_cpus or 0.1, 0.0, s.threads, s.max_ongoing_requests)
     if e.placement == "ingress":  # the ingress replicas encode: each takes the encoder's reservation as well
         searcher = ReplicaPlan(max(s.replicas, e.replicas), round(searcher.num_cpus + enc_cpus, 3), enc_gpus, enc_threads, s.max_ongoing_requests)
+    if p.placement == "ingress":  # ... and holds every partition: their reservations as well
+        searcher = replace(searcher, replicas=max(searcher.replicas, p.replicas), num_cpus=round(searcher.num_cpus + n_partitions * part_cpus, 3))
     return ResourcePlan(
         ReplicaPlan(e.replicas, enc_cpus, enc_gpus, enc_threads, e.max_ongoing_requests),
         ReplicaPlan(p.replicas, part_cpus, 0.0, part_threads, p.max_ongoing_requests),
@@ -127,14 +130,16 @@ def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def app_names(config: ServeConfig, manifest: Manifest, layout: ServingLayout, plan: ResourcePlan) -> tuple[Optional[str], str]:
+def app_names(config: ServeConfig, manifest: Manifest, layout: ServingLayout, plan: ResourcePlan) -> tuple[Optional[str], Optional[str]]:
     """(encoder app, index app) names: a change in what they load or reserve changes the name.
-    No encoder app (None) when the encoder runs in the ingress."""
+    No encoder app (None) when the encoder runs in the ingress, no index app when the
+    partitions do."""
     model = {k: manifest.config.get(k) for k in ("model", "tokenizer", "compress")}
     enc = _digest([model, manifest.model.get("fingerprint"), sorted((g, c["sha256"]) for g, c in manifest.codecs.items()), plan.encoder, config.encoder.max_batch_size, config.encoder.batch_wait_ms])
     idx = _digest([layout.tag, plan.partition, sorted((g, c["sha256"]) for g, c in manifest.codecs.items())])
     enc_name = f"{config.app_name}-encoder-{enc}" if config.encoder.placement == "deployment" else None
-    return enc_name, f"{config.app_name}-index-v{layout.version}-{idx}"
+    idx_name = f"{config.app_name}-index-v{layout.version}-{idx}" if config.partition.placement == "deployment" else None
+    return enc_name, idx_name
 
 
 def encoder_app(index_url: str, manifest: Manifest, config: ServeConfig, plan: ReplicaPlan) -> serve.Application:
@@ -152,13 +157,13 @@ def index_app(layout: ServingLayout, manifest: Manifest, config: ServeConfig, pl
 @dataclass
 class Deployment:
     """What ``deploy`` put up: the URL, the index version and the apps serving it (no encoder
-    app when the encoder runs in the ingress)."""
+    app when the encoder runs in the ingress, no index app when the partitions do)."""
 
     url: str
     index_url: str
     version: int
     encoder_app: Optional[str]
-    index_app: str
+    index_app: Optional[str]
     layout: ServingLayout
     resources: ResourcePlan
     seconds: float
@@ -211,9 +216,11 @@ def deploy(
     plan = plan_resources(config, len(layout.shards))
     enc_name, idx_name = app_names(config, manifest, layout, plan)
     targets = []
-    apps = [(idx_name, lambda: index_app(layout, manifest, config, plan.partition))]
+    apps = []
     if enc_name is not None:
-        apps.insert(0, (enc_name, lambda: encoder_app(index_url, manifest, config, plan.encoder)))
+        apps.append((enc_name, lambda: encoder_app(index_url, manifest, config, plan.encoder)))
+    if idx_name is not None:
+        apps.append((idx_name, lambda: index_app(layout, manifest, config, plan.partition)))
     for name, build in apps:
         if _running(name):
             log(f"{name}: already running, reused")
@@ -223,8 +230,10 @@ def deploy(
     if targets:  # started side by side; returns when both run
         serve.run_many(targets)
     digest = token_digest(token) if token else token_sha256
-    in_ingress = manifest if enc_name is None else None  # the ingress loads the encoder itself
-    ingress = SearchService.options(**plan.searcher.options()).bind(layout, config, enc_name, idx_name, digest, in_ingress, plan.searcher.threads)
+    in_ingress = manifest if enc_name is None or idx_name is None else None  # the ingress loads the encoder or the partitions itself
+    # partitions in the ingress run on its threads (a FAISS thread count set there would be the
+    # encoder's too: one OpenMP runtime a process)
+    ingress = SearchService.options(**plan.searcher.options()).bind(layout, config, enc_name, idx_name, digest, in_ingress, plan.searcher.threads, None)
     log(f"{config.app_name}: routing / to index version {layout.version}")
     serve.run(ingress, name=config.app_name, route_prefix="/")
     wait_settled(config.app_name)

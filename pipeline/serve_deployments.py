@@ -1,5 +1,6 @@
 """The Serve deployments that hold the model and the vectors: the query encoder (batched) and
-the partitions. Both follow Ray's batch-inference shape: load in ``__init__``, answer calls.
+the partitions. Both follow Ray's batch-inference shape: load in ``__init__``, answer calls;
+both can also run inside the ingress (``encoder.placement`` / ``partition.placement``).
 The ingress that composes them is ``pipeline/serve_api.py``; the apps are built and deployed
 by ``pipeline/serve_app.py``."""
 
@@ -113,12 +114,13 @@ class QueryEncoderServer:
         return self.core.info()
 
 
-@serve.deployment(name="Partition", max_surge_percent=100, health_check_period_s=2)
-class PartitionServer:
+class PartitionHost:
     """One passage range of the index: for each served vector kind, its exact vectors, document
     ids and ANN index (or every passage, for a mode served exactly), and the BM25 partitions
     over its passages. Answers the two trips of a query (``operators/partition.py``): ``hits``
-    and ``rank``, or ``hybrid`` in place of ``rank``; and ``bm25_rank``, BM25's one trip."""
+    and ``rank``, or ``hybrid`` in place of ``rank``; and ``bm25_rank``, BM25's one trip.
+    Served as the ``Partition{i}`` deployment (``PartitionServer``), or held by the ingress
+    itself (``partition.placement: ingress``, ``pipeline.serve_fanout.LocalPartition``)."""
 
     def __init__(self, index_url: str, shard: ShardSpec, manifest: Manifest, threads: Optional[int]) -> None:
         t0 = time.perf_counter()
@@ -208,3 +210,7 @@ class PartitionServer:
             "kinds": {k: {"passages": len(p), "vectors": p.n_vectors, "exact": p.exact} for k, p in self.parts.items()},
             "bm25": {str(i): len(p) for i, p in self.bm25.items()},
         }
+
+
+# the deployment of one partition (``partition.placement: deployment``, the default)
+PartitionServer = serve.deployment(name="Partition", max_surge_percent=100, health_check_period_s=2)(PartitionHost)

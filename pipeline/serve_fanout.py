@@ -1,12 +1,17 @@
-"""Coalesced trips from the ingress to a partition: the calls a ``Searcher`` replica makes to
-one partition deployment in the same turn of its event loop (the queries of a
+"""The ingress's way to a partition, ``call(method, *args)`` → a future.
+
+``CoalescedHandle``: trips to a partition deployment, coalesced: the calls a ``Searcher``
+replica makes to one partition deployment in the same turn of its event loop (the queries of a
 ``/search/batch``, or concurrent ``/search`` requests whose encoding was batched together)
 go as one ``many`` call, so a batch of Q queries over P partitions takes P actor calls a trip
 instead of Q × P. A lone call goes as itself.
 
 Each caller gets its own future: a call that fails inside ``many`` fails alone; a trip that
 fails (a dead replica) fails every call it carried, as the calls would have failed one by one;
-a trip whose callers have all given up (``asyncio.wait_for`` timed out) is cancelled."""
+a trip whose callers have all given up (``asyncio.wait_for`` timed out) is cancelled.
+
+``LocalPartition``: a partition the ingress holds itself (``partition.placement: ingress``),
+called in place, with the same ``call`` interface."""
 
 from __future__ import annotations
 
@@ -78,6 +83,30 @@ class CoalescedHandle:
         for f, (ok, value) in zip(futures, results):
             if not f.done():
                 f.set_result(value) if ok else f.set_exception(value)
+
+
+class LocalPartition:
+    """A partition held by the ingress itself (``partition.placement: ingress``): ``call(method,
+    *args)`` runs the trip at once, in the caller's thread, and returns its done future (the
+    result, or the exception the trip raised), so a query's trips cost no actor call and the
+    ingress's merge is the same code as over ``CoalescedHandle``. ``host`` is a
+    ``PartitionHost``."""
+
+    def __init__(self, host: Any) -> None:
+        self.host = host
+        self.trips = 0
+        self.calls = 0
+
+    def call(self, method: str, *args: Any) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        ((ok, value),) = run_many(self.host, [(method, args)])
+        self.trips += 1
+        self.calls += 1
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+        return future
 
 
 def run_many(target: Any, calls: list[tuple[str, tuple]]) -> list[tuple[bool, Any]]:

@@ -304,9 +304,11 @@ def service(msmarco_meta_index):
     from pipeline.serve_app import deploy
     from test_serve import free_port
 
-    # two trips to the partitions here (test_serve.py serves the default, one trip)
-    config = ServeConfig(port=free_port(), app_name="mvr-filters", one_trip_max_partitions=0)
+    # the partitions in the ingress, and two trips to them here (test_serve.py serves the
+    # defaults: partition deployments, one trip)
+    config = ServeConfig.model_validate({"port": free_port(), "app_name": "mvr-filters", "one_trip_max_partitions": 0, "partition": {"placement": "ingress"}})
     d = deploy(msmarco_meta_index["index"], config, log=print)
+    assert d.index_app is None and not any(a.startswith("mvr-filters-index") for a in serve.status().applications)
     yield d.url
     serve.shutdown()
 
@@ -346,4 +348,17 @@ def test_service_refuses_malformed_doc_ids(service):
     r = requests.post(f"{service}/search", json={"query": "q", "filter": 5}, timeout=120)
     assert r.status_code == 422
     r = requests.get(f"{service}/health", timeout=60)  # still serving
-    assert r.status_code == 200
+    assert r.status_code == 200 and r.json()["partitions"] == 2
+
+
+def test_service_with_the_partitions_in_the_ingress_answers_every_mode_as_the_search_core(meta, service):
+    for mode in MODES + ("bm25", "hybrid"):
+        for q in meta["queries"][:3]:
+            for expr in (None, FILTERS[1][0]):
+                r = requests.post(f"{service}/search", json={"query": q["text"], "k": 10, "mode": mode, "filter": expr}, timeout=120)
+                assert r.status_code == 200 and not r.json()["degraded"], r.text
+                (local,) = meta["ann"].search([q["text"]], 10, mode, filter=expr)
+                assert [x["doc_id"] for x in r.json()["results"]] == local.ranked.doc_ids, (mode, expr)
+    stats = requests.get(f"{service}/stats", timeout=60).json()
+    assert stats["partitions_answering"] == [0, 1] and stats["fanout"]["trips"] == stats["fanout"]["calls"] > 0
+    assert stats["config"]["partition"]["placement"] == "ingress"

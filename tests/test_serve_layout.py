@@ -1,5 +1,6 @@
 """Which partition deployment serves what (pipeline/serve_layout.py), without Ray; the
-serve config file; and how the API's error answers echo client input (no service needed)."""
+serve config file; how the API's error answers echo client input; and the ingress's in-place
+calls to the partitions it holds (no service needed)."""
 
 from __future__ import annotations
 
@@ -91,3 +92,29 @@ def test_error_answers_echo_short_json_safe_excerpts() -> None:
     short = short_errors(errors)
     assert len(short) == ERRORS_SHOWN + 1 and "990 more errors" in short[-1]["msg"]
     assert len(json.dumps(short, allow_nan=False).encode("utf-8")) < 8000
+
+
+def test_a_partition_in_the_ingress_answers_each_call_with_its_result_or_its_error() -> None:
+    """``partition.placement: ingress``: the ingress calls its partitions in place through
+    ``LocalPartition``, with the same futures as over a deployment's handle."""
+    import asyncio
+
+    from pipeline.serve_fanout import LocalPartition
+
+    class Host:  # the two outcomes of a PartitionHost trip
+        def hits(self, kind: str, k: int) -> tuple[str, int]:
+            return kind, k
+
+        def rank(self, *args: object) -> None:
+            raise ValueError("partition 0 holds no pooled vectors")
+
+    async def calls() -> tuple:
+        part = LocalPartition(Host())
+        futures = part.call("hits", "tokens", 3), part.call("rank", "maxsim", "pooled"), part.call("info")
+        done = await asyncio.gather(*futures, return_exceptions=True)
+        return done, part.trips, part.calls
+
+    (hits, rank, info), trips, calls = asyncio.run(calls())
+    assert hits == ("tokens", 3) and trips == calls == 3
+    assert isinstance(rank, ValueError) and "no pooled vectors" in str(rank)
+    assert isinstance(info, ValueError) and "not a partition trip" in str(info)
