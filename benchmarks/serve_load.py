@@ -4,7 +4,7 @@ same index and queries, then N concurrent HTTP clients on loopback.
     python benchmarks/serve_load.py [--workdir /tmp/mvr-bench] [--partitions 2] [--mode maxsim]
         [--clients 1,2,4,8] [--seconds 15] [--rounds 3] [--placement ingress|deployment]
         [--one-trip-max-partitions 8] [--searcher-replicas 1] [--encoder-threads T]
-        [--partition-placement deployment|ingress]
+        [--partition-placement deployment|ingress] [--batch-queries 1]
 
 Index: msmarco-sample with ``mvr index`` defaults and FAISS IVFPQ partitions of every kind
 (``mvr build-ann`` defaults, P = --partitions), reused when the workdir holds them (the
@@ -20,12 +20,16 @@ msmarco-sample's 50, k = 10, default search knobs.
    which is Serve's proxy, FastAPI and loopback HTTP with no search.
 2. Load: for each client count, that many threads each send the queries round-robin over
    their own HTTP connection for --seconds (bounded: at most 64 clients, 120 s a level);
-   QPS, p50 and p99 over every request of the level. Every answer must be complete (status
-   200, not degraded); failures are counted and printed. Each level first runs the
+   QPS, p50 and p99 over every request of the level (``--batch-queries N``: each request a
+   ``/search/batch`` of N queries, counted as N requests taking its time). Every answer must
+   be complete (status 200, not degraded); failures are counted and printed. Each level first runs the
    in-process baseline on the same cores: as many threads sharing the one Searcher (and its
    query encoder), each answering the same queries with the same body (``local_level``;
-   the service's replicas stay deployed and idle meanwhile). The last line divides the best
-   level's QPS of the service by the best in-process level's.
+   the service's replicas stay deployed and idle meanwhile), then the in-process path with the
+   service's batching (``batched_level``: the level's queries answered as batches, one
+   forward pass each, by min(2, clients) threads; the service's encoder batches concurrent
+   queries the same way). The last line divides the best level's QPS of the service by the
+   best in-process level's (threads or batched).
 
 CPU steal over the run is printed: on a shared VM it moves every figure."""
 
@@ -80,18 +84,26 @@ def run_clients(ask, clients: int, seconds: float) -> dict:
     return {"clients": clients, "requests": len(latencies), "failures": failures, "qps": len(latencies) / wall, "p50": percentile(latencies, 50), "p99": percentile(latencies, 99)}
 
 
-def load_level(url: str, queries: list[str], mode: str, clients: int, seconds: float) -> dict:
+def load_level(url: str, queries: list[str], mode: str, clients: int, seconds: float, batch: int = 1) -> dict:
     """``clients`` HTTP clients, each on its own connection, for ``seconds``: every answer
-    must be complete (status 200, not degraded)."""
+    must be complete (status 200, not degraded). ``batch`` > 1: each request is a
+    ``/search/batch`` of that many queries, each counted as a request taking its time."""
     import requests
 
     sessions = [requests.Session() for _ in range(clients)]
 
     def ask(c: int, i: int) -> Optional[str]:
-        r = sessions[c].post(url + "/search", json={"query": queries[i % len(queries)], "k": 10, "mode": mode}, timeout=60)
-        return None if r.status_code == 200 and not r.json()["degraded"] else f"{r.status_code} {r.text[:80]}"
+        if batch == 1:
+            r = sessions[c].post(url + "/search", json={"query": queries[i % len(queries)], "k": 10, "mode": mode}, timeout=60)
+            ok = r.status_code == 200 and not r.json()["degraded"]
+        else:
+            texts = [queries[(i * batch + j) % len(queries)] for j in range(batch)]
+            r = sessions[c].post(url + "/search/batch", json={"queries": texts, "k": 10, "mode": mode}, timeout=60)
+            ok = r.status_code == 200 and not any(b["degraded"] for b in r.json()["responses"])
+        return None if ok else f"{r.status_code} {r.text[:80]}"
 
-    return run_clients(ask, clients, seconds)
+    row = run_clients(ask, clients, seconds)
+    return {**row, "requests": row["requests"] * batch, "qps": row["qps"] * batch}
 
 
 def local_level(searcher, index: str, queries: list[str], mode: str, clients: int, seconds: float) -> dict:
@@ -118,6 +130,42 @@ def local_level(searcher, index: str, queries: list[str], mode: str, clients: in
             c.close()
 
 
+def batched_level(searcher, index: str, queries: list[str], mode: str, clients: int, seconds: float, max_batch: int) -> dict:
+    """The in-process baseline with the service's batching: ``clients`` queries at once
+    answered by min(2, clients) threads (the cores; torch's threads split between them), each
+    answering batches of clients / threads queries (at most ``max_batch``, the encoder's
+    ``max_batch_size``): one forward pass (``Searcher.encode``), ``search_encoded_batch`` and
+    the same bodies; each query of a batch counts as a request taking the batch's time."""
+    import torch
+
+    from pipeline.local_search import response_body
+    from storage.catalog import Catalog
+
+    threads = min(2, clients)
+    batch = max(1, min(max_batch, clients // threads))
+    catalogs = [Catalog(index) for _ in range(threads)]
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, torch_threads // threads))  # the threads split the cores, not oversubscribe them
+    version = searcher.manifest.version
+
+    def ask(c: int, i: int) -> Optional[str]:
+        texts = [queries[(i * batch + j) % len(queries)] for j in range(batch)]
+        try:
+            for result in searcher.search_encoded_batch(searcher.encode(texts), 10, mode):
+                response_body(result, catalogs[c], version)
+        except Exception as e:  # noqa: BLE001 - counted and printed, as the service's failures
+            return f"{type(e).__name__}: {e}"[:80]
+        return None
+
+    try:
+        row = run_clients(ask, threads, seconds)
+    finally:
+        torch.set_num_threads(torch_threads)
+        for c in catalogs:
+            c.close()
+    return {**row, "requests": row["requests"] * batch, "qps": row["qps"] * batch}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root = Path(__file__).resolve().parents[1]
@@ -131,6 +179,7 @@ def main() -> None:
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--placement", default="ingress", choices=("ingress", "deployment"), help="where the query encoder runs (encoder.placement)")
     p.add_argument("--partition-placement", default="deployment", choices=("deployment", "ingress"), help="where the partitions run (partition.placement)")
+    p.add_argument("--batch-queries", type=int, default=1, help="queries a load request carries (> 1: POST /search/batch)")
     p.add_argument("--one-trip-max-partitions", type=int, default=8, help="one_trip_max_partitions (0: two trips to the partitions)")
     p.add_argument("--searcher-replicas", type=int, default=1, help="ingress (Searcher) replicas: searcher.replicas")
     p.add_argument("--encoder-threads", type=int, default=None, help="torch threads of each encoder (encoder.threads; default: a node's cores)")
@@ -213,17 +262,27 @@ def main() -> None:
         print("  " + " " * 12 + "".join(f"{n:>11}" for n in names))
         for path, got in stages.items():
             print(f"  {path:<12}" + "".join(f"{statistics.median(got.get(n, [float('nan')])):>11.2f}" for n in names))
-        print(f"\nload ({seconds:g} s a level, {args.mode}, k=10; in process: threads sharing one Searcher, the same cores):")
+        print(f"\nload ({seconds:g} s a level, {args.mode}, k=10; in process: threads sharing one Searcher, and batched: "
+              f"min(2, clients) threads answering batches of clients / threads queries, the same cores; "
+              f"Serve: {'/search' if args.batch_queries == 1 else f'/search/batch of {args.batch_queries} queries'} a request):")
         print(f"  {'clients':>7} {'path':>10} {'requests':>8} {'QPS':>7} {'p50 ms':>8} {'p99 ms':>8} {'failed':>6}")
         best = {"in-process": 0.0, "Serve HTTP": 0.0}
         for c in levels:
-            for path in ("in-process", "Serve HTTP"):
-                row = local_level(searcher, index, queries, args.mode, c, seconds) if path == "in-process" else load_level(d.url, queries, args.mode, c, seconds)
-                best[path] = max(best[path], row["qps"])
+            for path in ("in-process", "batched", "Serve HTTP"):
+                if path == "in-process":
+                    row = local_level(searcher, index, queries, args.mode, c, seconds)
+                elif path == "batched":
+                    if c == 1:
+                        continue  # the same as one in-process client
+                    row = batched_level(searcher, index, queries, args.mode, c, seconds, config.encoder.max_batch_size)
+                else:
+                    row = load_level(d.url, queries, args.mode, c, seconds, args.batch_queries)
+                side = "Serve HTTP" if path == "Serve HTTP" else "in-process"  # in process: threads or batched, the better
+                best[side] = max(best[side], row["qps"])
                 print(f"  {c:>7} {path:>10} {row['requests']:>8} {row['qps']:>7.1f} {row['p50']:>8.1f} {row['p99']:>8.1f} {len(row['failures']):>6}")
                 for f in row["failures"][:3]:
                     print(f"      failure: {f}")
-        print(f"  saturation (the best level of each): Serve {best['Serve HTTP']:.1f} QPS / in process {best['in-process']:.1f} QPS = {best['Serve HTTP'] / max(best['in-process'], 1e-9):.2f}x")
+        print(f"  saturation (the best level of each; in process the better of threads and batched): Serve {best['Serve HTTP']:.1f} QPS / in process {best['in-process']:.1f} QPS = {best['Serve HTTP'] / max(best['in-process'], 1e-9):.2f}x")
         trips = client.stats()["one_trip"]
     finally:
         client.close()
