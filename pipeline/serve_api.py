@@ -336,13 +336,11 @@ class SearchService:
 
     def __init__(
         self, layout: ServingLayout, config: ServeConfig, encoder_app: Optional[str], index_app: Optional[str], token_sha256: Optional[str],
-        manifest: Optional[Manifest] = None, encoder_threads: Optional[int] = None, partition_threads: Optional[int] = None,
+        manifest: Optional[Manifest] = None, encoder_threads: Optional[int] = None,
     ) -> None:
         """``encoder_app``: the app of the ``QueryEncoder`` deployment to call, or None to encode
         here with the model of ``manifest`` (``encoder_threads`` torch threads). ``index_app``:
-        the app of the ``Partition{i}`` deployments, or None to hold the partitions here
-        (``partition_threads`` FAISS threads; None: the process's OpenMP threads, shared with
-        the encoder)."""
+        the app of the ``Partition{i}`` deployments, or None to hold the partitions here."""
         self.layout, self.config = layout, config
         self.encoder_app, self.index_app = encoder_app, index_app
         if manifest is None and (encoder_app is None or index_app is None):
@@ -356,7 +354,9 @@ class SearchService:
             self.encoder = serve.get_deployment_handle("QueryEncoder", encoder_app)
         self.fanout: list[CoalescedHandle | LocalPartition]  # the trips of a query go through these
         if index_app is None:
-            self.partitions = [PartitionHost(layout.index_url, s, manifest, partition_threads) for s in layout.shards]
+            # on this process's threads: a FAISS thread count set here would be the encoder's
+            # too (one OpenMP runtime a process; measured, encoding took twice as long)
+            self.partitions = [PartitionHost(layout.index_url, s, manifest, None) for s in layout.shards]
             self.fanout = [LocalPartition(p) for p in self.partitions]
         else:
             self.partitions = [serve.get_deployment_handle(f"Partition{s.index}", index_app) for s in layout.shards]

@@ -231,9 +231,7 @@ def deploy(
         serve.run_many(targets)
     digest = token_digest(token) if token else token_sha256
     in_ingress = manifest if enc_name is None or idx_name is None else None  # the ingress loads the encoder or the partitions itself
-    # partitions in the ingress run on its threads (a FAISS thread count set there would be the
-    # encoder's too: one OpenMP runtime a process)
-    ingress = SearchService.options(**plan.searcher.options()).bind(layout, config, enc_name, idx_name, digest, in_ingress, plan.searcher.threads, None)
+    ingress = SearchService.options(**plan.searcher.options()).bind(layout, config, enc_name, idx_name, digest, in_ingress, plan.searcher.threads)
     log(f"{config.app_name}: routing / to index version {layout.version}")
     serve.run(ingress, name=config.app_name, route_prefix="/")
     wait_settled(config.app_name)
