@@ -84,6 +84,20 @@ def run_clients(ask, clients: int, seconds: float) -> dict:
     return {"clients": clients, "requests": len(latencies), "failures": failures, "qps": len(latencies) / wall, "p50": percentile(latencies, 50), "p99": percentile(latencies, 99)}
 
 
+def per_query(row: dict, batch: int) -> dict:
+    """A level's row whose requests each carried ``batch`` queries, counted a query a request."""
+    return {**row, "requests": row["requests"] * batch, "qps": row["qps"] * batch}
+
+
+def attempt(work) -> Optional[str]:
+    """``work()``: None, or the exception it raised as a short failure line."""
+    try:
+        work()
+    except Exception as e:  # noqa: BLE001 - counted and printed, as the service's failures
+        return f"{type(e).__name__}: {e}"[:80]
+    return None
+
+
 def load_level(url: str, queries: list[str], mode: str, clients: int, seconds: float, batch: int = 1) -> dict:
     """``clients`` HTTP clients, each on its own connection, for ``seconds``: every answer
     must be complete (status 200, not degraded). ``batch`` > 1: each request is a
@@ -102,8 +116,7 @@ def load_level(url: str, queries: list[str], mode: str, clients: int, seconds: f
             ok = r.status_code == 200 and not any(b["degraded"] for b in r.json()["responses"])
         return None if ok else f"{r.status_code} {r.text[:80]}"
 
-    row = run_clients(ask, clients, seconds)
-    return {**row, "requests": row["requests"] * batch, "qps": row["qps"] * batch}
+    return per_query(run_clients(ask, clients, seconds), batch)
 
 
 def local_level(searcher, index: str, queries: list[str], mode: str, clients: int, seconds: float) -> dict:
@@ -117,11 +130,7 @@ def local_level(searcher, index: str, queries: list[str], mode: str, clients: in
     catalogs = [Catalog(index) for _ in range(clients)]
 
     def ask(c: int, i: int) -> Optional[str]:
-        try:
-            answer(searcher, catalogs[c], queries[i % len(queries)], 10, mode)
-        except Exception as e:  # noqa: BLE001 - counted and printed, as the service's failures
-            return f"{type(e).__name__}: {e}"[:80]
-        return None
+        return attempt(lambda: answer(searcher, catalogs[c], queries[i % len(queries)], 10, mode))
 
     try:
         return run_clients(ask, clients, seconds)
@@ -150,20 +159,14 @@ def batched_level(searcher, index: str, queries: list[str], mode: str, clients: 
 
     def ask(c: int, i: int) -> Optional[str]:
         texts = [queries[(i * batch + j) % len(queries)] for j in range(batch)]
-        try:
-            for result in searcher.search_encoded_batch(searcher.encode(texts), 10, mode):
-                response_body(result, catalogs[c], version)
-        except Exception as e:  # noqa: BLE001 - counted and printed, as the service's failures
-            return f"{type(e).__name__}: {e}"[:80]
-        return None
+        return attempt(lambda: [response_body(r, catalogs[c], version) for r in searcher.search_encoded_batch(searcher.encode(texts), 10, mode)])
 
     try:
-        row = run_clients(ask, threads, seconds)
+        return per_query(run_clients(ask, threads, seconds), batch)
     finally:
         torch.set_num_threads(torch_threads)
         for c in catalogs:
             c.close()
-    return {**row, "requests": row["requests"] * batch, "qps": row["qps"] * batch}
 
 
 def main() -> None:

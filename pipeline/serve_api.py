@@ -356,11 +356,9 @@ class SearchService:
         if index_app is None:
             # on this process's threads: a FAISS thread count set here would be the encoder's
             # too (one OpenMP runtime a process; measured, encoding took twice as long)
-            self.partitions = [PartitionHost(layout.index_url, s, manifest, None) for s in layout.shards]
-            self.fanout = [LocalPartition(p) for p in self.partitions]
+            self.fanout = [LocalPartition(PartitionHost(layout.index_url, s, manifest, None)) for s in layout.shards]
         else:
-            self.partitions = [serve.get_deployment_handle(f"Partition{s.index}", index_app) for s in layout.shards]
-            self.fanout = [CoalescedHandle(h) for h in self.partitions]
+            self.fanout = [CoalescedHandle(serve.get_deployment_handle(f"Partition{s.index}", index_app)) for s in layout.shards]
         self.catalog = Catalog(layout.index_url, layout.catalog)
         self.counts = self.catalog.totals()
         bm25 = BM25Config.model_validate(layout.bm25_config) if layout.bm25_config else None
@@ -555,12 +553,10 @@ class SearchService:
 
     async def _ping(self) -> dict[str, Any]:
         """Each partition's ``info`` (keys 0..P-1) and the encoder's (key -1), those answering."""
-        calls = {i: h.info.remote() for i, h in enumerate(self.partitions) if self.index_app is not None}
+        calls = {i: f.info() for i, f in enumerate(self.fanout)}
         if self.encoder is not None:
             calls[-1] = self.encoder.info.remote()
         got = await self._trip(calls, self.config.partition_timeout_s)
-        if self.index_app is None:
-            got.update({i: {**p.info(), "placement": "ingress"} for i, p in enumerate(self.partitions)})
         if self.local_encoder is not None:
             got[-1] = {**self.local_encoder.info(), "placement": "ingress"}
         return got
@@ -589,10 +585,10 @@ class SearchService:
     async def health(self) -> dict[str, Any]:
         """200 when the encoder and every partition answer; 503 naming what does not."""
         got = await self._ping()
-        missing = ["QueryEncoder"] * (-1 not in got) + [f"Partition{i}" for i in range(len(self.partitions)) if i not in got]
+        missing = ["QueryEncoder"] * (-1 not in got) + [f"Partition{i}" for i in range(len(self.fanout)) if i not in got]
         if missing:
             raise HTTPException(503, f"not answering: {', '.join(missing)}")
-        return {"status": "ok", "version": self.layout.version, "partitions": len(self.partitions)}
+        return {"status": "ok", "version": self.layout.version, "partitions": len(self.fanout)}
 
     @app.get("/stats")
     async def stats(self) -> dict[str, Any]:
@@ -603,7 +599,7 @@ class SearchService:
             "version": self.layout.version,
             "passages": self.counts["passages"],
             "documents": self.counts["documents"],
-            "partitions": len(self.partitions),
+            "partitions": len(self.fanout),
             "modes": {m: {"path": s.path, "partitions": len(s.shards)} for m, s in self.layout.modes.items()},
             "replicas": replica_counts([(a, d) for a, d in ((self.encoder_app, "QueryEncoder"), (self.index_app, None)) if a]),
             "partitions_answering": sorted(i for i in got if i >= 0),

@@ -34,6 +34,10 @@ class CoalescedHandle:
         self.calls = 0  # calls carried by them
         self._delivering: set[asyncio.Task] = set()  # the loop holds tasks weakly: keep them until done
 
+    def info(self) -> Any:
+        """The partition's ``info()`` (an awaitable), sent on its own."""
+        return self.handle.info.remote()
+
     def call(self, method: str, *args: Any) -> asyncio.Future:
         if method not in TRIP_METHODS:
             raise ValueError(f"{method} is not a partition trip")
@@ -96,6 +100,12 @@ class LocalPartition:
         self.host = host
         self.trips = 0
         self.calls = 0
+
+    def info(self) -> asyncio.Future:
+        """The partition's ``info()``, marked as held by the ingress, as a done future."""
+        future = asyncio.get_running_loop().create_future()
+        future.set_result({**self.host.info(), "placement": "ingress"})
+        return future
 
     def call(self, method: str, *args: Any) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()

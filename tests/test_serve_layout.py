@@ -108,13 +108,17 @@ def test_a_partition_in_the_ingress_answers_each_call_with_its_result_or_its_err
         def rank(self, *args: object) -> None:
             raise ValueError("partition 0 holds no pooled vectors")
 
+        def info(self) -> dict:
+            return {"shard": 0}
+
     async def calls() -> tuple:
         part = LocalPartition(Host())
         futures = part.call("hits", "tokens", 3), part.call("rank", "maxsim", "pooled"), part.call("info")
         done = await asyncio.gather(*futures, return_exceptions=True)
-        return done, part.trips, part.calls
+        return done, part.trips, part.calls, await part.info()
 
-    (hits, rank, info), trips, calls = asyncio.run(calls())
+    (hits, rank, info), trips, calls, about = asyncio.run(calls())
     assert hits == ("tokens", 3) and trips == calls == 3
+    assert about == {"shard": 0, "placement": "ingress"}
     assert isinstance(rank, ValueError) and "no pooled vectors" in str(rank)
     assert isinstance(info, ValueError) and "not a partition trip" in str(info)
