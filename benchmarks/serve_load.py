@@ -4,7 +4,7 @@ same index and queries, then N concurrent HTTP clients on loopback.
     python benchmarks/serve_load.py [--workdir /tmp/mvr-bench] [--partitions 2] [--mode maxsim]
         [--clients 1,2,4,8] [--seconds 15] [--rounds 3] [--placement ingress|deployment]
         [--one-trip-max-partitions 8] [--searcher-replicas 1] [--encoder-threads T]
-        [--partition-placement deployment|ingress] [--batch-queries 1]
+        [--partition-placement deployment|ingress] [--batch-queries 1] [--direct-ingress]
 
 Index: msmarco-sample with ``mvr index`` defaults and FAISS IVFPQ partitions of every kind
 (``mvr build-ann`` defaults, P = --partitions), reused when the workdir holds them (the
@@ -30,6 +30,10 @@ msmarco-sample's 50, k = 10, default search knobs.
    forward pass each, by min(2, clients) threads; the service's encoder batches concurrent
    queries the same way). The last line divides the best level's QPS of the service by the
    best in-process level's (threads or batched).
+
+``--direct-ingress``: the service runs with ``direct_ingress`` (each ingress replica answers on its
+own port, no proxy hop) and the clients ask the replicas' ports, spread as a load balancer
+would (client c: replica c mod R); the one-client figures use the first replica.
 
 CPU steal over the run is printed: on a shared VM it moves every figure."""
 
@@ -98,15 +102,18 @@ def attempt(work) -> Optional[str]:
     return None
 
 
-def load_level(url: str, queries: list[str], mode: str, clients: int, seconds: float, batch: int = 1) -> dict:
+def load_level(urls: list[str], queries: list[str], mode: str, clients: int, seconds: float, batch: int = 1) -> dict:
     """``clients`` HTTP clients, each on its own connection, for ``seconds``: every answer
     must be complete (status 200, not degraded). ``batch`` > 1: each request is a
-    ``/search/batch`` of that many queries, each counted as a request taking its time."""
+    ``/search/batch`` of that many queries, each counted as a request taking its time.
+    ``urls``: the service's (the proxy), or its replicas' (direct ingress), client c asking
+    ``urls[c % len(urls)]`` as a load balancer spreading connections would."""
     import requests
 
     sessions = [requests.Session() for _ in range(clients)]
 
     def ask(c: int, i: int) -> Optional[str]:
+        url = urls[c % len(urls)]
         if batch == 1:
             r = sessions[c].post(url + "/search", json={"query": queries[i % len(queries)], "k": 10, "mode": mode}, timeout=60)
             ok = r.status_code == 200 and not r.json()["degraded"]
@@ -186,6 +193,7 @@ def main() -> None:
     p.add_argument("--one-trip-max-partitions", type=int, default=8, help="one_trip_max_partitions (0: two trips to the partitions)")
     p.add_argument("--searcher-replicas", type=int, default=1, help="ingress (Searcher) replicas: searcher.replicas")
     p.add_argument("--encoder-threads", type=int, default=None, help="torch threads of each encoder (encoder.threads; default: a node's cores)")
+    p.add_argument("--direct-ingress", action="store_true", help="direct_ingress: the clients ask the ingress replicas' own ports (no proxy hop)")
     args = p.parse_args()
     levels = [min(64, int(c)) for c in args.clients.split(",")]
     seconds = min(args.seconds, 120.0)
@@ -216,16 +224,19 @@ def main() -> None:
     config = ServeConfig.model_validate({
         "port": args.port, "encoder": {"placement": args.placement, "threads": args.encoder_threads}, "partition": {"placement": args.partition_placement},
         "searcher": {**ServeConfig().searcher.model_dump(), "replicas": args.searcher_replicas}, "one_trip_max_partitions": args.one_trip_max_partitions,
+        "direct_ingress": args.direct_ingress,
     })
     d = deploy(index, config, log=print)
     r = d.resources
     print(f"service: P={len(d.layout.shards)}; encoder ({args.placement}) {r.encoder.num_cpus:g} CPU x {r.encoder.threads} threads, "
           + (f"partitions (deployment) {r.partition.num_cpus:g} CPU x {r.partition.threads} thread(s), " if d.index_app else "partitions (ingress, called in place), ")
           + f"ingress {r.searcher.replicas} x {r.searcher.num_cpus:g} CPU"
-          + (f"; one trip to the partitions up to P={args.one_trip_max_partitions}" if d.index_app else ""))
+          + (f"; one trip to the partitions up to P={args.one_trip_max_partitions}" if d.index_app else "")
+          + (f"; direct ingress: {', '.join(d.direct_urls)}" if d.direct_urls else "; through Serve's proxy"))
+    urls = list(d.direct_urls) or [d.url]
     searcher = Searcher(index, modes=(args.mode,))
     catalog = Catalog(index)
-    client = SearchClient(d.url)
+    client = SearchClient(urls[0])
     try:
         for q in queries[:5]:  # warm both paths
             answer(searcher, catalog, q, 10, args.mode)
@@ -257,7 +268,7 @@ def main() -> None:
         floor = []
         for i in range(100):  # HTTP in and out, the proxy and FastAPI: a request refused at validation
             t0 = time.perf_counter()
-            assert client.session.post(d.url + "/search", json={"query": ""}, timeout=60).status_code == 422
+            assert client.session.post(urls[0] + "/search", json={"query": ""}, timeout=60).status_code == 422
             floor.append((time.perf_counter() - t0) * 1e3)
         print(f"  Serve HTTP floor (a request refused at validation, 422) p50 {percentile(floor, 50):.1f} ms")
         names = ("encode", "candidates", "rescore", "total")
@@ -279,7 +290,7 @@ def main() -> None:
                         continue  # the same as one in-process client
                     row = batched_level(searcher, index, queries, args.mode, c, seconds, config.encoder.max_batch_size)
                 else:
-                    row = load_level(d.url, queries, args.mode, c, seconds, args.batch_queries)
+                    row = load_level(urls, queries, args.mode, c, seconds, args.batch_queries)
                 side = "Serve HTTP" if path == "Serve HTTP" else "in-process"  # in process: threads or batched, the better
                 best[side] = max(best[side], row["qps"])
                 print(f"  {c:>7} {path:>10} {row['requests']:>8} {row['qps']:>7.1f} {row['p50']:>8.1f} {row['p99']:>8.1f} {len(row['failures']):>6}")

@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"serving version {d.version}; {follow}")
     output_console().print(deployment_table(d))
     console.print(f"ready in {d.seconds:.1f} s: {d.url}/search, {d.url}/docs" + (" (bearer token required)" if token else ""))
+    if d.direct_urls:
+        console.print(f"direct ingress, each replica on its own port (no proxy hop; balance over them): {', '.join(d.direct_urls)}", soft_wrap=True)
     if args.detach:
         return 0
     stop = threading.Event()

@@ -392,6 +392,12 @@ class ServeConfig(_JobConfig):
     one_trip_max_partitions: int = Field(
         8, ge=0, description="ANN modes over at most this many partitions take one trip: hits and each partition's likely share of the candidates rescored together (the same top-k; 0: always two trips)"
     )
+    direct_ingress: bool = Field(
+        False,
+        description="each ingress replica also answers HTTP on its own port (Serve's direct ingress, 30000-31000 on its node, "
+        "no proxy hop; put a load balancer over them: docs/serve.md). Needs RAY_SERVE_ENABLE_DIRECT_INGRESS=1 in the Ray "
+        "cluster's environment (mvr sets it when it starts Ray itself)",
+    )
     partition_timeout_s: float = Field(2.0, gt=0, description="a partition not answering a trip within this is left out (degraded answer)")
     encode_timeout_s: float = Field(10.0, gt=0, description="a query not encoded within this is answered 503")
     max_batch_queries: int = Field(256, ge=1, description="queries in one POST /search/batch at most")

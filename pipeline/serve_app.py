@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
@@ -168,16 +169,28 @@ class Deployment:
     resources: ResourcePlan
     seconds: float
     removed: list[str]
+    direct_urls: tuple[str, ...] = ()  # with ``direct_ingress``: each ingress replica's own URL
 
 
-def http_url(config: ServeConfig) -> str:
-    host = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
-    return f"http://{host}:{config.port}"
+def http_url(config: ServeConfig, host: Optional[str] = None, port: Optional[int] = None) -> str:
+    """The URL of ``config``'s proxy (or of a replica at ``host``:``port``, its node's address,
+    with ``direct_ingress``); a wildcard listening host is reached at its node's address (the
+    proxy: loopback)."""
+    if config.host not in ("0.0.0.0", "::"):
+        host = config.host
+    return f"http://{host or '127.0.0.1'}:{port or config.port}"
+
+
+DIRECT_INGRESS_ENV = "RAY_SERVE_ENABLE_DIRECT_INGRESS"
 
 
 def start_serve(config: ServeConfig, address: Optional[str] = None) -> None:
     """Connect to (or start) Ray, and start Serve's HTTP proxies on ``config``'s host and port
-    (on every node, or the head only: ``config.proxy_location``)."""
+    (on every node, or the head only: ``config.proxy_location``). With ``direct_ingress``, a
+    Ray started here gets Serve's direct ingress switched on (a cluster's own ``ray start``
+    environment must have it: ``direct_urls`` says when it does not)."""
+    if config.direct_ingress and not ray.is_initialized() and not (address or os.environ.get("RAY_ADDRESS")):
+        os.environ.setdefault(DIRECT_INGRESS_ENV, "1")  # read by the controller and replicas Ray starts
     init_ray(address)
     serve.start(proxy_location=config.proxy_location, http_options={"host": config.host, "port": config.port})
 
@@ -239,7 +252,31 @@ def deploy(
     for a in removed:
         log(f"{a}: no longer used, deleted")
         serve.delete(a)
-    return Deployment(http_url(config), index_url, layout.version, enc_name, idx_name, layout, plan, time.perf_counter() - t0, removed)
+    direct = direct_urls(config, plan.searcher.replicas) if config.direct_ingress else ()
+    return Deployment(http_url(config), index_url, layout.version, enc_name, idx_name, layout, plan, time.perf_counter() - t0, removed, direct)
+
+
+def direct_urls(config: ServeConfig, replicas: int, timeout_s: float = 30.0) -> tuple[str, ...]:
+    """Each running ingress replica's own URL (Serve's direct ingress targets of
+    ``config.app_name``, as a load balancer reads them), once ``replicas`` of them listen.
+    RuntimeError naming the fix when none does within ``timeout_s`` (a cluster without
+    direct ingress lists its proxies there, as does one whose replicas have no port yet)."""
+    controller = serve.context._get_global_client()._controller  # the target groups' one reader (Serve 2.60)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        groups = ray.get(controller.get_target_groups.remote(config.app_name))
+        targets = [t for g in groups if str(getattr(g.protocol, "value", g.protocol)) == "HTTP" for t in g.targets]
+        replica = sorted((t for t in targets if t.name.startswith("SERVE_REPLICA::")), key=lambda t: (t.ip, t.port))
+        if replica and len(replica) >= replicas:
+            return tuple(http_url(config, t.ip, t.port) for t in replica)
+        if time.monotonic() > deadline:
+            if replica:
+                raise TimeoutError(f"{len(replica)} of {replicas} ingress replicas listen on their own port after {timeout_s:.0f} s")
+            raise RuntimeError(
+                f"direct_ingress is set but no ingress replica listens on its own port after {timeout_s:.0f} s: start the Ray "
+                f"cluster's nodes with {DIRECT_INGRESS_ENV}=1 in their environment (ray_cluster.yaml), or set direct_ingress: false"
+            )
+        time.sleep(0.25)
 
 
 RELOADER_NAMESPACE = "mvr"

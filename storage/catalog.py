@@ -346,11 +346,13 @@ class Catalog:
         (overlaps removed, the title prefix the passages carry taken off)."""
         if not doc_ids:
             return {}
+        wanted = list(dict.fromkeys(doc_ids))
         with self.con.cursor() as cur:  # a cursor per call: callers may overlap (the Serve ingress)
-            cur.register("wanted", pa.table({"doc_id": list(doc_ids)}))
+            # an IN list is answered from the doc_id index (a join would scan every passage)
             rows = cur.execute(
-                """SELECT doc_id, title, text, char_start, char_end FROM passages JOIN wanted USING (doc_id)
-                   ORDER BY doc_id, passage_idx"""
+                f"""SELECT doc_id, title, text, char_start, char_end FROM passages WHERE doc_id IN ({', '.join('?' * len(wanted))})
+                    ORDER BY doc_id, passage_idx""",
+                wanted,
             ).fetchall()
         out: dict[str, dict] = {}
         for doc_id, title, text, start, end in rows:

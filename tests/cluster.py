@@ -147,6 +147,9 @@ class LocalCluster:
         env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token})
         # A dead node is declared dead after ~1.5 s of failed health checks, not Ray's ~15 s.
         env.update({"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500", "RAY_health_check_failure_threshold": "3"})
+        # Serve's direct ingress, as ray_cluster.yaml can set it (a service with direct_ingress);
+        # replicas leaving hold their port 2 s, not 30, for a load balancer to let go of them
+        env.update({"RAY_SERVE_ENABLE_DIRECT_INGRESS": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"})
         return env
 
     # -- starting --------------------------------------------------------------------------

@@ -239,11 +239,11 @@ def test_ann_eval_and_serve_jobs_on_the_recovered_index(cluster, runner, collect
         assert figures[mode]["nDCG@10"] == pytest.approx(expected[mode], abs=0.01), mode
 
     # the service, deployed by a job that returns (--detach), answers over HTTP with the
-    # independent exact ranking
+    # independent exact ranking, through the proxy and (direct ingress) at each replica's port
     port = free_ports(1)[0]
     serve_yaml = cluster.data / "serve.yaml"
-    serve_yaml.write_text(f"port: {port}\nproxy_location: HeadOnly\nmodes: [pooled, bm25]\n")
-    runner.run("serve", [index, "--config", serve_yaml, "--detach"], working_dir=ROOT, timeout=JOB_TIMEOUT)
+    serve_yaml.write_text(f"port: {port}\nproxy_location: HeadOnly\nmodes: [pooled, bm25]\ndirect_ingress: true\n")
+    logs = runner.run("serve", [index, "--config", serve_yaml, "--detach"], working_dir=ROOT, timeout=JOB_TIMEOUT)
     try:
         client = SearchClient(f"http://127.0.0.1:{port}")
         queries = read_jsonl(collection / "queries.jsonl")
@@ -252,6 +252,16 @@ def test_ann_eval_and_serve_jobs_on_the_recovered_index(cluster, runner, collect
         overlap = [len({r["doc_id"] for r in b["results"]} & {d for d, _ in reference["pooled"][q["_id"]][:10]}) / 10 for q, b in zip(queries, bodies)]
         assert np.mean(overlap) >= 0.95, overlap
         assert client.search(queries[0]["text"], 10, "bm25")["results"]
+        direct = re.search(r"direct ingress, each replica on its own port[^:]*: (.+)", logs)
+        assert direct, logs[-3000:]
+        urls = [u.strip() for u in direct.group(1).split(",")]
+        assert urls and all(not u.endswith(f":{port}") for u in urls), urls  # not the proxy's port
+        for url in urls:  # each replica alone: the proxy's answers, in full
+            replica = SearchClient(url)
+            assert [[r["doc_id"] for r in b["results"]] for b in replica.search_batch([q["text"] for q in queries], 10, "pooled")] == [
+                [r["doc_id"] for r in b["results"]] for b in bodies
+            ], url
+            assert replica.session.post(url + "/search", json={"query": ""}, timeout=60).status_code == 422  # validated there too
     finally:  # Serve's REST API on the dashboard, as `serve shutdown -a URL` does
         requests.delete(f"{cluster.dashboard_url}/api/serve/applications/", headers=cluster.headers, timeout=60).raise_for_status()
 
