@@ -5,15 +5,15 @@
 A FastAPI ingress that validates a body like ``POST /search``'s and answers a body of
 ``/search``'s size (10 results of ~370 characters) without searching, measured through
 Serve's proxy and then at the replica's own port (Serve's direct ingress, mvr's
-``direct_ingress``), each in a Ray started for it. For each client count: QPS, p50, and the
-client's own CPU a request (``requests`` on the same cores). The saturated QPS bounds a
+``direct_ingress``), each in a Ray started for it, with two load generators: ``requests``
+sessions and ``serve_load.KeepAlive`` (``http.client``). For each client count: QPS, p50,
+and the client's own CPU a request (on the same cores). The saturated QPS bounds a
 service's throughput at one query a request: 2 cores / QPS is the core-time each request
 costs before any search."""
 
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -62,7 +62,7 @@ def measure(direct: bool, clients: list[int], seconds: float, replicas: int, por
     import requests
     from ray import serve
 
-    from serve_load import run_clients
+    from serve_load import KeepAlive, client_cpu_ms, run_clients
 
     Floor = floor_app().options(num_replicas=replicas)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
@@ -77,19 +77,30 @@ def measure(direct: bool, clients: list[int], seconds: float, replicas: int, por
         urls = [f"http://127.0.0.1:{port}"]
     with open(HERE.parents[1] / "shared" / "datasets" / "msmarco-sample" / "queries.jsonl") as f:
         queries = [json.loads(line)["text"] for line in f if line.strip()]
-    sessions = [requests.Session() for _ in range(max(clients))]
+    path = "direct ingress" if direct else "Serve proxy"
+    for kind in ("requests", "keep-alive"):
+        if kind == "requests":
+            sessions = [requests.Session() for _ in range(max(clients))]
 
-    def ask(c: int, i: int):
-        r = sessions[c].post(urls[c % len(urls)] + "/search", json={"query": queries[i % len(queries)], "k": 10, "mode": "maxsim"}, timeout=60)
-        return None if r.status_code == 200 and not r.json()["degraded"] else str(r.status_code)
+            def post(c: int, body: dict) -> tuple[int, bytes]:
+                r = sessions[c].post(urls[c % len(urls)] + "/search", json=body, timeout=60)
+                return r.status_code, r.content
+        else:
+            connections = [KeepAlive(urls[c % len(urls)]) for c in range(max(clients))]
 
-    for c in clients:
-        run_clients(ask, c, 2.0)  # warm
-        u0 = resource.getrusage(resource.RUSAGE_SELF)
-        row = run_clients(ask, c, seconds)
-        u1 = resource.getrusage(resource.RUSAGE_SELF)
-        cpu = (u1.ru_utime + u1.ru_stime - u0.ru_utime - u0.ru_stime) / max(1, row["requests"]) * 1e3
-        print(f"  {'direct ingress' if direct else 'Serve proxy':>14} {c:>7} {row['qps']:>8.1f} {row['p50']:>8.2f} {cpu:>11.2f} {len(row['failures']):>6}", flush=True)
+            def post(c: int, body: dict) -> tuple[int, bytes]:
+                return connections[c].post("/search", body)
+
+        def ask(c: int, i: int):
+            status, data = post(c, {"query": queries[i % len(queries)], "k": 10, "mode": "maxsim"})
+            return None if status == 200 and not json.loads(data)["degraded"] else str(status)
+
+        for c in clients:
+            run_clients(ask, c, 2.0)  # warm
+            cpu0 = client_cpu_ms()
+            row = run_clients(ask, c, seconds)
+            cpu = (client_cpu_ms() - cpu0) / max(1, row["requests"])
+            print(f"  {path:>14} {kind:>10} {c:>7} {row['qps']:>8.1f} {row['p50']:>8.2f} {cpu:>11.2f} {len(row['failures']):>6}", flush=True)
     serve.shutdown()
     ray.shutdown()
 
@@ -107,7 +118,7 @@ def main() -> None:
         measure(args.one == "direct", clients, args.seconds, args.replicas, args.port)
         return
     print(f"Serve's HTTP floor: an ingress answering /search's body without searching, {args.replicas} replica(s), {args.seconds:g} s a level")
-    print(f"  {'path':>14} {'clients':>7} {'QPS':>8} {'p50 ms':>8} {'client CPU':>11} {'failed':>6}")
+    print(f"  {'path':>14} {'client':>10} {'clients':>7} {'QPS':>8} {'p50 ms':>8} {'client CPU':>11} {'failed':>6}")
     for one in ("proxy", "direct"):  # each in its own process: the setting is read when Ray starts
         env = {**os.environ, "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1" if one == "direct" else "0", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
         subprocess.run([sys.executable, __file__, "--one", one, "--clients", args.clients, "--seconds", str(args.seconds),

@@ -19,7 +19,8 @@ msmarco-sample's 50, k = 10, default search knobs.
    printed for both, and the HTTP floor: a request the ingress refuses at validation (422),
    which is Serve's proxy, FastAPI and loopback HTTP with no search.
 2. Load: for each client count, that many threads each send the queries round-robin over
-   their own HTTP connection for --seconds (bounded: at most 64 clients, 120 s a level);
+   their own keep-alive HTTP connection (``KeepAlive``: ``http.client``, the cheapest client
+   on the service's own cores; its CPU a query is printed as ``client ms``) for --seconds (bounded: at most 64 clients, 120 s a level);
    QPS, p50 and p99 over every request of the level (``--batch-queries N``: each request a
    ``/search/batch`` of N queries, counted as N requests taking its time). Every answer must
    be complete (status 200, not degraded); failures are counted and printed. Each level first runs the
@@ -69,7 +70,10 @@ def run_clients(ask, clients: int, seconds: float) -> dict:
         i = c * 7
         while time.perf_counter() < deadline:
             t0 = time.perf_counter()
-            failure = ask(c, i)
+            try:
+                failure = ask(c, i)
+            except Exception as e:  # noqa: BLE001 - a refused connection is a failure, not a dead client
+                failure = f"{type(e).__name__}: {e}"[:80]
             ms = (time.perf_counter() - t0) * 1e3
             with lock:
                 if failure:
@@ -102,28 +106,74 @@ def attempt(work) -> Optional[str]:
     return None
 
 
+class KeepAlive:
+    """A load-generating HTTP client: one keep-alive connection (``http.client``), JSON in and
+    out. It runs on the same cores as the service, so it should cost as little as a client
+    can: ~0.5 core-ms a request against ~1.1 for ``requests`` (``benchmarks/serve_floor.py``
+    prints both)."""
+
+    def __init__(self, url: str) -> None:
+        import http.client
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.connection = http.client.HTTPConnection(self.host, self.port, timeout=60)
+
+    def post(self, path: str, body: dict) -> tuple[int, bytes]:
+        """(status, response bytes) of ``POST path`` with ``body`` as JSON."""
+        import http.client
+        import json
+
+        data = json.dumps(body).encode()
+        for retry in (False, True):
+            try:
+                self.connection.request("POST", path, data, {"Content-Type": "application/json"})
+                response = self.connection.getresponse()
+                return response.status, response.read()
+            except (http.client.HTTPException, ConnectionError):
+                if retry:
+                    raise
+                self.connection.close()  # the server closed a kept-alive connection: once more on a new one
+                self.connection = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        raise AssertionError("unreachable")
+
+
+def client_cpu_ms() -> float:
+    """This process's CPU time so far, ms (user + system)."""
+    import resource
+
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return (u.ru_utime + u.ru_stime) * 1e3
+
+
 def load_level(urls: list[str], queries: list[str], mode: str, clients: int, seconds: float, batch: int = 1) -> dict:
-    """``clients`` HTTP clients, each on its own connection, for ``seconds``: every answer
-    must be complete (status 200, not degraded). ``batch`` > 1: each request is a
+    """``clients`` HTTP clients (``KeepAlive``), each on its own connection, for ``seconds``:
+    every answer must be complete (status 200, not degraded). ``batch`` > 1: each request is a
     ``/search/batch`` of that many queries, each counted as a request taking its time.
     ``urls``: the service's (the proxy), or its replicas' (direct ingress), client c asking
-    ``urls[c % len(urls)]`` as a load balancer spreading connections would."""
-    import requests
+    ``urls[c % len(urls)]`` as a load balancer spreading connections would. The row's
+    ``client_ms``: the load generator's own CPU a request (ms), spent on the same cores."""
+    import json
 
-    sessions = [requests.Session() for _ in range(clients)]
+    connections = [KeepAlive(urls[c % len(urls)]) for c in range(clients)]
 
     def ask(c: int, i: int) -> Optional[str]:
-        url = urls[c % len(urls)]
         if batch == 1:
-            r = sessions[c].post(url + "/search", json={"query": queries[i % len(queries)], "k": 10, "mode": mode}, timeout=60)
-            ok = r.status_code == 200 and not r.json()["degraded"]
+            status, data = connections[c].post("/search", {"query": queries[i % len(queries)], "k": 10, "mode": mode})
+            ok = status == 200 and not json.loads(data)["degraded"]
         else:
             texts = [queries[(i * batch + j) % len(queries)] for j in range(batch)]
-            r = sessions[c].post(url + "/search/batch", json={"queries": texts, "k": 10, "mode": mode}, timeout=60)
-            ok = r.status_code == 200 and not any(b["degraded"] for b in r.json()["responses"])
-        return None if ok else f"{r.status_code} {r.text[:80]}"
+            status, data = connections[c].post("/search/batch", {"queries": texts, "k": 10, "mode": mode})
+            ok = status == 200 and not any(b["degraded"] for b in json.loads(data)["responses"])
+        return None if ok else f"{status} {data[:80].decode(errors='replace')}"
 
-    return per_query(run_clients(ask, clients, seconds), batch)
+    cpu0 = client_cpu_ms()
+    row = per_query(run_clients(ask, clients, seconds), batch)
+    row["client_ms"] = (client_cpu_ms() - cpu0) / max(1, row["requests"])  # a query
+    for c in connections:
+        c.connection.close()
+    return row
 
 
 def local_level(searcher, index: str, queries: list[str], mode: str, clients: int, seconds: float) -> dict:
@@ -279,7 +329,7 @@ def main() -> None:
         print(f"\nload ({seconds:g} s a level, {args.mode}, k=10; in process: threads sharing one Searcher, and batched: "
               f"min(2, clients) threads answering batches of clients / threads queries, the same cores; "
               f"Serve: {'/search' if args.batch_queries == 1 else f'/search/batch of {args.batch_queries} queries'} a request):")
-        print(f"  {'clients':>7} {'path':>10} {'requests':>8} {'QPS':>7} {'p50 ms':>8} {'p99 ms':>8} {'failed':>6}")
+        print(f"  {'clients':>7} {'path':>10} {'requests':>8} {'QPS':>7} {'p50 ms':>8} {'p99 ms':>8} {'failed':>6} {'client ms':>9}")
         best = {"in-process": 0.0, "Serve HTTP": 0.0}
         for c in levels:
             for path in ("in-process", "batched", "Serve HTTP"):
@@ -293,7 +343,8 @@ def main() -> None:
                     row = load_level(urls, queries, args.mode, c, seconds, args.batch_queries)
                 side = "Serve HTTP" if path == "Serve HTTP" else "in-process"  # in process: threads or batched, the better
                 best[side] = max(best[side], row["qps"])
-                print(f"  {c:>7} {path:>10} {row['requests']:>8} {row['qps']:>7.1f} {row['p50']:>8.1f} {row['p99']:>8.1f} {len(row['failures']):>6}")
+                client_col = f"{row['client_ms']:>9.2f}" if "client_ms" in row else f"{'-':>9}"
+                print(f"  {c:>7} {path:>10} {row['requests']:>8} {row['qps']:>7.1f} {row['p50']:>8.1f} {row['p99']:>8.1f} {len(row['failures']):>6} {client_col}")
                 for f in row["failures"][:3]:
                     print(f"      failure: {f}")
         print(f"  saturation (the best level of each; in process the better of threads and batched): Serve {best['Serve HTTP']:.1f} QPS / in process {best['in-process']:.1f} QPS = {best['Serve HTTP'] / max(best['in-process'], 1e-9):.2f}x")
