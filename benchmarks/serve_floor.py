@@ -56,10 +56,22 @@ class FloorRequest(BaseModel):
     mode: str = "maxsim"
 
 
+class RequestsClient:
+    """``serve_load.KeepAlive``'s interface over a ``requests`` session (the usual Python client)."""
+
+    def __init__(self, url: str) -> None:
+        import requests
+
+        self.url, self.session = url, requests.Session()
+
+    def post(self, path: str, body: dict) -> tuple[int, bytes]:
+        r = self.session.post(self.url + path, json=body, timeout=60)
+        return r.status_code, r.content
+
+
 def measure(direct: bool, clients: list[int], seconds: float, replicas: int, port: int) -> None:
     """One Ray and one Serve app; prints a row a client count."""
     import ray
-    import requests
     from ray import serve
 
     from serve_load import KeepAlive, client_cpu_ms, run_clients
@@ -79,20 +91,10 @@ def measure(direct: bool, clients: list[int], seconds: float, replicas: int, por
         queries = [json.loads(line)["text"] for line in f if line.strip()]
     path = "direct ingress" if direct else "Serve proxy"
     for kind in ("requests", "keep-alive"):
-        if kind == "requests":
-            sessions = [requests.Session() for _ in range(max(clients))]
-
-            def post(c: int, body: dict) -> tuple[int, bytes]:
-                r = sessions[c].post(urls[c % len(urls)] + "/search", json=body, timeout=60)
-                return r.status_code, r.content
-        else:
-            connections = [KeepAlive(urls[c % len(urls)]) for c in range(max(clients))]
-
-            def post(c: int, body: dict) -> tuple[int, bytes]:
-                return connections[c].post("/search", body)
+        connections = [(RequestsClient if kind == "requests" else KeepAlive)(urls[c % len(urls)]) for c in range(max(clients))]
 
         def ask(c: int, i: int):
-            status, data = post(c, {"query": queries[i % len(queries)], "k": 10, "mode": "maxsim"})
+            status, data = connections[c].post("/search", {"query": queries[i % len(queries)], "k": 10, "mode": "maxsim"})
             return None if status == 200 and not json.loads(data)["degraded"] else str(status)
 
         for c in clients:

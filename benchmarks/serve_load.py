@@ -109,8 +109,8 @@ def attempt(work) -> Optional[str]:
 class KeepAlive:
     """A load-generating HTTP client: one keep-alive connection (``http.client``), JSON in and
     out. It runs on the same cores as the service, so it should cost as little as a client
-    can: ~0.5 core-ms a request against ~1.1 for ``requests`` (``benchmarks/serve_floor.py``
-    prints both)."""
+    can: 0.2–0.3 core-ms a request against 0.7–1.1 for ``requests``
+    (``benchmarks/serve_floor.py`` prints both)."""
 
     def __init__(self, url: str) -> None:
         import http.client

@@ -348,7 +348,7 @@ class Catalog:
             return {}
         wanted = list(dict.fromkeys(doc_ids))
         with self.con.cursor() as cur:  # a cursor per call: callers may overlap (the Serve ingress)
-            # an IN list is answered from the doc_id index (a join would scan every passage)
+            # an IN list is answered from the doc_id index (a join is planned as a scan of the table)
             rows = cur.execute(
                 f"""SELECT doc_id, title, text, char_start, char_end FROM passages WHERE doc_id IN ({', '.join('?' * len(wanted))})
                     ORDER BY doc_id, passage_idx""",
