@@ -1,8 +1,9 @@
 """Search cost against corpus size: exact MaxSim, FAISS IVFPQ + rescoring and ScaNN +
-rescoring, p50 latency and bytes, from 10⁴ passages up, on one partition in process.
+rescoring, p50 latency and bytes, from 10⁴ passages up, in process.
 
     python benchmarks/scale_curve.py [--workdir /tmp/mvr-bench] [--sizes 10000,30000,100000]
         [--queries 20] [--rounds 3] [--backends faiss-ivfpq,scann] [--out docs/scale_curve.png] [--k-prime N]
+        [--partition-vectors N]
 
 Method. The real passages are msmarco-sample's 5,000 (``mvr index`` defaults: the
 pca-64+residual-2 token codec, 18 B a token vector). The corpus of N passages adds N − 5,000
@@ -17,7 +18,12 @@ vs_plaid.md); here only latency, memory and overlap with exact.
 
 Per size: the token codes are held as one array (as the memory-mapped shards would be), the
 ANN index is built as ``mvr build-ann`` builds a partition (defaults for the size: FAISS
-nlist = 4√n, nprobe = nlist/64; ScaNN leaves alike), and each query (msmarco-sample's,
+nlist = 4√n, nprobe = nlist/64; ScaNN leaves alike); with ``--partition-vectors`` a size
+whose token vectors exceed it is split into P partitions of near-equal size at passage
+boundaries (``mvr build-ann --partitions P``), each with its own index built one after the
+other (a builder's float32 copy is one partition's), searched together in this one process
+(the partitions one after another: a service runs them on P replicas at once) and merged as
+the service merges them. Each query (msmarco-sample's,
 encoded once, k = 10, default knobs) is timed on each path in rotating order; a query's
 latency is its median over the rounds (exact: one round), split into the first stage (ANN
 search and candidate merge) and rescoring, with the passages rescored. "held" variants keep the probe
@@ -33,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -44,19 +51,34 @@ def dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def synthetic_corpus(codes: np.ndarray, lengths: np.ndarray, n_extra: int, id_bytes: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_corpus(codes: np.ndarray, lengths: np.ndarray, n_extra: int, id_bytes: int, rng: np.random.Generator, chunk: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
     """(codes of the real and n_extra synthetic passages, (n + 1,) offsets): see the module
-    docstring for how a synthetic passage is made."""
+    docstring for how a synthetic passage is made. Written ``chunk`` vectors at a time into
+    one array, so 10⁶ passages (80 M codes of 18 B) need no temporary larger than a chunk's."""
     lens = lengths[rng.integers(0, len(lengths), n_extra)]
-    syn = codes[rng.integers(0, len(codes), int(lens.sum()))]
-    redraw = rng.random((len(syn), codes.shape[1] - id_bytes)) < 0.5
-    residual = syn[:, id_bytes:]
-    residual[redraw] = rng.integers(0, 256, int(redraw.sum()), dtype=np.uint8)
-    syn[:, id_bytes:] = residual
     all_lengths = np.concatenate([lengths, lens]).astype(np.int64)
     offsets = np.zeros(len(all_lengths) + 1, np.int64)
     np.cumsum(all_lengths, out=offsets[1:])
-    return np.concatenate([codes, syn]), offsets
+    out = np.empty((int(offsets[-1]), codes.shape[1]), np.uint8)
+    out[: len(codes)] = codes
+    for lo in range(len(codes), len(out), chunk):
+        syn = out[lo : min(lo + chunk, len(out))]
+        syn[:] = codes[rng.integers(0, len(codes), len(syn))]
+        residual = syn[:, id_bytes:]
+        redraw = rng.random(residual.shape, dtype=np.float32) < 0.5
+        residual[redraw] = rng.integers(0, 256, int(redraw.sum()), dtype=np.uint8)
+    return out, offsets
+
+
+def partition_bounds(offsets: np.ndarray, max_vectors: Optional[int]) -> list[tuple[int, int]]:
+    """Passage ranges [lo, hi) of the partitions: one, or as many as keep each at or under
+    ``max_vectors`` token vectors, cut at passage boundaries into near-equal shares (as
+    ``mvr build-ann --partitions P`` splits an index)."""
+    n, total = len(offsets) - 1, int(offsets[-1])
+    parts = 1 if not max_vectors else max(1, -(-total // max_vectors))
+    cuts = np.searchsorted(offsets, np.linspace(0, total, parts + 1)[1:-1], side="left")
+    edges = [0, *[int(c) for c in cuts], n]
+    return [(lo, hi) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
 
 
 def main() -> None:
@@ -70,11 +92,14 @@ def main() -> None:
     p.add_argument("--backends", default="faiss-ivfpq,scann")
     p.add_argument("--out", default=None, help="PNG of p50 and bytes against passages")
     p.add_argument("--k-prime", type=int, default=None, help="first-stage k' of the ANN paths (default: FirstStage's)")
+    p.add_argument("--partition-vectors", type=int, default=None,
+                   help="split a size into partitions of at most this many token vectors (default: one partition)")
     args = p.parse_args()
 
     from operators.ann import make_index, set_build_threads
     from operators.candidates import FirstStage
     from operators.partition import Partition
+    from operators.ranking import merge
     from operators.stored_vectors import StoredVectors
     from pipeline.config import IndexConfig, SearchConfig
     from pipeline.indexing import index_corpus
@@ -110,26 +135,32 @@ def main() -> None:
         doc_ids = list(real.doc_ids) + [f"synthetic-{i}" for i in range(n - len(lengths))]
         passage_idx = np.zeros(n, np.int32)
         exact = Partition("tokens", vectors, doc_ids, passage_idx)
+        bounds = partition_bounds(offsets, args.partition_vectors)
         paths = {}
         for backend in backends:
-            t0 = time.perf_counter()
-            ann = make_index(backend, vectors.dim, vectors.n_vectors)
-            sample = np.sort(np.random.default_rng(0).choice(vectors.n_vectors, min(ann.params.get("training_sample_size", vectors.n_vectors), vectors.n_vectors), replace=False))
-            ann.train(vectors.decode(sample))
-            for block in vectors.vector_blocks(1 << 18):
-                ann.add(block)
-            ann.finalize()
-            build_s = time.perf_counter() - t0
-            with tempfile.TemporaryDirectory() as d:
-                ann.save(d)
-                ann_bytes = dir_bytes(Path(d))
-            knob = "nprobe" if backend == "faiss-ivfpq" else "leaves_to_search"
-            held.setdefault(backend, {knob: ann.params[knob]})
-            part = Partition("tokens", vectors, doc_ids, passage_idx, ann)
+            parts, ann_bytes, build_s, knobs = [], 0, 0.0, []
+            for lo, hi in bounds:  # one partition's index built, saved and measured at a time
+                t0 = time.perf_counter()
+                own = StoredVectors([all_codes[offsets[lo] : offsets[hi]]], offsets[lo : hi + 1] - offsets[lo], codec)
+                ann = make_index(backend, own.dim, own.n_vectors)
+                sample = np.sort(np.random.default_rng(0).choice(own.n_vectors, min(ann.params.get("training_sample_size", own.n_vectors), own.n_vectors), replace=False))
+                ann.train(own.decode(sample))
+                for block in own.vector_blocks(1 << 18):
+                    ann.add(block)
+                ann.finalize()
+                build_s += time.perf_counter() - t0
+                with tempfile.TemporaryDirectory() as d:
+                    ann.save(d)
+                    ann_bytes += dir_bytes(Path(d))
+                knob = "nprobe" if backend == "faiss-ivfpq" else "leaves_to_search"
+                knobs.append(ann.params[knob])
+                parts.append(Partition("tokens", own, doc_ids[lo:hi], passage_idx[lo:hi], ann))
+            held.setdefault(backend, {knob: knobs[0]})
             base = FirstStage() if args.k_prime is None else FirstStage(k_prime=args.k_prime)
-            paths[backend] = (part, base, ann_bytes, build_s, f"{knob} {ann.params[knob]}")
-            if held[backend][knob] != ann.params[knob]:
-                paths[f"{backend} held"] = (part, FirstStage(k_prime=base.k_prime, ann=dict(held[backend])), ann_bytes, build_s, f"{knob} {held[backend][knob]}")
+            shown = f"{knob} {'/'.join(map(str, sorted(set(knobs))))}"
+            paths[backend] = (parts, base, ann_bytes, build_s, shown)
+            if set(knobs) != {held[backend][knob]}:
+                paths[f"{backend} held"] = (parts, FirstStage(k_prime=base.k_prime, ann=dict(held[backend])), ann_bytes, build_s, f"{knob} {held[backend][knob]}")
         # exact once a query (it is the slow one), then the ANN paths in rotating order
         exact_ms, exact_top = [], []
         for q in queries:
@@ -144,29 +175,29 @@ def main() -> None:
         for rnd in range(args.rounds):
             for qi, q in enumerate(queries):
                 for name in names[rnd % len(names):] + names[: rnd % len(names)]:
-                    part, fs, *_ = paths[name]
+                    parts, fs, *_ = paths[name]
                     t0 = time.perf_counter()
-                    (res,), split = search_partitions([part], "maxsim", q, 10, fs)
+                    results, split = search_partitions(parts, "maxsim", q, 10, fs)
                     times[name][qi].append((time.perf_counter() - t0) * 1e3)
                     for stage in ("candidates", "rescore"):
                         stages[name][stage].append(split[stage])
-                    stages[name]["rescored"].append(res.candidates)
+                    stages[name]["rescored"].append(sum(r.candidates for r in results))
                     if rnd == 0:
-                        overlap[name].append(len(set(res.ranked.doc_ids) & exact_top[qi]) / 10)
+                        overlap[name].append(len(set(merge([r.ranked for r in results], 10).doc_ids) & exact_top[qi]) / 10)
         code_bytes = all_codes.nbytes + offsets.nbytes
-        rows.append({"passages": n, "path": "exact", "p50_ms": statistics.median(exact_ms), "overlap": 1.0, "ann_bytes": 0, "code_bytes": code_bytes, "build_s": 0.0, "probe": "-",
+        rows.append({"passages": n, "path": "exact", "partitions": 1, "p50_ms": statistics.median(exact_ms), "overlap": 1.0, "ann_bytes": 0, "code_bytes": code_bytes, "build_s": 0.0, "probe": "-",
                      "candidates": 0.0, "rescore": statistics.median(exact_ms), "rescored": n})
-        for name, (part, fs, ann_bytes, build_s, probe) in paths.items():
+        for name, (parts, fs, ann_bytes, build_s, probe) in paths.items():
             p50 = statistics.median(statistics.median(t) for t in times[name])
             split = {stage: statistics.median(v) for stage, v in stages[name].items()}
-            rows.append({"passages": n, "path": name, "p50_ms": p50, "overlap": float(np.mean(overlap[name])), "ann_bytes": ann_bytes, "code_bytes": code_bytes, "build_s": build_s, "probe": probe, **split})
+            rows.append({"passages": n, "path": name, "partitions": len(parts), "p50_ms": p50, "overlap": float(np.mean(overlap[name])), "ann_bytes": ann_bytes, "code_bytes": code_bytes, "build_s": build_s, "probe": probe, **split})
         print(f"\n{n:,} passages, {vectors.n_vectors:,} token vectors")
-        print(f"  {'path':<20} {'p50 ms':>9} {'first st.':>9} {'rescore':>8} {'rescored':>8} {'overlap@10':>10} {'ANN MB':>8} {'codes MB':>9} {'build s':>8}  probe")
+        print(f"  {'path':<20} {'p50 ms':>9} {'first st.':>9} {'rescore':>8} {'rescored':>8} {'overlap@10':>10} {'ANN MB':>8} {'codes MB':>9} {'build s':>8} {'P':>3}  probe")
         for r in rows:
             if r["passages"] == n:
                 print(f"  {r['path']:<20} {r['p50_ms']:>9.2f} {r['candidates']:>9.2f} {r['rescore']:>8.2f} {r['rescored']:>8.0f} {r['overlap']:>10.3f} "
-                      f"{r['ann_bytes'] / 1e6:>8.1f} {r['code_bytes'] / 1e6:>9.1f} {r['build_s']:>8.1f}  {r['probe']}")
-        del paths, exact, vectors, all_codes
+                      f"{r['ann_bytes'] / 1e6:>8.1f} {r['code_bytes'] / 1e6:>9.1f} {r['build_s']:>8.1f} {r['partitions']:>3}  {r['probe']}")
+        del paths, parts, exact, vectors, all_codes
     print("\ngrowth of p50 from the smallest to the largest size:")
     for name in dict.fromkeys(r["path"] for r in rows):
         got = [r for r in rows if r["path"] == name]
@@ -181,7 +212,7 @@ def main() -> None:
 
 
 def plot(rows: list[dict], out: str) -> None:
-    """p50 latency (log-log) and bytes a partition holds against passages, one line a path."""
+    """p50 latency (log-log) and bytes the index holds against passages, one line a path."""
     from pipeline.plots import png_bytes, pyplot
 
     plt = pyplot()
@@ -197,7 +228,7 @@ def plot(rows: list[dict], out: str) -> None:
     exact = [r for r in rows if r["path"] == "exact"]
     mem.plot([r["passages"] for r in exact], [r["code_bytes"] / 1e6 for r in exact], marker="o", label="codes (exact)")
     lat.set(xscale="log", yscale="log", xlabel="passages", ylabel="p50 ms a query (search, k = 10)", title="latency")
-    mem.set(xscale="log", yscale="log", xlabel="passages", ylabel="MB", title="bytes of one partition")
+    mem.set(xscale="log", yscale="log", xlabel="passages", ylabel="MB", title="bytes of the index (all partitions)")
     lat.legend(fontsize=8)
     mem.legend(fontsize=8)
     fig.tight_layout()

@@ -126,6 +126,14 @@ def print_plan(plan) -> None:
     ram.add_row("all partitions, provisioned", human_bytes(plan.ram_total_bytes), f"{plan.partitions:,} × {serve.size_by}")
     out.print(ram)
 
+    if plan.build:
+        build = Table(title=f"ANN build: one partition's build task (a task a kind and partition): peak {human_bytes(plan.build_peak_bytes)}")
+        for col in ("item", "bytes", "how"):
+            build.add_column(col, justify="right" if col == "bytes" else "left", overflow="fold")
+        for line in plan.build:
+            build.add_row(line.item, human_bytes(line.bytes), line.how)
+        out.print(build)
+
     enc = Table(title="encode")
     for col in ("what", "hours", "from"):
         enc.add_column(col, justify="right" if col == "hours" else "left", overflow="fold")

@@ -415,6 +415,27 @@ def ann_index_size(
     raise ValueError(f"no ANN index for backend {backend!r}")
 
 
+ANN_ADD_BATCH = 65_536  # pipeline/ann_build.py ADD_BATCH: vectors decoded and added at a time
+
+
+def ann_build_ram(idx: AnnIndexSize, dim: int) -> tuple[float, str]:
+    """Peak bytes of the task that builds one partition's index ``idx`` over (dim)-dimensional
+    decoded vectors (``pipeline/ann_build.build_partition``: the codes are mapped, decoded a
+    block of ``ANN_ADD_BATCH`` at a time), beyond the process itself, and how they were
+    counted. Measured (tests/test_capacity_plan.py, docs/capacity.md): FAISS adds each block to
+    its growing index, and peaks while training, holding the decoded training sample and its
+    own copy of it; ScaNN's builder takes every vector at once and peaks at three float32
+    copies of the partition (the buffer they are added to, the builder's dataset and one
+    more while it trains and hashes), plus the index it makes."""
+    n = idx.vectors
+    block = ANN_ADD_BATCH * dim * 4.0
+    if idx.params.get("brute_force") or idx.backend == "faiss-ivfpq":
+        sample = 2 * idx.params.get("training_sample_size", 0) * dim * 4.0
+        return idx.ram_bytes + max(sample, block), "the index + 2 float32 copies of its training sample (or one added block, if larger)"
+    copies = 3 * 4.0 * dim * n
+    return copies + idx.ram_bytes, f"3 float32 copies of the partition's vectors ({human_bytes(copies)}: the added buffer and ScaNN's builder's two) + the index"
+
+
 # ----------------------------------------------------------------------------- the plan
 
 
@@ -447,6 +468,12 @@ class CapacityPlan:
     cpu_vcpu_hours: float
     gpu_hours: Optional[float]
     notes: list[str] = field(default_factory=list)
+    build: list[Line] = field(default_factory=list)  # one partition's ANN build task, a line a kind
+
+    @property
+    def build_peak_bytes(self) -> float:
+        """The largest build task's peak (kinds are built by separate tasks)."""
+        return max((line.bytes for line in self.build), default=0.0)
 
     @property
     def storage_bytes(self) -> float:
@@ -466,6 +493,7 @@ class CapacityPlan:
             "passages_per_partition": self.passages_per_partition,
             "ram_per_partition": {"steady_bytes": self.ram_steady_bytes, "peak_bytes": self.ram_peak_bytes, "lines": [asdict(x) for x in self.ram]},
             "ram_all_partitions_bytes": self.ram_total_bytes,
+            "ann_build_per_partition": {"peak_bytes": self.build_peak_bytes, "lines": [asdict(x) for x in self.build]},
             "encode": {"cpu_node_hours": self.cpu_node_hours, "cpu_vcpu_hours": self.cpu_vcpu_hours, "gpu_hours": self.gpu_hours},
             "measured": {k: asdict(v) for k, v in MEASURED.items()},
             "notes": self.notes,
@@ -665,7 +693,15 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
             notes.append(f"a partition needs {used / 1e9:.2f} GB, over the {serve.ram_per_partition_gb:g} GB budget")
 
     storage = shard_storage(w)
+    build: list[Line] = []
     if not exact_only:
+        for kind, idx in indexes.items():
+            build_bytes, how = ann_build_ram(idx, w.dim_of(kind))
+            build.append(Line(f"{kind}: {ann.backend} build task", build_bytes, how))
+        worst = max(build, key=lambda line: line.bytes)
+        if ann.backend == "scann" and worst.bytes > 16e9:
+            notes.append(f"a ScaNN build task holds three float32 copies of its partition's vectors ({human_bytes(worst.bytes)} for {worst.item.split(':')[0]}): "
+                         "give the build workers that much RAM, or more partitions (FAISS IVFPQ builds from one block at a time)")
         pp = MEASURED["partition_passage_bytes"].value
         footer = MEASURED["partition_file_footer_bytes"].value
         for kind in ann.kinds:
@@ -696,7 +732,7 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
         )
     return CapacityPlan(
         w, ann, serve, tp, partitions, math.ceil(w.passages / partitions), storage, indexes, ram, steady, peak,
-        cpu_node_hours, cpu_node_hours * tp.cpu_vcpus, gpu_hours, notes,
+        cpu_node_hours, cpu_node_hours * tp.cpu_vcpus, gpu_hours, notes, build,
     )
 
 
