@@ -74,7 +74,7 @@ import numpy as np
 from ir_measures import nDCG
 
 from operators import codecs, scoring
-from operators.ann import AnnIndex, make_index
+from operators.ann import ADD_BATCH, AnnIndex, make_index  # ADD_BATCH: vectors added to the ANN index at a time, as the builder
 from operators.packed import Packed
 from operators.partition import Partition
 from operators.ranking import top_documents
@@ -90,7 +90,6 @@ DEFAULT_CODECS = (
 )
 DEPTH = 100  # documents ranked a query (nDCG@10 and overlap@10 need 10)
 ANN_BACKEND = "faiss-ivfpq"  # mvr's default first stage (pipeline/config.py AnnBuildConfig)
-ADD_BATCH = 65_536  # vectors added to the ANN index at a time (as pipeline/ann_build.py)
 LIST_OFFSET_BYTES = 4  # a list<code> column's int32 offset, one a passage
 TARGET_BYTES = 36  # issue 15: ≤ 36 B a token vector in total (shards + ANN) ...
 TARGET_DELTA = 0.01  # ... within 0.01 nDCG@10 of float16 on every collection

@@ -2,7 +2,7 @@
 rescoring, p50 latency and bytes, from 10⁴ passages up, in process.
 
     python benchmarks/scale_curve.py [--workdir /tmp/mvr-bench] [--sizes 10000,30000,100000]
-        [--queries 20] [--rounds 3] [--backends faiss-ivfpq,scann] [--out docs/scale_curve.png] [--k-prime N]
+        [--queries 20] [--rounds 3] [--backends faiss-ivfpq,scann] [--out docs/scale_curve.png] [--k-prime K[:CAP],...]
         [--partition-vectors N]
 
 Method. The real passages are msmarco-sample's 5,000 (``mvr index`` defaults: the
@@ -91,7 +91,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--backends", default="faiss-ivfpq,scann")
     p.add_argument("--out", default=None, help="PNG of p50 and bytes against passages")
-    p.add_argument("--k-prime", type=int, default=None, help="first-stage k' of the ANN paths (default: FirstStage's)")
+    p.add_argument("--k-prime", default=None,
+                   help="first-stage k' of the ANN paths, K or K:CAP (CAP: passages rescored at most), comma-separated for several on the same indexes (default: FirstStage's)")
     p.add_argument("--partition-vectors", type=int, default=None,
                    help="split a size into partitions of at most this many token vectors (default: one partition)")
     args = p.parse_args()
@@ -124,7 +125,9 @@ def main() -> None:
     set_build_threads(2)
     backends = args.backends.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"k' of the ANN paths: {args.k_prime or FirstStage().k_prime}")
+    default = FirstStage()
+    budgets = [(int(k.split(":")[0]), int(k.split(":")[1]) if ":" in k else default.candidate_cap) for k in args.k_prime.split(",")] if args.k_prime else [(default.k_prime, default.candidate_cap)]
+    print(f"k' (and rescoring cap) of the ANN paths: {', '.join(f'{k} ({cap})' for k, cap in budgets)}")
     print(f"real: {len(lengths):,} passages, {len(codes):,} token vectors of {codes.shape[1]} B ({codec.name}); {len(queries)} queries; sizes {sizes}")
     rows = []
     held: dict[str, dict] = {}
@@ -156,11 +159,12 @@ def main() -> None:
                 knobs.append(ann.params[knob])
                 parts.append(Partition("tokens", own, doc_ids[lo:hi], passage_idx[lo:hi], ann))
             held.setdefault(backend, {knob: knobs[0]})
-            base = FirstStage() if args.k_prime is None else FirstStage(k_prime=args.k_prime)
             shown = f"{knob} {'/'.join(map(str, sorted(set(knobs))))}"
-            paths[backend] = (parts, base, ann_bytes, build_s, shown)
-            if set(knobs) != {held[backend][knob]}:
-                paths[f"{backend} held"] = (parts, FirstStage(k_prime=base.k_prime, ann=dict(held[backend])), ann_bytes, build_s, f"{knob} {held[backend][knob]}")
+            for k_prime, cap in budgets:  # the same indexes searched with each k'
+                name = backend if len(budgets) == 1 else f"{backend} k'{k_prime}" + ("" if cap == default.candidate_cap else f" cap {cap}")
+                paths[name] = (parts, FirstStage(k_prime=k_prime, candidate_cap=cap), ann_bytes, build_s, shown)
+                if set(knobs) != {held[backend][knob]}:
+                    paths[f"{name} held"] = (parts, FirstStage(k_prime=k_prime, candidate_cap=cap, ann=dict(held[backend])), ann_bytes, build_s, f"{knob} {held[backend][knob]}")
         # exact once a query (it is the slow one), then the ANN paths in rotating order
         exact_ms, exact_top = [], []
         for q in queries:

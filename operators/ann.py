@@ -29,6 +29,10 @@ BACKENDS = ("faiss-ivfpq", "scann")
 # brute-force pass over < 4096 x dim floats costs well under a millisecond a query, and the
 # quantizers have too few training points to be accurate anyway.
 BRUTE_FORCE_BELOW = 4096
+# Vectors decoded and added to an index at a time when a partition is built or grown
+# (pipeline/ann_build.py, pipeline/updates.py); the capacity plan's build-RAM model counts one
+# such block (operators/capacity.py).
+ADD_BATCH = 65_536
 
 
 class AnnIndex(ABC):

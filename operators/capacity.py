@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
 from operators import codecs
-from operators.ann import BRUTE_FORCE_BELOW, nearest_power_of_two, training_sample_size
+from operators.ann import ADD_BATCH, BRUTE_FORCE_BELOW, nearest_power_of_two, training_sample_size
 
 VECTOR_KINDS = ("tokens", "centroids", "first-m", "pooled")
 LIST_KINDS = ("tokens", "centroids", "first-m")  # list<code> columns: an int32 offset a passage each
@@ -415,20 +415,17 @@ def ann_index_size(
     raise ValueError(f"no ANN index for backend {backend!r}")
 
 
-ANN_ADD_BATCH = 65_536  # pipeline/ann_build.py ADD_BATCH: vectors decoded and added at a time
-
-
 def ann_build_ram(idx: AnnIndexSize, dim: int) -> tuple[float, str]:
     """Peak bytes of the task that builds one partition's index ``idx`` over (dim)-dimensional
     decoded vectors (``pipeline/ann_build.build_partition``: the codes are mapped, decoded a
-    block of ``ANN_ADD_BATCH`` at a time), beyond the process itself, and how they were
+    block of ``operators.ann.ADD_BATCH`` at a time), beyond the process itself, and how they were
     counted. Measured (tests/test_capacity_plan.py, docs/capacity.md): FAISS adds each block to
     its growing index, and peaks while training, holding the decoded training sample and its
     own copy of it; ScaNN's builder takes every vector at once and peaks at three float32
     copies of the partition (the buffer they are added to, the builder's dataset and one
     more while it trains and hashes), plus the index it makes."""
     n = idx.vectors
-    block = ANN_ADD_BATCH * dim * 4.0
+    block = ADD_BATCH * dim * 4.0
     if idx.params.get("brute_force") or idx.backend == "faiss-ivfpq":
         sample = 2 * idx.params.get("training_sample_size", 0) * dim * 4.0
         return idx.ram_bytes + max(sample, block), "the index + 2 float32 copies of its training sample (or one added block, if larger)"
@@ -695,12 +692,12 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
     storage = shard_storage(w)
     build: list[Line] = []
     if not exact_only:
-        for kind, idx in indexes.items():
-            build_bytes, how = ann_build_ram(idx, w.dim_of(kind))
-            build.append(Line(f"{kind}: {ann.backend} build task", build_bytes, how))
-        worst = max(build, key=lambda line: line.bytes)
-        if ann.backend == "scann" and worst.bytes > 16e9:
-            notes.append(f"a ScaNN build task holds three float32 copies of its partition's vectors ({human_bytes(worst.bytes)} for {worst.item.split(':')[0]}): "
+        build_by_kind = {kind: ann_build_ram(idx, w.dim_of(kind)) for kind, idx in indexes.items()}
+        build = [Line(f"{kind}: {ann.backend} build task", b, how) for kind, (b, how) in build_by_kind.items()]
+        worst_kind = max(build_by_kind, key=lambda kind: build_by_kind[kind][0])
+        worst_bytes = build_by_kind[worst_kind][0]
+        if ann.backend == "scann" and worst_bytes > 16e9:
+            notes.append(f"a ScaNN build task holds three float32 copies of its partition's vectors ({human_bytes(worst_bytes)} for {worst_kind}): "
                          "give the build workers that much RAM, or more partitions (FAISS IVFPQ builds from one block at a time)")
         pp = MEASURED["partition_passage_bytes"].value
         footer = MEASURED["partition_file_footer_bytes"].value

@@ -17,7 +17,7 @@ import numpy as np
 import ray
 from tqdm import tqdm
 
-from operators.ann import load_index, make_index, set_build_threads
+from operators.ann import ADD_BATCH, load_index, make_index, set_build_threads
 from pipeline.bm25_build import build_bm25, is_current, partitions_for
 from pipeline.config import AnnBuildConfig, BM25BuildConfig
 from pipeline.ray_runtime import init_ray, task_result
@@ -27,7 +27,6 @@ from storage.retention import collect
 from storage.verify import ExpectedFile, codes_file, require_intact
 from storage.partitions import INDEX_SUBDIR, PartitionPlan, ShardSlice, build_dir, local_copy, plan_partitions, read_passages, write_partition
 
-ADD_BATCH = 65_536  # vectors added to an index at a time
 
 
 def build_partition(

@@ -2,11 +2,14 @@
 one) and encode token ids. ``EncodeSample`` returns a sample's token vectors (to train the
 index's codec), and when it encodes the whole corpus keeps every passage's vectors in staging;
 ``EncodeCompress`` computes every stored representation and compresses it with the codec (the
-compress stage); ``CompressEncoded`` is that compress stage alone, for the passages the sample
-pass kept (no model: a small corpus is encoded once)."""
+compress stage); ``compress_encoded`` is that compress stage alone, for the passages the sample
+pass kept (no model: a small corpus is encoded once), as a Ray task rather than an actor (a
+task runs in a pooled worker that has already imported torch: no actor process to start)."""
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Optional
 
 import numpy as np
@@ -152,15 +155,17 @@ class EncodeCompress(_Encoder):
         return self.compress(batch.drop_columns(["input_ids"]), raw, [self.tokenizer.keep_mask(i) for i in ids])
 
 
-class CompressEncoded:
-    """Compress actor for the batches the sample pass kept (``staging.write_encoded``): a
-    batch of ``url`` rows → rows of the shard schema, as ``EncodeCompress`` makes them from the
-    same vectors."""
+@functools.lru_cache(maxsize=2)
+def _batch_compressor(compress_json: str, codec_files: tuple[tuple[str, bytes], ...], dim: int) -> BatchCompressor:
+    """One ``BatchCompressor`` per worker process and index (a task worker runs many batches)."""
+    return BatchCompressor(json.loads(compress_json), dict(codec_files), dim)
 
-    def __init__(self, compress: dict, codec_files: dict[str, bytes], dim: int, threads: Optional[int] = None) -> None:
-        set_threads(threads)
-        self.compress = BatchCompressor(compress, codec_files, dim)
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        parts = [self.compress(*staging.read_encoded(url)) for url in batch["url"].to_pylist()]
-        return pa.concat_tables(parts) if parts else self.compress.schema.empty_table()
+def compress_encoded(batch: pa.Table, compress: dict, codec_files: dict[str, bytes], dim: int, threads: Optional[int] = None) -> pa.Table:
+    """Compress task for the batches the sample pass kept (``staging.write_encoded``): a batch
+    of ``url`` rows → rows of the shard schema, as ``EncodeCompress`` makes them from the same
+    vectors (``threads``: torch's intra-op threads, for the centroids' k-means)."""
+    set_threads(threads)
+    compressor = _batch_compressor(json.dumps(compress, sort_keys=True), tuple(sorted(codec_files.items())), dim)
+    parts = [compressor(*staging.read_encoded(url)) for url in batch["url"].to_pylist()]
+    return pa.concat_tables(parts) if parts else compressor.schema.empty_table()

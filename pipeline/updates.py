@@ -39,8 +39,8 @@ import numpy as np
 import pyarrow as pa
 import ray
 
-from operators.ann import load_index, set_build_threads
-from pipeline.ann_build import ADD_BATCH, build_partition
+from operators.ann import ADD_BATCH, load_index, set_build_threads
+from pipeline.ann_build import build_partition
 from pipeline.bm25_build import build_bm25_entry
 from pipeline.config import BM25Config, IndexConfig
 from pipeline.indexing import index_corpus

@@ -249,32 +249,6 @@ def test_ann_index_bytes_match_saved_indexes(tmp_path, backend, reorder):
         assert model.params[name] == index.params[name]
 
 
-BUILD_PROBE = r"""
-import sys
-import numpy as np
-from operators.ann import make_index, set_build_threads
-backend, n, dim = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-set_build_threads(1)
-index = make_index(backend, dim, n)
-rng = np.random.default_rng(0)
-def block(k):
-    x = rng.standard_normal((k, dim), dtype=np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-sample = block(min(index.params.get("training_sample_size", n), n))
-# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec (the forking pytest's peak)
-status = lambda key: int(next(l for l in open("/proc/self/status") if l.startswith(key)).split()[1]) * 1024
-rss = lambda: status("VmRSS:")
-# the peak above the imports; the sample is in it, as build_partition's decoded sample is
-base = rss() - sample.nbytes
-index.train(sample)
-del sample
-for lo in range(0, n, 65536):
-    index.add(block(min(65536, n - lo)))
-index.finalize()
-print(status("VmHWM:") - base)
-"""
-
-
 @pytest.mark.parametrize("backend", ["faiss-ivfpq", "scann"])
 def test_ann_build_ram_matches_a_build_process_peak(backend):
     """``ann_build_ram`` against the peak RSS of a process that builds an index as
@@ -283,15 +257,11 @@ def test_ann_build_ram_matches_a_build_process_peak(backend):
     training sample twice (67 MB) are the models' main terms. The peak is measured above the
     process after its imports, with the probe's own sample in it (build_partition holds its
     decoded sample too)."""
-    import subprocess
-    import sys
-
+    from benchmarks.ann_build_ram import measure
     from operators.capacity import ann_build_ram
 
     n, dim = 400_000, 64
-    out = subprocess.run([sys.executable, "-c", BUILD_PROBE, backend, str(n), str(dim)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    measured = int(out.stdout.split()[-1])
+    measured = measure(backend, n, dim, timeout=300)  # benchmarks/ann_build_ram.py's probe, in a fresh process
     model, _ = ann_build_ram(ann_index_size(backend, dim, n), dim)
     print(f"\n{backend}: build peak {measured / 1e6:.0f} MB above the imports, model {model / 1e6:.0f} MB")
     assert measured <= model * 1.15 + 64e6, (measured, model)  # the plan is not short of the real peak (64 MB: thread pools, scratch)

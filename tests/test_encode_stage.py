@@ -138,10 +138,10 @@ def test_sample_stage_keeps_a_seeded_share_of_every_passages_vectors_whatever_th
 @pytest.mark.parametrize("pool_factor", [1, 2])
 def test_kept_batches_compress_to_the_encode_stages_rows(tmp_path, pool_factor):
     """encode_once: a sample stage that keeps its batches (``keep_url``) returns the same
-    sample, and ``CompressEncoded`` over the kept files writes exactly the rows ``EncodeCompress``
+    sample, and ``compress_encoded`` over the kept files writes exactly the rows ``EncodeCompress``
     writes from the passages themselves (same columns, same codes), so a small corpus is encoded
     once for the same index."""
-    from pipeline.encode_stage import CompressEncoded
+    from pipeline.encode_stage import compress_encoded
     from storage import staging
 
     args = _args(projection_dim=64, centroids=3, first_m=2, pool_factor=pool_factor)
@@ -156,7 +156,7 @@ def test_kept_batches_compress_to_the_encode_stages_rows(tmp_path, pool_factor):
     sample, _ = sample_vectors([plain], cap=10_000, seed=0)
     codec_files = {"tokens": codecs.train("pca-16+residual-2", sample, seed=0).to_bytes(), "pooled": codecs.train("int8", sample).to_bytes()}
     want = EncodeCompress(*args, codec_files=codec_files)(batch)
-    got = CompressEncoded(args[2], codec_files, dim=64)(pa.table({"url": files}))
+    got = compress_encoded(pa.table({"url": files}), args[2], codec_files, dim=64)
     assert got.schema.equals(want.schema) and got.num_rows == 2
     for name in want.column_names:
         assert got[name].equals(want[name]), name

@@ -1,5 +1,5 @@
 """A messy corpus: malformed lines, empty texts, duplicate ids, invalid UTF-8 and a
-20,000-word document. Nothing crashes, every row is indexed or rejected with a reason.
+5,000-word document (over 30 passages). Nothing crashes, every row is indexed or rejected with a reason.
 A hostile one (lone surrogates, 100,000 nested brackets, byte order marks, a TSV header,
 invalid UTF-8 in a Parquet string column): one bad row is one reject, never a failed job.
 A corpus with no row to index is refused, nothing committed; ``--overwrite`` replaces only
@@ -38,9 +38,9 @@ def messy(tmp_path_factory, datasets):
     words: list[str] = []
     for d in real[30:]:
         words.extend(d["text"].split())
-        if len(words) >= 20_000:
+        if len(words) >= 5_000:
             break
-    long_doc = {"_id": "long-1", "title": "Many passages", "text": " ".join(words[:20_000])}
+    long_doc = {"_id": "long-1", "title": "Many passages", "text": " ".join(words[:5_000])}
     lines = [json.dumps(d).encode() for d in good[:10]]
     lines += [
         b'{"_id": "broken", "text": "unterminated',  # malformed JSON

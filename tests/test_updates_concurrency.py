@@ -1,6 +1,7 @@
 """Two writers at once and a writer killed mid-commit (issue 17), with real `mvr add`
 processes on a small real index (tests/conftest.py's msmarco_100: FAISS tokens and pooled,
-BM25). ``MVR_COMMIT_BARRIER`` holds each writer after it has written every file of its change
+BM25), each a job of its own on the session's Ray cluster (``RAY_ADDRESS``, as `mvr add` joins
+a running cluster). ``MVR_COMMIT_BARRIER`` holds each writer after it has written every file of its change
 and before it creates the version file until both are there, and ``MVR_PAUSE_BEFORE_COMMIT``
 holds one there to be killed (storage/manifest.py), so the race and the kill happen where they
 hurt most."""
@@ -30,9 +31,8 @@ def _corpus(path: Path, docs: list[dict]) -> str:
     return str(path)
 
 
-def _add(index: str, corpus: str, pause: float | None = None, barrier: str | None = None) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("RAY_ADDRESS", None)
+def _add(index: str, corpus: str, address: str, pause: float | None = None, barrier: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": address}
     if pause is not None:
         env["MVR_PAUSE_BEFORE_COMMIT"] = str(pause)
     if barrier is not None:
@@ -41,11 +41,11 @@ def _add(index: str, corpus: str, pause: float | None = None, barrier: str | Non
 
 
 @pytest.fixture
-def small(msmarco_100, tmp_path, datasets):
+def small(msmarco_100, tmp_path, datasets, ray_address):
     url = tmp_path / "index"
     shutil.copytree(msmarco_100, url)
     docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")
-    return str(url), docs
+    return str(url), docs, ray_address
 
 
 def _doc_ids_present(index: str, ids: list[str]) -> set[str]:
@@ -62,13 +62,13 @@ def test_two_concurrent_adds_both_land(small, tmp_path):
     from storage.manifest import load_manifest
     from storage.verify import verify_index
 
-    index, docs = small
+    index, docs, address = small
     before = load_manifest(index).version
     first, second = docs[100:140], docs[140:180]
     # both wait, after reading version `before` and writing their files, until the other is
     # there too: both race for before + 1
     barrier = f"{tmp_path / 'barrier'}:2"
-    procs = [_add(index, _corpus(tmp_path / f"add{i}.jsonl", d), barrier=barrier) for i, d in enumerate((first, second))]
+    procs = [_add(index, _corpus(tmp_path / f"add{i}.jsonl", d), address, barrier=barrier) for i, d in enumerate((first, second))]
     outs = [p.communicate(timeout=900)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert sum("applying the change again" in o for o in outs) == 1, outs  # exactly one lost the race and re-applied
@@ -92,11 +92,11 @@ def test_a_writer_killed_before_its_commit_leaves_the_previous_version(small, tm
     from storage.retention import collect
     from storage.verify import verify_index
 
-    index, docs = small
+    index, docs, address = small
     before = load_manifest(index)
     s0 = Searcher(index, ["maxsim"]).search([docs[0]["text"][:200]], 10, "maxsim")[0].hits()
     corpus = _corpus(tmp_path / "add.jsonl", docs[100:130])
-    proc = _add(index, corpus, pause=600)
+    proc = _add(index, corpus, address, pause=600)
     deadline = time.monotonic() + 600
     seen = ""
     while time.monotonic() < deadline and "MVR_PAUSE_BEFORE_COMMIT" not in seen:
@@ -105,7 +105,7 @@ def test_a_writer_killed_before_its_commit_leaves_the_previous_version(small, tm
             break
         seen += line
     assert "MVR_PAUSE_BEFORE_COMMIT" in seen, seen[-3000:]
-    os.killpg(proc.pid, signal.SIGKILL)  # the job and its Ray processes
+    os.killpg(proc.pid, signal.SIGKILL)  # the job's driver: Ray ends the job's workers with it
     proc.wait(timeout=60)
     m = load_manifest(index)
     assert m.version == before.version and m.shard_list == before.shard_list and m.ann == before.ann
@@ -116,7 +116,7 @@ def test_a_writer_killed_before_its_commit_leaves_the_previous_version(small, tm
     assert any(f.startswith("adds/") for f in collected.files) and any(f.startswith("ann/") for f in collected.files)
     assert verify_index(index).ok and load_manifest(index).version == before.version
     # and the add, run again, lands
-    proc = _add(index, corpus)
+    proc = _add(index, corpus, address)
     out = proc.communicate(timeout=900)[0]
     assert proc.returncode == 0, out
     assert load_manifest(index).version == before.version + 1
