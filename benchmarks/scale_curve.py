@@ -196,10 +196,10 @@ def main() -> None:
             split = {stage: statistics.median(v) for stage, v in stages[name].items()}
             rows.append({"passages": n, "path": name, "partitions": len(parts), "p50_ms": p50, "overlap": float(np.mean(overlap[name])), "ann_bytes": ann_bytes, "code_bytes": code_bytes, "build_s": build_s, "probe": probe, **split})
         print(f"\n{n:,} passages, {vectors.n_vectors:,} token vectors")
-        print(f"  {'path':<20} {'p50 ms':>9} {'first st.':>9} {'rescore':>8} {'rescored':>8} {'overlap@10':>10} {'ANN MB':>8} {'codes MB':>9} {'build s':>8} {'P':>3}  probe")
+        print(f"  {'path':<28} {'p50 ms':>9} {'first st.':>9} {'rescore':>8} {'rescored':>8} {'overlap@10':>10} {'ANN MB':>8} {'codes MB':>9} {'build s':>8} {'P':>3}  probe")
         for r in rows:
             if r["passages"] == n:
-                print(f"  {r['path']:<20} {r['p50_ms']:>9.2f} {r['candidates']:>9.2f} {r['rescore']:>8.2f} {r['rescored']:>8.0f} {r['overlap']:>10.3f} "
+                print(f"  {r['path']:<28} {r['p50_ms']:>9.2f} {r['candidates']:>9.2f} {r['rescore']:>8.2f} {r['rescored']:>8.0f} {r['overlap']:>10.3f} "
                       f"{r['ann_bytes'] / 1e6:>8.1f} {r['code_bytes'] / 1e6:>9.1f} {r['build_s']:>8.1f} {r['partitions']:>3}  {r['probe']}")
         del paths, parts, exact, vectors, all_codes
     print("\ngrowth of p50 from the smallest to the largest size:")
@@ -208,7 +208,7 @@ def main() -> None:
         if name.endswith(" held"):  # at the smallest size the held probe count is the default's
             got = [r for r in rows if r["path"] == name.removesuffix(" held")][:1] + got
         if len(got) > 1:
-            print(f"  {name:<20} {got[-1]['p50_ms'] / got[0]['p50_ms']:6.2f}x over {got[-1]['passages'] / got[0]['passages']:g}x the passages")
+            print(f"  {name:<28} {got[-1]['p50_ms'] / got[0]['p50_ms']:6.2f}x over {got[-1]['passages'] / got[0]['passages']:g}x the passages")
     print(f"\nCPU steal during the run: {steal.percent():.1f}%")
     if args.out:
         plot(rows, args.out)
