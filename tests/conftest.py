@@ -136,19 +136,23 @@ def pytest_addoption(parser) -> None:
         "--cpu-profile",
         metavar="FILE",
         default=None,
-        help="write each test's wall seconds and the machine's busy core-seconds over it (setup, call "
-        "and teardown, from /proc/stat: Ray's workers and subprocesses included) to FILE as TSV",
+        help="write each test's wall seconds and the machine's busy and stolen core-seconds over it "
+        "(setup, call and teardown, from /proc/stat: Ray's workers and subprocesses included) to FILE as TSV",
     )
 
 
-def _busy_core_seconds() -> float:
-    """Seconds all CPUs of this machine have spent busy (not idle or waiting on I/O) since boot."""
+def _core_seconds() -> tuple[float, float]:
+    """(busy, stolen): seconds all CPUs of this machine have spent busy (user, system,
+    interrupts; not idle, waiting on I/O or stolen by the hypervisor) and seconds stolen
+    from them, since boot (/proc/stat)."""
     with open("/proc/stat") as f:
         ticks = [int(x) for x in f.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+    hz = os.sysconf("SC_CLK_TCK")
+    steal = ticks[7] if len(ticks) > 7 else 0
+    return (sum(ticks[:8]) - ticks[3] - ticks[4] - steal) / hz, steal / hz
 
 
-_PROFILE: list[tuple[str, float, float]] = []
+_PROFILE: list[tuple[str, float, float, float]] = []
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -156,35 +160,37 @@ def pytest_runtest_protocol(item, nextitem):
     if not item.config.getoption("--cpu-profile"):
         yield
         return
-    busy, t0 = _busy_core_seconds(), time.monotonic()
+    (busy, steal), t0 = _core_seconds(), time.monotonic()
     yield
-    _PROFILE.append((item.nodeid, time.monotonic() - t0, _busy_core_seconds() - busy))
+    busy1, steal1 = _core_seconds()
+    _PROFILE.append((item.nodeid, time.monotonic() - t0, busy1 - busy, steal1 - steal))
 
 
 def pytest_sessionfinish(session) -> None:
     out = session.config.getoption("--cpu-profile")
     if out and _PROFILE:
         with open(out, "w") as f:
-            f.write("test\twall_s\tbusy_core_s\n")
-            f.writelines(f"{name}\t{wall:.2f}\t{busy:.2f}\n" for name, wall, busy in _PROFILE)
+            f.write("test\twall_s\tbusy_core_s\tstolen_core_s\n")
+            f.writelines(f"{name}\t{wall:.2f}\t{busy:.2f}\t{stolen:.2f}\n" for name, wall, busy, stolen in _PROFILE)
 
 
 def pytest_terminal_summary(terminalreporter, config) -> None:
-    """With ``--cpu-profile``: per module, wall seconds, busy core-seconds and the idle
-    core-seconds of the machine's cores over its tests, the slowest first (where a suite
-    on few cores waits rather than works)."""
+    """With ``--cpu-profile``: per module, wall seconds, busy core-seconds, the idle
+    core-seconds of the machine's cores over its tests (where a suite on few cores waits
+    rather than works) and those the hypervisor stole (a slow VM, not a slow suite), the
+    slowest first."""
     if not config.getoption("--cpu-profile") or not _PROFILE:
         return
     cores = os.cpu_count() or 1
     modules: dict[str, list[float]] = {}
-    for name, wall, busy in _PROFILE:
-        m = modules.setdefault(name.split("::")[0], [0.0, 0.0])
+    for name, wall, busy, stolen in _PROFILE:
+        m = modules.setdefault(name.split("::")[0], [0.0, 0.0, 0.0])
         m[0] += wall
         m[1] += busy
-    wall_all, busy_all = sum(m[0] for m in modules.values()), sum(m[1] for m in modules.values())
+        m[2] += stolen
+    total = [sum(m[i] for m in modules.values()) for i in range(3)]
     terminalreporter.section(f"cpu profile ({cores} cores)")
-    terminalreporter.write_line(f"{'module':<44} {'wall s':>8} {'busy core-s':>12} {'idle core-s':>12}")
-    for name, (wall, busy) in sorted(modules.items(), key=lambda kv: -kv[1][0]):
+    terminalreporter.write_line(f"{'module':<44} {'wall s':>8} {'busy core-s':>12} {'idle core-s':>12} {'stolen':>7}")
+    for name, (wall, busy, stolen) in [*sorted(modules.items(), key=lambda kv: -kv[1][0]), ("all", total)]:
         if wall >= 1.0:
-            terminalreporter.write_line(f"{name:<44} {wall:>8.1f} {busy:>12.1f} {cores * wall - busy:>12.1f}")
-    terminalreporter.write_line(f"{'all':<44} {wall_all:>8.1f} {busy_all:>12.1f} {cores * wall_all - busy_all:>12.1f}")
+            terminalreporter.write_line(f"{name:<44} {wall:>8.1f} {busy:>12.1f} {cores * wall - busy - stolen:>12.1f} {stolen:>7.1f}")

@@ -67,7 +67,7 @@ def test_queries_during_add_delete_compact(msmarco_100, tmp_path, datasets):
             r = session.post(url + "/search", json={"query": doc["text"][:300], "k": 10, "mode": "maxsim"}, timeout=120)
             body = r.json() if r.status_code == 200 else {}
             answers.append((kind, doc["_id"], r.status_code, body.get("version", -1), [x["doc_id"] for x in body.get("results", [])]))
-            time.sleep(0.05)  # a steady client, not a saturating one: the jobs and the new replicas share the 2 cores
+            time.sleep(0.2)  # a steady client (~5 queries a second), not a saturating one: the jobs and the new replicas share the 2 cores
 
     worker = threading.Thread(target=client)
     worker.start()
