@@ -28,7 +28,6 @@ from storage.verify import ExpectedFile, codes_file, require_intact
 from storage.partitions import INDEX_SUBDIR, PartitionPlan, ShardSlice, build_dir, local_copy, plan_partitions, read_passages, write_partition
 
 
-
 def build_partition(
     index_url: str, kind: str, plan: dict, rel_dir: str, backend: str, params: dict[str, Any], threads: int, shards: list[dict], codecs: dict,
     template: Optional[dict[str, Any]] = None,
