@@ -19,8 +19,9 @@ vs_plaid.md); here only latency, memory and overlap with exact.
 Per size: the token codes are held as one array (as the memory-mapped shards would be), the
 ANN index is built as ``mvr build-ann`` builds a partition (defaults for the size: FAISS
 nlist = 4√n, nprobe = nlist/64; ScaNN leaves alike); with ``--partition-vectors`` a size
-whose token vectors exceed it is split into P partitions of near-equal size at passage
-boundaries (``mvr build-ann --partitions P``), each with its own index built one after the
+whose token vectors exceed it is split into P = ⌈vectors / N⌉ partitions of near-equal
+passage counts (as ``mvr build-ann --partitions P`` splits; the runs recorded on 2026-11-26
+cut near-equal vector counts instead, the same P = 4 at 10⁶), each with its own index built one after the
 other (a builder's float32 copy is one partition's), searched together in this one process
 (the partitions one after another: a service runs them on P replicas at once) and merged as
 the service merges them. Each query (msmarco-sample's,
@@ -71,14 +72,14 @@ def synthetic_corpus(codes: np.ndarray, lengths: np.ndarray, n_extra: int, id_by
 
 
 def partition_bounds(offsets: np.ndarray, max_vectors: Optional[int]) -> list[tuple[int, int]]:
-    """Passage ranges [lo, hi) of the partitions: one, or as many as keep each at or under
-    ``max_vectors`` token vectors, cut at passage boundaries into near-equal shares (as
-    ``mvr build-ann --partitions P`` splits an index)."""
+    """Passage ranges [lo, hi) of the partitions: one, or P = ⌈token vectors / max_vectors⌉
+    split as ``mvr build-ann --partitions P`` splits an index (``storage.partitions.equal_bounds``:
+    near-equal passage counts)."""
+    from storage.partitions import equal_bounds
+
     n, total = len(offsets) - 1, int(offsets[-1])
-    parts = 1 if not max_vectors else max(1, -(-total // max_vectors))
-    cuts = np.searchsorted(offsets, np.linspace(0, total, parts + 1)[1:-1], side="left")
-    edges = [0, *[int(c) for c in cuts], n]
-    return [(lo, hi) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
+    edges = equal_bounds(n, 1 if not max_vectors else min(n, max(1, -(-total // max_vectors))))
+    return list(zip(edges[:-1], edges[1:]))
 
 
 def main() -> None:
@@ -221,14 +222,17 @@ def plot(rows: list[dict], out: str) -> None:
 
     plt = pyplot()
     fig, (lat, mem) = plt.subplots(1, 2, figsize=(11, 4.2))
+    indexes = set()  # backends whose bytes are plotted: the k' variants of one share its index
     for name in dict.fromkeys(r["path"] for r in rows):
         got = [r for r in rows if r["path"] == name]
         if name.endswith(" held"):
             got = [r for r in rows if r["path"] == name.removesuffix(" held")][:1] + got
         x = [r["passages"] for r in got]
         lat.plot(x, [r["p50_ms"] for r in got], marker="o", label=name)
-        if name != "exact" and not name.endswith(" held"):
-            mem.plot(x, [(r["ann_bytes"] + r["code_bytes"]) / 1e6 for r in got], marker="o", label=f"{name} index + codes")
+        backend = name.split(" ")[0]
+        if name != "exact" and backend not in indexes:
+            indexes.add(backend)
+            mem.plot(x, [(r["ann_bytes"] + r["code_bytes"]) / 1e6 for r in got], marker="o", label=f"{backend} index + codes")
     exact = [r for r in rows if r["path"] == "exact"]
     mem.plot([r["passages"] for r in exact], [r["code_bytes"] / 1e6 for r in exact], marker="o", label="codes (exact)")
     lat.set(xscale="log", yscale="log", xlabel="passages", ylabel="p50 ms a query (search, k = 10)", title="latency")

@@ -694,8 +694,7 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
     if not exact_only:
         build_by_kind = {kind: ann_build_ram(idx, w.dim_of(kind)) for kind, idx in indexes.items()}
         build = [Line(f"{kind}: {ann.backend} build task", b, how) for kind, (b, how) in build_by_kind.items()]
-        worst_kind = max(build_by_kind, key=lambda kind: build_by_kind[kind][0])
-        worst_bytes = build_by_kind[worst_kind][0]
+        worst_kind, (worst_bytes, _) = max(build_by_kind.items(), key=lambda kv: kv[1][0])
         if ann.backend == "scann" and worst_bytes > 16e9:
             notes.append(f"a ScaNN build task holds three float32 copies of its partition's vectors ({human_bytes(worst_bytes)} for {worst_kind}): "
                          "give the build workers that much RAM, or more partitions (FAISS IVFPQ builds from one block at a time)")

@@ -69,6 +69,12 @@ class PartitionPlan:
     slices: list[ShardSlice]
 
 
+def equal_bounds(passages: int, partitions: int) -> list[int]:
+    """(partitions + 1,) global passage boundaries of ``partitions`` contiguous ranges of
+    near-equal size over ``passages`` passages (``mvr build-ann --partitions P``'s split)."""
+    return [p * passages // partitions for p in range(partitions + 1)]
+
+
 def plan_partitions(manifest: Manifest, partitions: int) -> list[PartitionPlan]:
     """Split the index's passages into ``partitions`` contiguous ranges of near-equal size."""
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
@@ -76,7 +82,7 @@ def plan_partitions(manifest: Manifest, partitions: int) -> list[PartitionPlan]:
     total = int(shard_rows(manifest.shards).sum())
     if partitions > max(total, 1):
         raise ValueError(f"{partitions} partitions for {total} passages: each partition needs at least one passage")
-    bounds = [p * total // partitions for p in range(partitions + 1)]
+    bounds = equal_bounds(total, partitions)
     return [PartitionPlan(p, bounds[p], bounds[p + 1] - bounds[p], partition_slices(manifest, bounds[p], bounds[p + 1] - bounds[p])) for p in range(partitions)]
 
 

@@ -268,6 +268,26 @@ def test_ann_build_ram_matches_a_build_process_peak(backend):
     assert measured >= model * 0.6, (measured, model)  # nor a loose bound
 
 
+def test_plan_has_a_build_line_a_kind_and_warns_only_for_scann_builds_over_16_gb():
+    """The plan's "ANN build" table: one line a kind with ``ann_build_ram`` of that kind's
+    partition index, the peak the largest; at 10⁹ passages and 64 GB replicas a ScaNN tokens
+    build task is the largest and needs over 16 GB (the note names it), a FAISS one does not."""
+    from operators.capacity import ann_build_ram
+
+    w = Workload(passages=10**9)
+    for backend in ("faiss-ivfpq", "scann"):
+        plan = make_plan(w, AnnSettings(backend=backend), ServeSettings(ram_per_partition_gb=64))
+        want = {kind: ann_build_ram(idx, w.dim_of(kind))[0] for kind, idx in plan.ann_indexes.items()}
+        assert {line.item.split(":")[0]: line.bytes for line in plan.build} == want
+        assert plan.build_peak_bytes == max(want.values())
+        notes = [n for n in plan.notes if "ScaNN build task" in n]
+        if backend == "scann":
+            assert max(want, key=want.get) == "tokens" and want["tokens"] > 16e9
+            assert len(notes) == 1 and "for tokens" in notes[0] and human_bytes(want["tokens"]) in notes[0]
+        else:
+            assert not notes and max(want.values()) < 64e9
+
+
 # ------------------------------------------------------------------ the plan against a real index
 
 
