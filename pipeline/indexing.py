@@ -13,6 +13,7 @@ its shards were written with)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from operators.checkpoint import detect_format, fingerprint, load_tokenizer, res
 from operators.encoder import TokenEncoder
 from operators import codecs
 from pipeline.config import IndexConfig
-from pipeline.ray_runtime import init_ray, plan_encode, task_result
+from pipeline.ray_runtime import EncodePlan, init_ray, plan_encode, task_result
 from pipeline.encode_stage import EncodeCompress, EncodeSample, compress_encoded
 from pipeline.stages import read_tokenize, sample_vectors, scan_block, select_sample, train_codecs, write_shards
 from storage import catalog, codec_file, fs, index_dir, staging
@@ -54,17 +55,20 @@ class IndexResult:
         )
 
 
-def _scan(index_url: str, blocks: list[InputBlock], cpus: float) -> None:
-    """Run ``scan_block`` for every block as Ray tasks, with a progress bar."""
+def _scan(index_url: str, blocks: list[InputBlock], placement: EncodePlan) -> None:
+    """Run ``scan_block`` for every block as Ray I/O tasks (``placement.io_args()``), at most
+    ``placement.io_tasks`` at once, with a progress bar."""
     if not blocks:
         return
-    task = ray.remote(num_cpus=cpus, max_retries=3)(scan_block)
-    pending = [task.remote(b.to_dict(), index_url) for b in blocks]
-    with tqdm(total=len(pending), desc="validate", unit="block") as bar:
+    task = ray.remote(max_retries=3, **placement.io_args())(scan_block)
+    todo = iter(blocks)
+    pending = [task.remote(b.to_dict(), index_url) for b in itertools.islice(todo, placement.io_tasks)]
+    with tqdm(total=len(blocks), desc="validate", unit="block") as bar:
         while pending:
-            done, pending = ray.wait(pending, num_returns=min(len(pending), 16), timeout=1.0)
+            done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
             ray.get(done)  # raises if a block failed after its retries
             bar.update(len(done))
+            pending += [task.remote(b.to_dict(), index_url) for b in itertools.islice(todo, len(done))]
 
 
 def _apply_limit(index_url: str, blocks: list[InputBlock], limit: Optional[int]) -> list[InputBlock]:
@@ -207,7 +211,7 @@ def index_corpus(
     log(f"{len(blocks)} input blocks; encode: {placement}")
 
     # Pass 1: validate every row, once per block (Ray tasks; a rerun skips scanned blocks).
-    _scan(index_url, [b for b in blocks if not staging.scanned(index_url, b.block_id)], placement.io_cpus)
+    _scan(index_url, [b for b in blocks if not staging.scanned(index_url, b.block_id)], placement)
     blocks = _apply_limit(index_url, blocks, config.limit)
     duplicates = catalog.find_duplicates(index_url, blocks)
     _refuse_empty(corpus_url, index_url, blocks, prepared.created)
@@ -235,7 +239,8 @@ def index_corpus(
         batch_size=config.runtime.write_rows_per_shard,
         batch_format="pyarrow",
         fn_kwargs={"index_url": index_url},
-        num_cpus=placement.io_cpus,
+        compute=ray.data.TaskPoolStrategy(size=placement.io_tasks),
+        **placement.io_args(),
     )
     ds.materialize()
     staging.clear_encoded(index_url)
@@ -251,7 +256,8 @@ def _tokenized(index_url: str, blocks: list[InputBlock], config: IndexConfig, pl
         batch_size=1,
         batch_format="pyarrow",
         fn_kwargs={"index_url": index_url, "model_name": config.model.name, "tokenizer_settings": config.tokenizer.model_dump()},
-        num_cpus=placement.io_cpus,
+        compute=ray.data.TaskPoolStrategy(size=placement.io_tasks),
+        **placement.io_args(),
     )
 
 
@@ -289,7 +295,7 @@ def _compressed(kept: list[str], codec_files: dict[str, bytes], config: IndexCon
         batch_size=1,
         batch_format="pyarrow",
         fn_kwargs={"compress": config.compress.model_dump(), "codec_files": codec_files, "dim": dim, "threads": placement.threads},
-        concurrency=placement.actors,
+        compute=ray.data.TaskPoolStrategy(size=placement.actors),
         num_cpus=placement.cpus,
     )
 
@@ -344,7 +350,7 @@ def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, place
     fraction = min(1.0, max(c.codec_sample_vectors / (docs * per_doc), sample_passages(docs) / docs))
     vector_fraction = min(1.0, SAMPLE_OVERDRAW * c.codec_sample_vectors / (docs * fraction * per_doc))
     ds = _tokenized(index_url, blocks, config, placement)
-    ds = ds.map_batches(select_sample, batch_format="pyarrow", fn_kwargs={"fraction": fraction, "seed": c.codec_seed}, num_cpus=placement.io_cpus)
+    ds = ds.map_batches(select_sample, batch_format="pyarrow", fn_kwargs={"fraction": fraction, "seed": c.codec_seed}, compute=ray.data.TaskPoolStrategy(size=placement.io_tasks), **placement.io_args())
     keep = fraction >= 1 and config.runtime.encode_once
     ds = _encoded(ds, EncodeSample, config, placement, vector_fraction=vector_fraction, seed=c.codec_seed, keep_url=index_url if keep else None)
     seen = {"vectors": 0}

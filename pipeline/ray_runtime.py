@@ -50,28 +50,53 @@ def ray_logs_dir() -> Optional[str]:
 @dataclass(frozen=True)
 class EncodePlan:
     """How the encode stage is placed: ``actors`` actors, each reserving ``cpus`` CPUs and
-    ``gpus`` GPUs and running torch with ``threads`` intra-op threads."""
+    ``gpus`` GPUs and running torch with ``threads`` intra-op threads.
+
+    The read/tokenize, validation and write tasks that feed and drain them reserve no CPU
+    and run at most ``io_tasks`` at once, on nodes that have CPUs (``io_excluded``: the ids
+    of nodes without, such as a head started with ``--num-cpus 0``). Were they to reserve CPUs,
+    the encode actors of jobs running side by side (two ``mvr add`` on one cluster) could hold
+    every CPU while each job's actors wait for input its tasks cannot be scheduled to read:
+    both jobs would hang (measured: two concurrent adds on this 2-CPU machine did)."""
 
     actors: int
     cpus: float
     gpus: float
     threads: Optional[int]
-    io_cpus: float  # CPUs reserved by each read/tokenize and write task
+    io_tasks: int
+    io_excluded: tuple[str, ...] = ()
+
+    def io_args(self) -> dict:
+        """Ray remote options of an I/O task (``num_cpus`` and, when some node has no CPU, a
+        label selector that keeps the task off it)."""
+        args: dict = {"num_cpus": 0}
+        if self.io_excluded:
+            args["label_selector"] = {"ray.io/node-id": f"!in({', '.join(self.io_excluded)})"}
+        return args
+
+    def __str__(self) -> str:
+        return (
+            f"{self.actors} actor(s) × {self.cpus:g} CPU, {self.gpus:g} GPU, {self.threads or 'all'} torch threads; "
+            f"I/O tasks ≤ {self.io_tasks} at once, no CPU reserved"
+        )
 
 
 def plan_encode(runtime: RuntimeConfig) -> EncodePlan:
     """GPU cluster: one actor per GPU (1 GPU, 1 CPU each). CPU-only: one actor per node's
-    worth of CPUs, reserving all but one CPU so the read and write stages keep a slot, and
-    running torch on all the node's cores (reading and writing are light). When part of the
-    cluster's CPUs is held by something else (a service on the same machine), the actors
-    reserve only what is free."""
+    worth of CPUs, reserving all but one CPU, and running torch on all the node's cores
+    (reading and writing are light). When part of the cluster's CPUs is held by something else
+    (a service on the same machine), the actors reserve only what is free. I/O tasks: as many
+    at once as the cluster has CPUs."""
     resources = ray.cluster_resources()
     gpus = int(resources.get("GPU", 0))
     cpus = float(resources.get("CPU", 1))
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     node_cpus = max((n["Resources"].get("CPU", 1) for n in nodes), default=cpus)
+    io_tasks = max(1, int(cpus))
+    cpu_less = tuple(sorted(n["NodeID"] for n in nodes if not n["Resources"].get("CPU")))
+    io_excluded = cpu_less if len(cpu_less) < len(nodes) else ()
     if gpus:
-        return EncodePlan(runtime.encode_actors or gpus, runtime.encode_cpus or 1, 1, runtime.torch_threads, 0.5)
+        return EncodePlan(runtime.encode_actors or gpus, runtime.encode_cpus or 1, 1, runtime.torch_threads, io_tasks, io_excluded)
     per_actor = runtime.encode_cpus or max(1.0, node_cpus - 1)
     actors = runtime.encode_actors or max(1, int(cpus // max(per_actor + 1, 2)))
     free = float(ray.available_resources().get("CPU", cpus))
@@ -81,7 +106,7 @@ def plan_encode(runtime: RuntimeConfig) -> EncodePlan:
         per_actor = max(0.25, min(per_actor, free - 0.5))
         actors = runtime.encode_actors or max(1, int(free // (per_actor + 0.5)))
     threads = runtime.torch_threads or int(node_cpus)
-    return EncodePlan(actors, per_actor, 0, threads, 0.25)
+    return EncodePlan(actors, per_actor, 0, threads, io_tasks, io_excluded)
 
 
 def task_cpus(want: float = 1.0) -> float:

@@ -162,3 +162,18 @@ def test_kept_batches_compress_to_the_encode_stages_rows(tmp_path, pool_factor):
         assert got[name].equals(want[name]), name
     staging.clear_encoded(index)
     assert staging.encoded_files(index) == []
+
+
+def test_io_tasks_reserve_no_cpu_and_keep_off_nodes_without_cpus():
+    """The read/tokenize, validate and write tasks reserve no CPU (encode actors of jobs side
+    by side must not be able to starve them), and a node without CPUs (a head started with
+    ``--num-cpus 0``) gets none of them: a label selector Ray accepts."""
+    from ray._private.label_utils import validate_label_selector
+
+    from pipeline.ray_runtime import EncodePlan
+
+    assert EncodePlan(1, 1.0, 0, 2, 2).io_args() == {"num_cpus": 0}
+    args = EncodePlan(2, 1.0, 0, 2, 2, ("a1b2", "c3d4")).io_args()
+    assert args == {"num_cpus": 0, "label_selector": {"ray.io/node-id": "!in(a1b2, c3d4)"}}
+    assert validate_label_selector(args["label_selector"]) is None
+    assert validate_label_selector({"ray.io/node-id": "!in(a1b2,"}) is not None  # the check can fail

@@ -4,7 +4,9 @@ BM25), each a job of its own on the session's Ray cluster (``RAY_ADDRESS``, as `
 a running cluster). ``MVR_COMMIT_BARRIER`` holds each writer after it has written every file of its change
 and before it creates the version file until both are there, and ``MVR_PAUSE_BEFORE_COMMIT``
 holds one there to be killed (storage/manifest.py), so the race and the kill happen where they
-hurt most."""
+hurt most. The two adds share the session cluster's two CPUs: their encode actors can hold both
+at once, which hung both jobs while their read and write tasks reserved CPUs (they reserve none
+now: ``pipeline.ray_runtime.EncodePlan``); a hang fails here within the 300 s timeout."""
 
 from __future__ import annotations
 
@@ -69,7 +71,7 @@ def test_two_concurrent_adds_both_land(small, tmp_path):
     # there too: both race for before + 1
     barrier = f"{tmp_path / 'barrier'}:2"
     procs = [_add(index, _corpus(tmp_path / f"add{i}.jsonl", d), address, barrier=barrier) for i, d in enumerate((first, second))]
-    outs = [p.communicate(timeout=900)[0] for p in procs]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert sum("applying the change again" in o for o in outs) == 1, outs  # exactly one lost the race and re-applied
     m = load_manifest(index)
@@ -117,7 +119,7 @@ def test_a_writer_killed_before_its_commit_leaves_the_previous_version(small, tm
     assert verify_index(index).ok and load_manifest(index).version == before.version
     # and the add, run again, lands
     proc = _add(index, corpus, address)
-    out = proc.communicate(timeout=900)[0]
+    out = proc.communicate(timeout=300)[0]
     assert proc.returncode == 0, out
     assert load_manifest(index).version == before.version + 1
     assert _doc_ids_present(index, [d["_id"] for d in docs[100:130]]) == {d["_id"] for d in docs[100:130]}
