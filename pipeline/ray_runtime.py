@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -27,6 +28,9 @@ def init_ray(address: Optional[str] = None, quiet: bool = False) -> None:
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = not quiet
     ctx.print_on_execution_start = False
+    # a small job's I/O stage gets fewer blocks than its cap of tasks in flight (EncodePlan):
+    # Ray Data says so, each time, as if the cap were a mistake
+    warnings.filterwarnings("ignore", message="The maximum number of concurrent tasks for '", category=UserWarning)
     if not os.environ.get("MVR_DEBUG"):
         # reports, with "the stack trace below", the error the job raises and reports itself
         # (its full trace stays in Ray Data's log file); MVR_DEBUG=1 keeps it
