@@ -43,6 +43,33 @@ def load_state(path: Path) -> dict:
     return torch.load(str(path), map_location="cpu", weights_only=True)
 
 
+def output_dim(name: str) -> int:
+    """The dimension of the token vectors the checkpoint ``name`` makes (``TokenEncoder.dim``),
+    read from its small files and a weights file's header, without loading the model: a
+    ColBERT checkpoint's ``linear`` projection rows, a sentence-transformers checkpoint's last
+    Dense module's ``out_features``, else the backbone's ``hidden_size``."""
+    path = resolve_model_path(name)
+    fmt = detect_format(path) if Path(path).is_dir() else "plain"
+    backbone, dense = module_dirs(path, fmt)
+    if fmt == "colbert":
+        weights = weights_file(Path(path))
+        if weights is None:
+            raise ValueError(f"{path}: a ColBERT checkpoint without model.safetensors or pytorch_model.bin")
+        if weights.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(weights), "pt") as f:
+                return int(f.get_slice("linear.weight").get_shape()[0])
+        import torch
+
+        return int(torch.load(str(weights), map_location="cpu", weights_only=True, mmap=True)["linear.weight"].shape[0])
+    if dense:
+        return int(_read_json(dense[-1] / "config.json")["out_features"])
+    from transformers import AutoConfig
+
+    return int(AutoConfig.from_pretrained(backbone).hidden_size)
+
+
 def detect_format(path: str) -> str:
     """``colbert``, ``sentence-transformers`` or ``plain`` for a local checkpoint directory."""
     d = Path(path)

@@ -23,8 +23,7 @@ import numpy as np
 import ray
 from tqdm import tqdm
 
-from operators.checkpoint import detect_format, fingerprint, load_tokenizer, resolve_model_path
-from operators.encoder import TokenEncoder
+from operators.checkpoint import detect_format, fingerprint, load_tokenizer, output_dim, resolve_model_path
 from operators import codecs
 from pipeline.config import IndexConfig
 from pipeline.ray_runtime import EncodePlan, init_ray, plan_encode, task_result
@@ -338,7 +337,7 @@ def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, place
     t0 = time.time()
     wanted = {"tokens": c.codec, "pooled": c.pooled_codec}
     if all(n in codecs.UNTRAINED for n in wanted.values()):
-        dim = c.projection_dim or TokenEncoder(config.model.name, "cpu", "float32").dim
+        dim = c.projection_dim or output_dim(config.model.name)
         files = {g: codecs.train(n, np.full((1, dim), dim**-0.5, np.float32)).to_bytes() for g, n in wanted.items()}
         codec_file.stage(index_url, files)
         log(f"codecs {', '.join(f'{g} {n}' for g, n in wanted.items())}: no training needed ({dim} dimensions)")

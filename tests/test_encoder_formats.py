@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import BertConfig, BertModel
 
-from operators.checkpoint import detect_format
+from operators.checkpoint import detect_format, output_dim
 from operators.encoder import TokenEncoder
 
 
@@ -46,9 +46,12 @@ def test_colbert_checkpoint(tmp_path: Path, minilm_tokenizer, sample_ids):
     minilm_tokenizer.save_pretrained(tmp_path)
     assert detect_format(str(tmp_path)) == "colbert"
     enc = TokenEncoder(str(tmp_path))
-    assert enc.dim == 16
+    assert enc.dim == output_dim(str(tmp_path)) == 16  # output_dim: from the file's header, no model loaded
     for got, exp in zip(enc.encode(sample_ids, batch_size=2), _expected(bert, sample_ids, linear)):
         np.testing.assert_allclose(got, exp, atol=1e-4)
+    (tmp_path / "model.safetensors").unlink()
+    torch.save(state, tmp_path / "pytorch_model.bin")  # the older weights file
+    assert output_dim(str(tmp_path)) == TokenEncoder(str(tmp_path)).dim == 16
 
 
 def test_sentence_transformers_dense_checkpoint(tmp_path: Path, minilm_tokenizer, sample_ids):
@@ -63,7 +66,7 @@ def test_sentence_transformers_dense_checkpoint(tmp_path: Path, minilm_tokenizer
     SentenceTransformer(modules=[transformer, dense]).save(str(tmp_path / "st"))
     assert detect_format(str(tmp_path / "st")) == "sentence-transformers"
     enc = TokenEncoder(str(tmp_path / "st"))
-    assert enc.dim == 16
+    assert enc.dim == output_dim(str(tmp_path / "st")) == 16
     weight = dense.linear.weight.detach()
     for got, exp in zip(enc.encode(sample_ids, batch_size=1), _expected(bert, sample_ids, weight)):
         np.testing.assert_allclose(got, exp, atol=1e-4)
@@ -75,7 +78,7 @@ def test_plain_checkpoint(tmp_path: Path, minilm_tokenizer, sample_ids):
     minilm_tokenizer.save_pretrained(tmp_path)
     assert detect_format(str(tmp_path)) == "plain"
     enc = TokenEncoder(str(tmp_path))
-    assert enc.dim == 32
+    assert enc.dim == output_dim(str(tmp_path)) == 32
     for got, exp in zip(enc.encode(sample_ids, batch_size=2), _expected(bert, sample_ids, None)):
         np.testing.assert_allclose(got, exp, atol=1e-4)
 
@@ -100,7 +103,7 @@ def test_stacked_dense_modules_with_residual(tmp_path: Path, minilm_tokenizer, s
         modules.append({"idx": i, "name": str(i), "path": name, "type": "pylate.models.Dense.Dense"})
     (tmp_path / "modules.json").write_text(json.dumps(modules[::-1]))  # order comes from idx
     enc = TokenEncoder(str(tmp_path))
-    assert enc.dim == 8
+    assert enc.dim == output_dim(str(tmp_path)) == 8
     for got, h in zip(enc.encode(sample_ids), _expected(bert, sample_ids, None)):
         x = torch.from_numpy(h) @ w1.T
         np.testing.assert_allclose(got, (x @ w2.T + b2 + x @ r2.T).numpy(), atol=1e-4)
@@ -132,3 +135,9 @@ def test_colbert_metadata_dim_must_match_the_weights(tmp_path: Path, minilm_toke
     (tmp_path / "artifact.metadata").write_text(json.dumps({"dim": 128}))
     with pytest.raises(ValueError, match="dim 128, the weights give 16"):
         TokenEncoder(str(tmp_path))
+
+
+def test_output_dim_of_the_packaged_default_without_loading_it():
+    from operators.checkpoint import DEFAULT_MODEL
+
+    assert output_dim(DEFAULT_MODEL) == 384  # all-MiniLM-L6-v2: sentence-transformers, no Dense module
