@@ -238,7 +238,7 @@ def index_corpus(
         batch_size=config.runtime.write_rows_per_shard,
         batch_format="pyarrow",
         fn_kwargs={"index_url": index_url},
-        compute=ray.data.TaskPoolStrategy(size=placement.io_tasks),
+        compute=placement.io_compute(len(kept) if kept else len(blocks)),  # at least a batch a block (or kept file)
         **placement.io_args(),
     )
     ds.materialize()
@@ -255,7 +255,7 @@ def _tokenized(index_url: str, blocks: list[InputBlock], config: IndexConfig, pl
         batch_size=1,
         batch_format="pyarrow",
         fn_kwargs={"index_url": index_url, "model_name": config.model.name, "tokenizer_settings": config.tokenizer.model_dump()},
-        compute=ray.data.TaskPoolStrategy(size=placement.io_tasks),
+        compute=placement.io_compute(len(blocks)),
         **placement.io_args(),
     )
 
@@ -294,7 +294,7 @@ def _compressed(kept: list[str], codec_files: dict[str, bytes], config: IndexCon
         batch_size=1,
         batch_format="pyarrow",
         fn_kwargs={"compress": config.compress.model_dump(), "codec_files": codec_files, "dim": dim, "threads": placement.threads},
-        compute=ray.data.TaskPoolStrategy(size=placement.actors),
+        compute=ray.data.TaskPoolStrategy(size=min(placement.actors, len(kept))),
         num_cpus=placement.cpus,
     )
 
@@ -349,7 +349,7 @@ def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, place
     fraction = min(1.0, max(c.codec_sample_vectors / (docs * per_doc), sample_passages(docs) / docs))
     vector_fraction = min(1.0, SAMPLE_OVERDRAW * c.codec_sample_vectors / (docs * fraction * per_doc))
     ds = _tokenized(index_url, blocks, config, placement)
-    ds = ds.map_batches(select_sample, batch_format="pyarrow", fn_kwargs={"fraction": fraction, "seed": c.codec_seed}, compute=ray.data.TaskPoolStrategy(size=placement.io_tasks), **placement.io_args())
+    ds = ds.map_batches(select_sample, batch_format="pyarrow", fn_kwargs={"fraction": fraction, "seed": c.codec_seed}, compute=placement.io_compute(len(blocks)), **placement.io_args())
     keep = fraction >= 1 and config.runtime.encode_once
     ds = _encoded(ds, EncodeSample, config, placement, vector_fraction=vector_fraction, seed=c.codec_seed, keep_url=index_url if keep else None)
     seen = {"vectors": 0}

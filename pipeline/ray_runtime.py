@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -28,9 +27,6 @@ def init_ray(address: Optional[str] = None, quiet: bool = False) -> None:
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = not quiet
     ctx.print_on_execution_start = False
-    # a small job's I/O stage gets fewer blocks than its cap of tasks in flight (EncodePlan):
-    # Ray Data says so, each time, as if the cap were a mistake
-    warnings.filterwarnings("ignore", message="The maximum number of concurrent tasks for '", category=UserWarning)
     if not os.environ.get("MVR_DEBUG"):
         # reports, with "the stack trace below", the error the job raises and reports itself
         # (its full trace stays in Ray Data's log file); MVR_DEBUG=1 keeps it
@@ -77,6 +73,12 @@ class EncodePlan:
         if self.io_excluded:
             args["label_selector"] = {"ray.io/node-id": f"!in({', '.join(self.io_excluded)})"}
         return args
+
+    def io_compute(self, inputs: int) -> "ray.data.TaskPoolStrategy":
+        """Ray Data compute strategy of an I/O stage fed about ``inputs`` blocks: at most
+        ``io_tasks`` tasks at once, and no more than it has blocks (a cap above its inputs has
+        Ray Data warn that the stage cannot reach it)."""
+        return ray.data.TaskPoolStrategy(size=max(1, min(self.io_tasks, inputs)))
 
     def __str__(self) -> str:
         return (

@@ -177,3 +177,5 @@ def test_io_tasks_reserve_no_cpu_and_keep_off_nodes_without_cpus():
     assert args == {"num_cpus": 0, "label_selector": {"ray.io/node-id": "!in(a1b2, c3d4)"}}
     assert validate_label_selector(args["label_selector"]) is None
     assert validate_label_selector({"ray.io/node-id": "!in(a1b2,"}) is not None  # the check can fail
+    # at most io_tasks at once, never more than the stage has blocks (Ray Data warns otherwise)
+    assert [EncodePlan(1, 1.0, 0, 2, 2).io_compute(n).size for n in (0, 1, 2, 9)] == [1, 1, 2, 2]
