@@ -151,6 +151,13 @@ class RuntimeConfig(_Section):
     encode_cpus: Optional[float] = Field(None, gt=0, description="CPUs reserved per encode actor")
     torch_threads: Optional[int] = Field(None, ge=1, description="default: all CPUs of the node")
     write_rows_per_shard: int = Field(1024, ge=1, description="passages per shard file at most")
+    small_job_rows: int = Field(
+        1000,
+        ge=0,
+        description="on a cluster without GPUs, a job of at most this many valid input rows encodes in Ray tasks rather "
+        "than an actor pool: no actor process to start (~5 s on 2 cores), and a worker that has loaded the model keeps it "
+        "for the driver's next small job (live updates from one Python process); 0: always actors",
+    )
     encode_once: bool = Field(
         True,
         description="when the codec's sample pass encodes every passage (a corpus under ~30k passages), keep its float32 "

@@ -9,7 +9,9 @@ task runs in a pooled worker that has already imported torch: no actor process t
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import pickle
 from typing import Optional
 
 import numpy as np
@@ -33,12 +35,20 @@ def list_column(column: pa.ChunkedArray) -> list[np.ndarray]:
     return [values[offsets[i] - offsets[0] : offsets[i + 1] - offsets[0]] for i in range(len(arr))]
 
 
+@functools.lru_cache(maxsize=1)
+def token_encoder(name: str, device: str, dtype: str) -> TokenEncoder:
+    """The model, loaded once per worker process (the last one asked for: a task worker that
+    encoded one small job encodes the driver's next one without loading it again)."""
+    return TokenEncoder(name, device, dtype)
+
+
 class _Encoder:
-    """The model, tokenizer conventions and projection of an index, in one actor."""
+    """The model, tokenizer conventions and projection of an index, in one actor (or one
+    task worker: ``encode_task``)."""
 
     def __init__(self, model: dict, tokenizer_settings: dict, compress: dict, batch_size: int, torch_threads: Optional[int]) -> None:
         set_threads(torch_threads)
-        self.encoder = TokenEncoder(model["name"], model["device"], model["dtype"])
+        self.encoder = token_encoder(model["name"], model["device"], model["dtype"])
         self.tokenizer = PassageTokenizer(self.encoder.tokenizer, **tokenizer_settings)
         self.projection = None
         if compress["projection_dim"]:
@@ -169,3 +179,20 @@ def compress_encoded(batch: pa.Table, compress: dict, codec_files: dict[str, byt
     compressor = _batch_compressor(json.dumps(compress, sort_keys=True), tuple(sorted(codec_files.items())), dim)
     parts = [compressor(*staging.read_encoded(url)) for url in batch["url"].to_pylist()]
     return pa.concat_tables(parts) if parts else compressor.schema.empty_table()
+
+
+_TASK_STAGES: dict[str, type] = {"EncodeSample": EncodeSample, "EncodeCompress": EncodeCompress}
+_task_stage: dict = {}  # {(stage, digest of its arguments): the stage}: the last one built in this worker
+
+
+def encode_task(batch: pa.Table, stage: str, init: dict) -> pa.Table:
+    """The encode stage of a small job as a Ray task (``runtime.small_job_rows``): ``stage``
+    (``"EncodeSample"`` or ``"EncodeCompress"``) built from its constructor arguments
+    ``init`` once per worker process and job, then applied to ``batch``. Its model comes from
+    ``token_encoder``, so the driver's next small job with the same model loads nothing."""
+    set_threads(init["torch_threads"])  # another task in this worker may have set others
+    key = (stage, hashlib.sha256(pickle.dumps(sorted(init.items()))).hexdigest())
+    if key not in _task_stage:
+        _task_stage.clear()
+        _task_stage[key] = _TASK_STAGES[stage](**init)
+    return _task_stage[key](batch)

@@ -27,7 +27,7 @@ from operators.checkpoint import detect_format, fingerprint, load_tokenizer, out
 from operators import codecs
 from pipeline.config import IndexConfig
 from pipeline.ray_runtime import EncodePlan, init_ray, plan_encode, task_result
-from pipeline.encode_stage import EncodeCompress, EncodeSample, compress_encoded
+from pipeline.encode_stage import EncodeCompress, EncodeSample, compress_encoded, encode_task
 from pipeline.stages import read_tokenize, sample_vectors, scan_block, select_sample, train_codecs, write_shards
 from storage import catalog, codec_file, fs, index_dir, staging
 from storage.corpus import CorpusError, InputBlock, plan_blocks
@@ -153,14 +153,14 @@ def _prepare(corpus_url: str, index_url: str, config: IndexConfig, overwrite: bo
     return _Prepared(blocks, key, replace, created)
 
 
-def _refuse_empty(corpus_url: str, index_url: str, blocks: list[InputBlock], created: bool) -> None:
-    """CorpusError when no row of the (validated) input can be indexed: an index without a
-    passage is not committed. The rejects are written to INDEX/rejects.parquet unless INDEX
+def _refuse_empty(corpus_url: str, index_url: str, blocks: list[InputBlock], created: bool) -> int:
+    """The number of rows of the (validated) input to index (valid, duplicates aside), or
+    CorpusError when there is none: an index without a passage is not committed. The rejects are written to INDEX/rejects.parquet unless INDEX
     holds a committed index (``--overwrite`` of an index leaves it untouched); the staging
     state is removed, and so is INDEX when this run created it and it is empty."""
     scan = catalog.scan_counts(index_url, blocks)
     if scan["valid_rows"] - scan["duplicates"] > 0:
-        return
+        return scan["valid_rows"] - scan["duplicates"]
     rows = scan["input_rows"]
     if rows == 0:
         detail = f"{corpus_url} has no rows"
@@ -213,7 +213,10 @@ def index_corpus(
     _scan(index_url, [b for b in blocks if not staging.scanned(index_url, b.block_id)], placement)
     blocks = _apply_limit(index_url, blocks, config.limit)
     duplicates = catalog.find_duplicates(index_url, blocks)
-    _refuse_empty(corpus_url, index_url, blocks, prepared.created)
+    rows = _refuse_empty(corpus_url, index_url, blocks, prepared.created)
+    placement = placement.for_job(rows, config.runtime.small_job_rows)
+    if placement.in_tasks:
+        log(f"a small job ({rows} rows ≤ runtime.small_job_rows {config.runtime.small_job_rows}): encoding in Ray tasks, no actor pool")
     if prepared.replace:
         removed = index_dir.clear(index_url, keep=(staging.STAGING_DIR,))
         log(f"--overwrite: removed the previous index at {index_url} ({', '.join(removed)})")
@@ -260,25 +263,22 @@ def _tokenized(index_url: str, blocks: list[InputBlock], config: IndexConfig, pl
     )
 
 
-def _encoded(ds: ray.data.Dataset, actor: type, config: IndexConfig, placement, **kwargs) -> ray.data.Dataset:
-    """``ds`` through a pool of encode actors of class ``actor`` (``EncodeSample`` or
-    ``EncodeCompress``; ``kwargs``: its own constructor arguments), sized by ``placement``."""
-    return ds.map_batches(
-        actor,
-        batch_size=config.runtime.encode_actor_batch,
-        batch_format="pyarrow",
-        fn_constructor_kwargs={
-            "model": config.model.model_dump(),
-            "tokenizer_settings": config.tokenizer.model_dump(),
-            "compress": config.compress.model_dump(),
-            "batch_size": config.runtime.encode_batch_size,
-            "torch_threads": placement.threads,
-            **kwargs,
-        },
-        compute=ray.data.ActorPoolStrategy(size=placement.actors),
-        num_cpus=placement.cpus,
-        num_gpus=placement.gpus,
-    )
+def _encoded(ds: ray.data.Dataset, actor: type, config: IndexConfig, placement: EncodePlan, **kwargs) -> ray.data.Dataset:
+    """``ds`` through the encode stage ``actor`` (``EncodeSample`` or ``EncodeCompress``;
+    ``kwargs``: its own constructor arguments), sized by ``placement``: a pool of actors, or
+    for a small job (``placement.in_tasks``) as many Ray tasks at once (``encode_task``)."""
+    init = {
+        "model": config.model.model_dump(),
+        "tokenizer_settings": config.tokenizer.model_dump(),
+        "compress": config.compress.model_dump(),
+        "batch_size": config.runtime.encode_batch_size,
+        "torch_threads": placement.threads,
+        **kwargs,
+    }
+    common = {"batch_size": config.runtime.encode_actor_batch, "batch_format": "pyarrow", "num_cpus": placement.cpus, "num_gpus": placement.gpus}
+    if placement.in_tasks:
+        return ds.map_batches(encode_task, fn_kwargs={"stage": actor.__name__, "init": init}, compute=ray.data.TaskPoolStrategy(size=placement.actors), **common)
+    return ds.map_batches(actor, fn_constructor_kwargs=init, compute=ray.data.ActorPoolStrategy(size=placement.actors), **common)
 
 
 def _compressed(kept: list[str], codec_files: dict[str, bytes], config: IndexConfig, placement) -> ray.data.Dataset:

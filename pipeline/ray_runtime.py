@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
@@ -65,6 +66,14 @@ class EncodePlan:
     threads: Optional[int]
     io_tasks: int
     io_excluded: tuple[str, ...] = ()
+    in_tasks: bool = False  # the encode stage as ``actors`` Ray tasks at once, not an actor pool (``for_job``)
+
+    def for_job(self, rows: int, small_job_rows: int) -> "EncodePlan":
+        """This plan for a job of ``rows`` valid input rows: on a cluster without GPUs, a job of
+        at most ``small_job_rows`` encodes in tasks (``in_tasks``), so that it starts no actor
+        process and can find the model loaded by the driver's previous small job (a GPU
+        stays with actors: an idle task worker would keep its model on the device)."""
+        return dataclasses.replace(self, in_tasks=not self.gpus and rows <= small_job_rows)
 
     def io_args(self) -> dict:
         """Ray remote options of an I/O task (``num_cpus`` and, when some node has no CPU, a
@@ -82,7 +91,7 @@ class EncodePlan:
 
     def __str__(self) -> str:
         return (
-            f"{self.actors} actor(s) × {self.cpus:g} CPU, {self.gpus:g} GPU, {self.threads or 'all'} torch threads; "
+            f"{self.actors} {'task(s)' if self.in_tasks else 'actor(s)'} × {self.cpus:g} CPU, {self.gpus:g} GPU, {self.threads or 'all'} torch threads; "
             f"I/O tasks ≤ {self.io_tasks} at once, no CPU reserved"
         )
 

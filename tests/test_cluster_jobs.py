@@ -53,8 +53,9 @@ N_QUERIES, N_DOCS = 10, 300
 # be hit in the middle (input blocks of 64 KB: two of them, each validated and tokenized by a
 # task of its own); torch on both of this machine's cores, although the encode actor's node
 # has one logical CPU (the other node's tasks are light).
-# float16 codes: the recovered index is compared with an independent float computation
-SMALL_BATCHES = "runtime:\n  block_bytes: 65536\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n  torch_threads: 2\ncompress:\n  codec: float16\n  pooled_codec: float16\n"
+# float16 codes: the recovered index is compared with an independent float computation;
+# small_job_rows 0: an actor pool (a job this small would encode in tasks), whose actor is killed
+SMALL_BATCHES = "runtime:\n  block_bytes: 65536\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n  torch_threads: 2\n  small_job_rows: 0\ncompress:\n  codec: float16\n  pooled_codec: float16\n"
 JOB_TIMEOUT = 300
 STAGES = ("scan_block", "read_tokenize", "EncodeCompress", "write_shards")  # the indexing job's own tasks
 

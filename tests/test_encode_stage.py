@@ -179,3 +179,32 @@ def test_io_tasks_reserve_no_cpu_and_keep_off_nodes_without_cpus():
     assert validate_label_selector({"ray.io/node-id": "!in(a1b2,"}) is not None  # the check can fail
     # at most io_tasks at once, never more than the stage has blocks (Ray Data warns otherwise)
     assert [EncodePlan(1, 1.0, 0, 2, 2).io_compute(n).size for n in (0, 1, 2, 9)] == [1, 1, 2, 2]
+
+
+def test_small_jobs_encode_in_tasks_on_cpu_only():
+    """A job of at most ``small_job_rows`` rows encodes in tasks on a cluster without GPUs;
+    a larger one, or any on a GPU cluster, in an actor pool; 0 switches tasks off."""
+    from pipeline.ray_runtime import EncodePlan
+
+    cpu, gpu = EncodePlan(1, 1.0, 0, 2, 2), EncodePlan(1, 1.0, 1, None, 2)
+    assert [cpu.for_job(rows, 1000).in_tasks for rows in (1, 1000, 1001)] == [True, True, False]
+    assert not cpu.for_job(1, 0).in_tasks and not gpu.for_job(1, 1000).in_tasks
+    assert "task(s)" in str(cpu.for_job(5, 1000)) and "actor(s)" in str(cpu)
+
+
+def test_encode_task_keeps_the_model_and_rebuilds_the_stage_for_other_settings():
+    """``encode_task`` writes what the actor writes; a second call with the same arguments
+    reuses the stage, one with other arguments builds another around the same model."""
+    from pipeline import encode_stage
+
+    batch, _ = _batch()
+    args = _args()
+    init = dict(zip(("model", "tokenizer_settings", "compress", "batch_size", "torch_threads"), args))
+    want = EncodeSample(*args)(batch)
+    assert encode_stage.encode_task(batch, "EncodeSample", init).equals(want)
+    stage = next(iter(encode_stage._task_stage.values()))
+    assert encode_stage.encode_task(batch, "EncodeSample", init).equals(want)
+    assert next(iter(encode_stage._task_stage.values())) is stage
+    encode_stage.encode_task(batch, "EncodeSample", {**init, "batch_size": 3})
+    other = next(iter(encode_stage._task_stage.values()))
+    assert other is not stage and other.encoder is stage.encoder and len(encode_stage._task_stage) == 1

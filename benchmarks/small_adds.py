@@ -1,0 +1,72 @@
+"""Small adds from one driver: the encode stage in Ray tasks (``runtime.small_job_rows``, the
+default for a job of at most 1,000 rows on a cluster without GPUs) against an actor pool
+(``small_job_rows: 0``), side by side in one run.
+
+    python benchmarks/small_adds.py [--dataset ../shared/datasets/msmarco-sample] [--docs 10] [--rounds 6]
+
+Two indexes of the same first 200 passages, one with each setting, are built first (not
+timed). Then ``--rounds`` rounds each add ``--docs`` new passages to both indexes, in
+alternating order, with ``pipeline.updates.add_documents`` from this one Python process (a
+service's writer, or a notebook, adding documents as they arrive): validation, encoding,
+compression, ANN partitions and BM25 extended, catalog and commit. An actor pool starts an
+encode actor (a process that imports torch and loads the model) for every add; a task runs in
+a pooled worker of this driver, which keeps the model loaded from the previous add. The first
+round of each is shown apart (the task worker loads the model then). Run it alone: every
+figure is a time on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    root = Path(__file__).resolve().parents[1]
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", default=str(root.parent / "shared" / "datasets" / "msmarco-sample"))
+    p.add_argument("--docs", type=int, default=10, help="passages an add")
+    p.add_argument("--rounds", type=int, default=6)
+    args = p.parse_args()
+
+    from pipeline.ann_build import build_ann
+    from pipeline.config import AnnBuildConfig, IndexConfig
+    from pipeline.indexing import index_corpus
+    from pipeline.ray_runtime import init_ray
+    from pipeline.updates import add_documents
+
+    with open(Path(args.dataset) / "corpus.jsonl") as f:
+        docs = [json.loads(line) for _, line in zip(range(200 + args.docs * args.rounds), f)]
+    init_ray(quiet=True)
+    variants = {"tasks": 1000, "actor pool": 0}
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "base.jsonl"
+        base.write_text("".join(json.dumps(d) + "\n" for d in docs[:200]))
+        for name, rows in variants.items():
+            index = str(Path(tmp) / name.replace(" ", "-"))
+            index_corpus(str(base), index, IndexConfig.from_yaml(None, **{"runtime.small_job_rows": rows}), log=lambda _: None)
+            build_ann(index, AnnBuildConfig(partitions=1, vectors=["pooled"]), log=lambda _: None)
+        for r in range(args.rounds):
+            batch = Path(tmp) / f"add-{r}.jsonl"
+            batch.write_text("".join(json.dumps(d) + "\n" for d in docs[200 + r * args.docs : 200 + (r + 1) * args.docs]))
+            order = list(variants) if r % 2 == 0 else list(reversed(variants))
+            for name in order:
+                t0 = time.perf_counter()
+                add_documents(str(batch), str(Path(tmp) / name.replace(" ", "-")), log=lambda _: None)
+                times[name].append(time.perf_counter() - t0)
+            print(f"round {r + 1}: " + ", ".join(f"{n} {times[n][-1]:.2f} s" for n in variants), flush=True)
+    print(f"\n{args.docs} passages an add, {args.rounds} rounds from one driver")
+    print(f"{'encode stage':<12} {'first add s':>12} {'later adds p50 s':>17}")
+    for name in variants:
+        print(f"{name:<12} {times[name][0]:>12.2f} {statistics.median(times[name][1:]):>17.2f}")
+    later = statistics.median(times["actor pool"][1:]) / statistics.median(times["tasks"][1:])
+    print(f"later adds: the actor pool takes {later:.2f}x the tasks' time")
+
+
+if __name__ == "__main__":
+    main()
