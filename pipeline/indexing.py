@@ -367,7 +367,7 @@ def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, place
     n_vectors = int(seen["vectors"] / drawn) if drawn < 1 else seen["vectors"]  # the collection's stored vectors, estimated
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
     train = ray.remote(num_cpus=placement.cpus, num_gpus=gpus, max_retries=1)(train_codecs)
-    files = task_result(train.remote(names, sample, c.codec_seed, n_vectors))
+    files = task_result(train.remote(names, sample, c.codec_seed, n_vectors, placement.threads))
     codec_file.stage(index_url, files)
     log(f"trained codecs {', '.join(f'{g} {n}' for g, n in names.items())} on {len(sample):,} token vectors of {passages:,} sampled passages in {time.time() - t0:.1f} s")
     return files, (_kept_batches(index_url, passages, log) if keep else [])
