@@ -12,7 +12,8 @@ Serve applications, so an index version can be replaced without refusing a query
 ``deploy`` starts the index app (and encoder app) of the index's current manifest beside whatever
 is serving, waits until they run, then rolls the ingress over to them (Serve's rolling update
 with surge: new ingress replicas start before old ones stop, and old ones still reach the old
-partitions), and only then deletes the apps nothing uses any more.
+partitions), and only then deletes the apps nothing uses any more. The first deploy (nothing
+served) starts the ingress together with them.
 
 Resources are reserved on purpose (``plan_resources``); docs/serve.md gives the reasoning and
 benchmarks/serve_load.py the measurements."""
@@ -240,13 +241,20 @@ def deploy(
         else:
             log(f"{name}: starting")
             targets.append(serve.RunTarget(build(), name=name, route_prefix=None))
-    if targets:  # started side by side; returns when both run
-        serve.run_many(targets)
     digest = token_digest(token) if token else token_sha256
     in_ingress = manifest if enc_name is None or idx_name is None else None  # the ingress loads the encoder or the partitions itself
     ingress = SearchService.options(**plan.searcher.options()).bind(layout, config, enc_name, idx_name, digest, in_ingress, plan.searcher.threads)
-    log(f"{config.app_name}: routing / to index version {layout.version}")
-    serve.run(ingress, name=config.app_name, route_prefix="/")
+    if config.app_name not in serve.status().applications:
+        # nothing served yet, so no query to keep answering: the ingress starts beside the
+        # apps it calls (its replicas' start overlaps theirs) and the route opens when all run
+        log(f"{config.app_name}: starting, routing / to index version {layout.version}")
+        serve.run_many([*targets, serve.RunTarget(ingress, name=config.app_name, route_prefix="/")])
+    else:
+        if targets:  # started side by side; returns when both run
+            serve.run_many(targets)
+        # then the ingress rolls over to them: its old replicas still reach the old version
+        log(f"{config.app_name}: routing / to index version {layout.version}")
+        serve.run(ingress, name=config.app_name, route_prefix="/")
     wait_settled(config.app_name)
     removed = [a for a in serve.status().applications if _owned(config, a) and a not in (config.app_name, enc_name, idx_name)]
     for a in removed:
