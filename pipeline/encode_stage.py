@@ -4,7 +4,9 @@ index's codec), and when it encodes the whole corpus keeps every passage's vecto
 ``EncodeCompress`` computes every stored representation and compresses it with the codec (the
 compress stage); ``compress_encoded`` is that compress stage alone, for the passages the sample
 pass kept (no model: a small corpus is encoded once), as a Ray task rather than an actor (a
-task runs in a pooled worker that has already imported torch: no actor process to start)."""
+task runs in a pooled worker that has already imported torch: no actor process to start).
+A small job (``runtime.small_job_rows``) runs ``EncodeSample`` and ``EncodeCompress`` as tasks
+too (``encode_task``), their model kept by the worker for the driver's next small job."""
 
 from __future__ import annotations
 
@@ -188,7 +190,7 @@ _task_stage: dict = {}  # {(stage, digest of its arguments): the stage}: the las
 def encode_task(batch: pa.Table, stage: str, init: dict) -> pa.Table:
     """The encode stage of a small job as a Ray task (``runtime.small_job_rows``): ``stage``
     (``"EncodeSample"`` or ``"EncodeCompress"``) built from its constructor arguments
-    ``init`` once per worker process and job, then applied to ``batch``. Its model comes from
+    ``init`` once per worker process and set of arguments, then applied to ``batch``. Its model comes from
     ``token_encoder``, so the driver's next small job with the same model loads nothing."""
     set_threads(init["torch_threads"])  # another task in this worker may have set others
     key = (stage, hashlib.sha256(pickle.dumps(sorted(init.items()))).hexdigest())

@@ -155,9 +155,10 @@ def _prepare(corpus_url: str, index_url: str, config: IndexConfig, overwrite: bo
 
 def _refuse_empty(corpus_url: str, index_url: str, blocks: list[InputBlock], created: bool) -> int:
     """The number of rows of the (validated) input to index (valid, duplicates aside), or
-    CorpusError when there is none: an index without a passage is not committed. The rejects are written to INDEX/rejects.parquet unless INDEX
-    holds a committed index (``--overwrite`` of an index leaves it untouched); the staging
-    state is removed, and so is INDEX when this run created it and it is empty."""
+    CorpusError when there is none: an index without a passage is not committed. The rejects
+    are written to INDEX/rejects.parquet unless INDEX holds a committed index (``--overwrite``
+    of an index leaves it untouched); the staging state is removed, and so is INDEX when this
+    run created it and it is empty."""
     scan = catalog.scan_counts(index_url, blocks)
     if scan["valid_rows"] - scan["duplicates"] > 0:
         return scan["valid_rows"] - scan["duplicates"]
