@@ -1,4 +1,5 @@
-"""Kill the indexing job part-way, rerun it, and find every passage exactly once."""
+"""Kill the indexing job part-way, rerun it, and find every passage exactly once; kill the
+worker of a small job's encode task, and find every passage exactly once."""
 
 from __future__ import annotations
 
@@ -58,10 +59,15 @@ def test_killed_job_resumes_without_duplicates(tmp_path, datasets):
     assert "resuming the unfinished job" in out
     assert "reusing the codecs the interrupted run trained" in out  # its shards' codes stay decodable
     assert f"indexed {N_DOCS}, rejected 0" in out
-
-    m = load_manifest(str(index))
-    listed = {Path(s.path).name for s in m.shards}
+    listed = {Path(s.path).name for s in load_manifest(str(index)).shards}
     assert {name.removesuffix(".json") for name in before} <= listed  # kept, not redone
+    _assert_exactly_once(index, docs)
+
+
+def _assert_exactly_once(index: Path, docs: list[dict]) -> None:
+    """The committed index holds every document of ``docs`` as exactly one passage, and no
+    file its manifest does not list."""
+    m = load_manifest(str(index))
     assert m.counts["passages"] == N_DOCS and m.counts["indexed_documents"] == N_DOCS
     listed_files = {Path(p).name for s in m.shards for p in (s.path, s.codes)}
     assert sorted(p.name for p in (index / "shards").iterdir()) == sorted(listed_files)  # no orphans left
@@ -74,3 +80,47 @@ def test_killed_job_resumes_without_duplicates(tmp_path, datasets):
         assert cat.totals()["passages"] == N_DOCS
     finally:
         cat.close()
+
+
+def test_killed_encode_task_worker_is_retried_and_nothing_is_lost(tmp_path, datasets, ray_address):
+    """A small job encodes in Ray tasks (``runtime.small_job_rows``): the worker process of a
+    running encode task is killed once two batches are encoded; Ray retries the task in
+    another worker and every passage is indexed exactly once."""
+    import threading
+
+    from ray.util.state import list_tasks
+
+    from pipeline.config import IndexConfig
+    from pipeline.indexing import index_corpus
+
+    docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")[:N_DOCS]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    index = tmp_path / "index"
+    config = IndexConfig.from_yaml(None, **{"runtime.block_bytes": 16384, "runtime.encode_actor_batch": 16, "runtime.write_rows_per_shard": 16})
+    name = "MapBatches(encode_task)"
+
+    def finished() -> int:
+        return len(list_tasks(filters=[("name", "=", name), ("state", "=", "FINISHED")], limit=10_000))
+
+    before = finished()  # earlier tests' small jobs ran in this driver's Ray job too
+    logged: list[str] = []
+    outcome: dict = {}
+    job = threading.Thread(target=lambda: outcome.update(result=index_corpus(str(corpus), str(index), config, log=logged.append)))
+    job.start()
+    killed = None
+    deadline = time.time() + 300
+    while killed is None:
+        assert job.is_alive(), f"the job ended before an encode task could be killed: {logged}"
+        assert time.time() < deadline, "no encode task ran within 300 s"
+        running = [t for t in list_tasks(filters=[("name", "=", name), ("state", "=", "RUNNING")]) if t.worker_pid]
+        if running and finished() >= before + 2:
+            killed = running[0]
+            os.kill(int(killed.worker_pid), signal.SIGKILL)
+        time.sleep(0.2)
+    job.join(timeout=600)
+    assert "result" in outcome, logged
+    assert any("encoding in Ray tasks" in line for line in logged), logged
+    attempts = list_tasks(filters=[("task_id", "=", killed.task_id)], detail=True)
+    assert max(t.attempt_number for t in attempts) >= 1, attempts  # the killed task ran again
+    _assert_exactly_once(index, docs)
