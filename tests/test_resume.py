@@ -23,9 +23,11 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 N_DOCS = 200
 
 
-def _job(corpus: Path, index: Path, config: Path) -> subprocess.Popen:
+def _job(corpus: Path, index: Path, config: Path, address: str = "local") -> subprocess.Popen:
+    """``mvr index`` in a process of its own, on the Ray cluster at ``address`` ("local": a
+    cluster of its own, started by the job and killed with it)."""
     cmd = [sys.executable, "-m", "jobs.index_corpus", str(corpus), str(index), "--config", str(config)]
-    env = {**os.environ, "RAY_ADDRESS": "local"}  # a cluster of its own, killed with the job
+    env = {**os.environ, "RAY_ADDRESS": address}
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env, text=True)
 
 
@@ -33,7 +35,7 @@ def _committed(index: Path) -> list[Path]:
     return sorted((index / "_staging" / "committed").rglob("*.json"))
 
 
-def test_killed_job_resumes_without_duplicates(tmp_path, datasets):
+def test_killed_job_resumes_without_duplicates(tmp_path, datasets, ray_address):
     docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")[:N_DOCS]
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
@@ -53,7 +55,7 @@ def test_killed_job_resumes_without_duplicates(tmp_path, datasets):
     assert not (index / "manifest.json").exists()
     assert 4 <= len(before)
 
-    second = _job(corpus, index, config)
+    second = _job(corpus, index, config, ray_address)  # rerun as a job on a running cluster
     out, _ = second.communicate(timeout=600)
     assert second.returncode == 0, out
     assert "resuming the unfinished job" in out
