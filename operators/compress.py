@@ -4,10 +4,12 @@ L2-normalised token vectors, pooled vector, first-m vectors (ME-BERT) and k-mean
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where used: a partition replica normalises, never pools
+    import torch
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -26,6 +28,8 @@ def projection_matrix(in_dim: int, out_dim: int, seed: int) -> np.ndarray:
 
 def pad(arrays: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     """List of (n_i, dim) → (B, T, dim) float32 tensor and (B, T) bool mask."""
+    import torch
+
     width = max(len(a) for a in arrays)
     dim = arrays[0].shape[1]
     x = torch.zeros((len(arrays), width, dim), dtype=torch.float32)
@@ -66,6 +70,8 @@ def kmeans_centroids(arrays: Sequence[np.ndarray], k: int, iterations: int = 10,
 
 def _kmeans_batch(arrays: Sequence[np.ndarray], k: int, iterations: int) -> np.ndarray:
     """(B, k, dim) centroids for passages that all have more than k vectors."""
+    import torch
+
     x, mask = pad(arrays)  # (B, T, D), (B, T)
     lengths = mask.sum(1)
     steps = torch.arange(k, dtype=torch.float64)

@@ -5,14 +5,16 @@ representation."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 import numpy as np
 
 from operators.codecs import Codec
 from operators.compress import l2_normalize, pooled
-from operators.encoder import TokenEncoder
 from operators.tokenizer import PassageTokenizer
+
+if TYPE_CHECKING:  # the model (torch, transformers) is not loaded by what only reads EncodedQuery
+    from operators.encoder import TokenEncoder
 
 
 @dataclass

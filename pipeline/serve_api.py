@@ -60,9 +60,10 @@ from pipeline.config import BM25Config
 from pipeline.config import ServeConfig
 from pipeline.local_search import response_body
 from pipeline.search import MAX_K, MAX_QUERY_CHARS, Restriction, filtered_exact, merge_partition_results, request_settings, resolve_restriction, validate_request
-from pipeline.serve_deployments import BatchedQueryEncoder, PartitionHost, QueryNotEncodable
+from pipeline.serve_deployments import BatchedQueryEncoder, QueryNotEncodable
 from pipeline.serve_fanout import CoalescedHandle, LocalPartition
 from pipeline.serve_layout import ServingLayout
+from pipeline.serve_partition import PartitionHost
 from storage.catalog import Catalog
 from storage.manifest import Manifest
 

@@ -33,7 +33,8 @@ from ray import serve
 from pipeline.config import ServeConfig
 from pipeline.ray_runtime import init_ray
 from pipeline.serve_api import SearchService, token_digest
-from pipeline.serve_deployments import PartitionServer, QueryEncoderServer
+from pipeline.serve_deployments import QueryEncoderServer
+from pipeline.serve_partition import IndexVersion, PartitionServer
 from pipeline.serve_layout import ServingLayout, default_modes, plan_layout
 from storage.manifest import Manifest, load_manifest
 
@@ -115,19 +116,6 @@ def plan_resources(config: ServeConfig, n_partitions: int) -> ResourcePlan:
     )
 
 
-@serve.deployment(name="IndexVersion", ray_actor_options={"num_cpus": 0}, logging_config=LOGGING)
-class IndexVersion:
-    """Ingress of an index version's app (Serve apps need one): holds the ``Partition{i}``
-    deployments and reports on them."""
-
-    def __init__(self, version: int, *partitions: Any) -> None:
-        self.version = version
-        self.partitions = partitions
-
-    async def info(self) -> dict[str, Any]:
-        return {"version": self.version, "partitions": [await p.info.remote() for p in self.partitions]}
-
-
 def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
@@ -153,7 +141,7 @@ def index_app(layout: ServingLayout, manifest: Manifest, config: ServeConfig, pl
     parts = []
     for shard in layout.shards:
         parts.append(PartitionServer.options(**plan.options(f"Partition{shard.index}")).bind(layout.index_url, shard, manifest, plan.threads))
-    return IndexVersion.bind(layout.version, *parts)
+    return IndexVersion.options(logging_config=LOGGING).bind(layout.version, *parts)
 
 
 @dataclass

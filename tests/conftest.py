@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -41,14 +43,36 @@ def ray_address() -> str:
     return ray.get_runtime_context().gcs_address
 
 
+def _built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """``build(path)`` run once per test run, and the path it built. Under pytest-xdist
+    (``-n 2``) the workers share it: the first to ask builds it in the run's common temporary
+    directory while the others wait on a file lock, then all read it (session fixtures are
+    per worker, and an encoded collection is minutes of both cores). The fixtures built so are
+    read-only: tests copy them to change them."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    path, done = root / "shared" / name, root / "shared" / f"{name}.done"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / "shared" / f"{name}.lock")):
+        if not done.exists():
+            if path.exists():  # a worker that failed mid-build
+                shutil.rmtree(path)
+            build(path)
+            done.touch()
+    return path
+
+
 def _index(tmp_path_factory, datasets: Path, name: str) -> str:
     from pipeline.config import IndexConfig
     from pipeline.indexing import index_corpus
 
-    url = str(tmp_path_factory.mktemp("idx") / name)
-    result = index_corpus(str(datasets / name), url, IndexConfig())
-    assert not result.up_to_date
-    return url
+    def build(path: Path) -> None:
+        result = index_corpus(str(datasets / name), str(path), IndexConfig())
+        assert not result.up_to_date
+
+    return str(_built_once(tmp_path_factory, name, build))
 
 
 @pytest.fixture(scope="session")
@@ -72,10 +96,11 @@ def msmarco_index(tmp_path_factory, msmarco_corpus_with_metadata) -> str:
     from pipeline.config import IndexConfig
     from pipeline.indexing import index_corpus
 
-    url = str(tmp_path_factory.mktemp("idx") / "msmarco-sample")
-    result = index_corpus(msmarco_corpus_with_metadata["corpus"], url, IndexConfig())
-    assert not result.up_to_date
-    return url
+    def build(path: Path) -> None:
+        result = index_corpus(msmarco_corpus_with_metadata["corpus"], str(path), IndexConfig())
+        assert not result.up_to_date
+
+    return str(_built_once(tmp_path_factory, "msmarco-sample", build))
 
 
 @pytest.fixture(scope="session")
@@ -92,11 +117,12 @@ def msmarco_100(tmp_path_factory, datasets) -> str:
     from pipeline.config import AnnBuildConfig, IndexConfig
     from pipeline.indexing import index_corpus
 
-    url = str(tmp_path_factory.mktemp("small") / "msmarco-100")
-    config = IndexConfig.from_yaml(None, **{"limit": 100, "runtime.write_rows_per_shard": 40})
-    index_corpus(str(datasets / "msmarco-sample"), url, config, log=lambda _: None)
-    build_ann(url, AnnBuildConfig(partitions=1, vectors=["tokens", "pooled"]), log=lambda _: None)
-    return url
+    def build(path: Path) -> None:
+        config = IndexConfig.from_yaml(None, **{"limit": 100, "runtime.write_rows_per_shard": 40})
+        index_corpus(str(datasets / "msmarco-sample"), str(path), config, log=lambda _: None)
+        build_ann(str(path), AnnBuildConfig(partitions=1, vectors=["tokens", "pooled"]), log=lambda _: None)
+
+    return str(_built_once(tmp_path_factory, "msmarco-100", build))
 
 
 @pytest.fixture(scope="session")
@@ -104,31 +130,42 @@ def msmarco_meta_index(tmp_path_factory, msmarco_index, msmarco_corpus_with_meta
     """A copy of ``msmarco_index`` (msmarco-sample with derived metadata and three rejected
     rows) with FAISS IVFPQ partitions (P = 2) of tokens and pooled and BM25, for the filter
     tests. {"index", "corpus", "docs"}."""
-    import shutil
-
     from pipeline.ann_build import build_ann
     from pipeline.config import AnnBuildConfig
 
-    url = str(tmp_path_factory.mktemp("meta") / "msmarco-meta")
-    shutil.copytree(msmarco_index, url)
-    build = AnnBuildConfig(backend="faiss-ivfpq", partitions=2, vectors=["tokens", "pooled"], params={"training_sample_size": 8192}, cpus_per_task=1)
-    build_ann(url, build, log=lambda _: None)
-    return {"index": url, **msmarco_corpus_with_metadata}
+    def build(path: Path) -> None:
+        shutil.copytree(msmarco_index, path)
+        ann = AnnBuildConfig(backend="faiss-ivfpq", partitions=2, vectors=["tokens", "pooled"], params={"training_sample_size": 8192}, cpus_per_task=1)
+        build_ann(str(path), ann, log=lambda _: None)
+
+    return {"index": str(_built_once(tmp_path_factory, "msmarco-meta", build)), **msmarco_corpus_with_metadata}
 
 
 SLOW_FIXTURES = {"msmarco_index", "dbpedia_index", "msmarco_100", "msmarco_meta_index"}
 
 
+# The modules that take longest, longest first (wall seconds on 2026-11-26, alone: the cluster
+# 194, filters 191 with msmarco-sample's encoding, hybrid 151 with dbpedia-sample's, …). With
+# ``-n 2 --dist loadfile`` (pyproject's addopts) pytest-xdist hands whole modules to its two
+# workers in collection order, so the long ones start first and the short ones fill the gaps
+# (longest-processing-time first); the rest keep their file order.
+LONGEST_FIRST = (
+    "test_cluster_jobs", "test_filters", "test_hybrid", "test_serve", "test_serve_live", "test_updates", "test_resume",
+    "test_search_ann", "test_updates_concurrency", "test_partition_memory", "test_capacity_plan", "test_cli_errors",
+)
+
+
 def pytest_collection_modifyitems(session, config, items) -> None:
     """Every test that starts Ray or needs an indexed collection is ``slow`` (the fast lane,
-    ``-m "not slow"``, is the rest). The multi-node cluster tests run first, before the
-    session's embedded Ray cluster is started: its idle daemons would otherwise share the two
-    cores with the test cluster's (measured: the module took ~15 % longer after the other
-    tests than alone)."""
+    ``-m "not slow"``, is the rest). The modules run longest first (``LONGEST_FIRST``): the
+    multi-node cluster tests first of all, before a session's embedded Ray cluster is
+    started (idle daemons share the cores: measured, the module took ~15 % longer after the
+    other tests than alone)."""
     for item in items:
         if item.get_closest_marker("ray") or item.get_closest_marker("peers") or SLOW_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: getattr(item.module, "__name__", "") != "test_cluster_jobs")
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(getattr(item.module, "__name__", ""), len(rank)))
 
 
 def pytest_addoption(parser) -> None:
@@ -137,7 +174,8 @@ def pytest_addoption(parser) -> None:
         metavar="FILE",
         default=None,
         help="write each test's wall seconds and the machine's busy and stolen core-seconds over it "
-        "(setup, call and teardown, from /proc/stat: Ray's workers and subprocesses included) to FILE as TSV",
+        "(setup, call and teardown, from /proc/stat: Ray's workers and subprocesses included; under "
+        "xdist, the other worker's too) to FILE as TSV, and print them per module and for the whole run",
     )
 
 
@@ -152,45 +190,71 @@ def _core_seconds() -> tuple[float, float]:
     return (sum(ticks[:8]) - ticks[3] - ticks[4] - steal) / hz, steal / hz
 
 
-_PROFILE: list[tuple[str, float, float, float]] = []
+_PROFILE: list[tuple[str, float, float, float, str]] = []  # test, wall s, busy and stolen core-s, worker
+_RUN_START: list[tuple[float, float, float]] = []  # (monotonic s, busy, stolen) at the session's start
+_START_KEY = pytest.StashKey[tuple[float, float, float]]()  # the same at a test's setup
+
+
+def pytest_sessionstart(session) -> None:
+    _RUN_START.append((time.monotonic(), *_core_seconds()))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    if item.config.getoption("--cpu-profile"):
+        item.stash[_START_KEY] = (time.monotonic(), *_core_seconds())
+
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    if not item.config.getoption("--cpu-profile"):
-        yield
-        return
-    (busy, steal), t0 = _core_seconds(), time.monotonic()
-    yield
-    busy1, steal1 = _core_seconds()
-    _PROFILE.append((item.nodeid, time.monotonic() - t0, busy1 - busy, steal1 - steal))
+def pytest_runtest_makereport(item, call):
+    """With ``--cpu-profile``, the teardown report carries the test's wall seconds and the
+    machine's busy and stolen core-seconds since its setup began (as a user property, which
+    pytest-xdist sends from its workers to the controller that prints the summary)."""
+    outcome = yield
+    if call.when == "teardown" and _START_KEY in item.stash:
+        t0, busy0, steal0 = item.stash[_START_KEY]
+        busy1, steal1 = _core_seconds()
+        outcome.get_result().user_properties.append(("cpu_profile", (time.monotonic() - t0, busy1 - busy0, steal1 - steal0)))
+
+
+def pytest_runtest_logreport(report) -> None:
+    for key, value in report.user_properties if report.when == "teardown" else ():
+        if key == "cpu_profile":
+            node = getattr(report, "node", None)  # xdist: the worker that ran it
+            _PROFILE.append((report.nodeid, *value, getattr(getattr(node, "gateway", None), "id", "-")))
 
 
 def pytest_sessionfinish(session) -> None:
     out = session.config.getoption("--cpu-profile")
-    if out and _PROFILE:
+    if out and _PROFILE and not os.environ.get("PYTEST_XDIST_WORKER"):
         with open(out, "w") as f:
-            f.write("test\twall_s\tbusy_core_s\tstolen_core_s\n")
-            f.writelines(f"{name}\t{wall:.2f}\t{busy:.2f}\t{stolen:.2f}\n" for name, wall, busy, stolen in _PROFILE)
+            f.write("test\twall_s\tbusy_core_s\tstolen_core_s\tworker\n")
+            f.writelines(f"{name}\t{wall:.2f}\t{busy:.2f}\t{stolen:.2f}\t{worker}\n" for name, wall, busy, stolen, worker in _PROFILE)
 
 
 def pytest_terminal_summary(terminalreporter, config) -> None:
     """With ``--cpu-profile``: per module, wall seconds, busy core-seconds, the idle
     core-seconds of the machine's cores over its tests (where a suite on few cores waits
     rather than works) and those the hypervisor stole (a slow VM, not a slow suite), the
-    slowest first."""
+    slowest first; then the whole run's. Under xdist two modules run at once, so a module's
+    busy and idle core-seconds are the machine's while it ran (the other worker's included)
+    and the modules' wall seconds add up to more than the run's."""
     if not config.getoption("--cpu-profile") or not _PROFILE:
         return
     cores = os.cpu_count() or 1
     modules: dict[str, list[float]] = {}
-    for name, wall, busy, stolen in _PROFILE:
+    for name, wall, busy, stolen, _ in _PROFILE:
         m = modules.setdefault(name.split("::")[0], [0.0, 0.0, 0.0])
         m[0] += wall
         m[1] += busy
         m[2] += stolen
     total = [sum(m[i] for m in modules.values()) for i in range(3)]
+    t0, busy0, steal0 = _RUN_START[0]
+    busy1, steal1 = _core_seconds()
+    run = [time.monotonic() - t0, busy1 - busy0, steal1 - steal0]
     terminalreporter.section(f"cpu profile ({cores} cores)")
     terminalreporter.write_line(f"{'module':<44} {'wall s':>8} {'busy core-s':>12} {'idle core-s':>12} {'stolen':>7}")
-    for name, (wall, busy, stolen) in [*sorted(modules.items(), key=lambda kv: -kv[1][0]), ("all", total)]:
+    for name, (wall, busy, stolen) in [*sorted(modules.items(), key=lambda kv: -kv[1][0]), ("all modules", total), ("whole run", run)]:
         if wall >= 1.0:
             terminalreporter.write_line(f"{name:<44} {wall:>8.1f} {busy:>12.1f} {cores * wall - busy - stolen:>12.1f} {stolen:>7.1f}")

@@ -104,7 +104,7 @@ def test_killed_encode_task_worker_is_retried_and_nothing_is_lost(tmp_path, data
     name = "MapBatches(encode_task)"
 
     def tasks(state: str) -> list:
-        return list_tasks(filters=[("name", "=", name), ("state", "=", state)], limit=10_000, detail=True)
+        return list_tasks(address=ray_address, filters=[("name", "=", name), ("state", "=", state)], limit=10_000, detail=True)
 
     logged: list[str] = []
     outcome: dict = {}
@@ -130,7 +130,7 @@ def test_killed_encode_task_worker_is_retried_and_nothing_is_lost(tmp_path, data
     output, retried = "", False
     for _ in range(30):
         output += "".join(capfd.readouterr())
-        attempts = list_tasks(filters=[("task_id", "=", killed.task_id)], detail=True)
+        attempts = list_tasks(address=ray_address, filters=[("task_id", "=", killed.task_id)], detail=True)
         retried = any(t.attempt_number >= 1 for t in attempts) or "will be retried" in output
         if retried:
             break
