@@ -54,7 +54,8 @@ class Packed:
         """The passages at ``indices`` (in that order) as a new Packed, vectors cast to
         ``dtype`` (None: keep). Copies only the selected rows."""
         idx = np.asarray(indices, dtype=np.int64)
-        starts, lengths = self.offsets[idx], self.lengths[idx]
+        starts = self.offsets[idx]
+        lengths = self.offsets[idx + 1] - starts  # not self.lengths[idx]: that diffs every passage
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         # row r of the result comes from starts[owner] + (r - offsets[owner])
