@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
-if TYPE_CHECKING:  # torch is imported where used: a partition replica normalises, never pools
+if TYPE_CHECKING:  # torch is imported where used: what imports this module for l2_normalize alone
+    # (EncodedQuery's readers, the index app's IndexVersion replica) loads no torch
     import torch
 
 

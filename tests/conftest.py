@@ -52,10 +52,10 @@ def _built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> P
     from filelock import FileLock
 
     base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    path, done = root / "shared" / name, root / "shared" / f"{name}.done"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root / "shared" / f"{name}.lock")):
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+    shared.mkdir(exist_ok=True)
+    path, done = shared / name, shared / f"{name}.done"
+    with FileLock(str(shared / f"{name}.lock")):
         if not done.exists():
             if path.exists():  # a worker that failed mid-build
                 shutil.rmtree(path)
@@ -219,7 +219,9 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_runtest_logreport(report) -> None:
-    for key, value in report.user_properties if report.when == "teardown" else ():
+    if report.when != "teardown":
+        return
+    for key, value in report.user_properties:
         if key == "cpu_profile":
             node = getattr(report, "node", None)  # xdist: the worker that ran it
             _PROFILE.append((report.nodeid, *value, getattr(getattr(node, "gateway", None), "id", "-")))
