@@ -50,7 +50,7 @@ def main() -> None:
     p.add_argument("--dataset", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "msmarco-sample"))
     args = p.parse_args()
 
-    from pipeline.search import load_query_encoder
+    from pipeline.retrieval.searcher import load_query_encoder
     from storage.beir import read_collection
     from storage.manifest import load_manifest
     from storage.partitions import plan_partitions, read_passages

@@ -78,7 +78,7 @@ from operators.ann import ADD_BATCH, AnnIndex, make_index  # ADD_BATCH: vectors 
 from operators.packed import Packed
 from operators.partition import Partition
 from operators.ranking import top_documents
-from pipeline.search import load_query_encoder
+from pipeline.retrieval.searcher import load_query_encoder
 from storage.beir import read_collection
 from storage.codec_file import load_codecs
 from storage.manifest import load_manifest
@@ -233,13 +233,13 @@ def _codebook(codec: codecs.Codec) -> np.ndarray:
     return inner.centroids  # type: ignore[attr-defined]
 
 
-SAMPLE_TOKENS_PER_DOCUMENT = 64  # pipeline/indexing.py: the passage fraction the sample pass draws assumes this many
+SAMPLE_TOKENS_PER_DOCUMENT = 64  # pipeline/indexing/corpus_job.py: the passage fraction the sample pass draws assumes this many
 
 
 def sample_rows(stored: Packed, size: int, seed: int, by: str = "vector") -> np.ndarray:
     """Sorted rows of the training sample: ``by`` "vector", ``size`` token vectors drawn
     uniformly (seeded); "passage", as the indexing job's sample pass draws it
-    (``pipeline/indexing.py _codecs``, ``pipeline/stages.py``): each passage kept with
+    (``pipeline/indexing/corpus_job.py _codecs``, ``pipeline/indexing/stages.py``): each passage kept with
     probability size / (passages × 64) (seeded), then ``size`` of the kept passages' vectors
     chosen (seeded) when there are more."""
     n = len(stored.vectors)

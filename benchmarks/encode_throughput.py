@@ -35,7 +35,7 @@ def main() -> None:
 
     from operators.encoder import set_threads
     from pipeline.config import IndexConfig
-    from pipeline.indexing import index_corpus
+    from pipeline.indexing.corpus_job import index_corpus
     from pipeline.ray_runtime import init_ray
     from storage.manifest import load_manifest
 

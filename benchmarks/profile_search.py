@@ -33,9 +33,9 @@ STAGES = [
 
 
 def main() -> None:
-    from pipeline.ann_build import build_ann
+    from pipeline.indexing.ann_build import build_ann
     from pipeline.config import AnnBuildConfig, SearchConfig
-    from pipeline.search import Searcher
+    from pipeline.retrieval.searcher import Searcher
     from storage.beir import read_collection
     from storage.manifest import load_manifest
 

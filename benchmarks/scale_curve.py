@@ -104,8 +104,8 @@ def main() -> None:
     from operators.ranking import merge
     from operators.stored_vectors import StoredVectors
     from pipeline.config import IndexConfig, SearchConfig
-    from pipeline.indexing import index_corpus
-    from pipeline.search import Searcher, search_partitions
+    from pipeline.indexing.corpus_job import index_corpus
+    from pipeline.retrieval.searcher import Searcher, search_partitions
     from storage.manifest import read_manifest
 
     steal = Steal()

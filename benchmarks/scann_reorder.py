@@ -11,7 +11,7 @@ INDEX: an index at the default settings (``mvr index CORPUS INDEX``). For each i
 ``reorder_k`` build value (``--reorder``; 0 = no ``reorder()`` in ScaNN's builder, so ScaNN
 keeps only its AH codes and no float32 ``dataset.npy``): ``build_ann`` (ScaNN over every
 vector kind, P = ``--partitions``, no BM25, ``--force``: the same build path as ``mvr
-build-ann --backend scann --param reorder_k=N``), then ``pipeline.evaluation.evaluate``
+build-ann --backend scann --param reorder_k=N``), then ``pipeline.retrieval.evaluation.evaluate``
 (``mvr eval``) over every dense mode at the default search knobs: nDCG@10, overlap@10 with
 the exact search, latency p50 / p95 (per query, one at a time, query encoding included) and
 the search part's p50. Bytes a vector per kind: the partitions' ``index/`` files on disk ÷
@@ -61,9 +61,9 @@ def load_average() -> float:
 
 
 def run_one(index: str, dataset: str, reorder_k: int, partitions: int, params: dict[str, Any], log=print) -> dict[str, Any]:
-    from pipeline.ann_build import build_ann
+    from pipeline.indexing.ann_build import build_ann
     from pipeline.config import AnnBuildConfig, EvalConfig
-    from pipeline.evaluation import evaluate
+    from pipeline.retrieval.evaluation import evaluate
     from storage.manifest import load_manifest
 
     cfg = AnnBuildConfig(backend="scann", partitions=partitions, params={**params, "reorder_k": reorder_k}, bm25=None)

@@ -141,10 +141,10 @@ def main() -> None:
     p.add_argument("--index", action="append", default=[], help="an existing index to measure instead of the two corpora (repeatable)")
     args = p.parse_args()
 
-    from pipeline.ann_build import build_ann
+    from pipeline.indexing.ann_build import build_ann
     from pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
-    from pipeline.indexing import index_corpus
-    from pipeline.search import Searcher
+    from pipeline.indexing.corpus_job import index_corpus
+    from pipeline.retrieval.searcher import Searcher
     from storage.beir import read_collection
     from storage.manifest import read_manifest
 

@@ -82,7 +82,7 @@ def measure(direct: bool, clients: list[int], seconds: float, replicas: int, por
     serve.run(Floor.bind(), name="floor", route_prefix="/")
     if direct:
         from pipeline.config import ServeConfig
-        from pipeline.serve_app import direct_urls
+        from pipeline.serving.app import direct_urls
 
         urls = list(direct_urls(ServeConfig(app_name="floor", port=port), replicas))
     else:

@@ -11,7 +11,7 @@ Index: msmarco-sample with ``mvr index`` defaults and FAISS IVFPQ partitions of 
 index as ``benchmarks/search_latency.py`` left it, its ANN builds replaced). Queries:
 msmarco-sample's 50, k = 10, default search knobs.
 
-1. One client: each round sends every query in process (``pipeline.local_search.answer``:
+1. One client: each round sends every query in process (``pipeline.retrieval.local_search.answer``:
    encode, search, titles and text from the catalog, the same body the service returns) and
    every query over HTTP, as two blocks whose order alternates by round, so drifting machine
    load hits both alike. A query's latency is its median over the rounds; the ratio is Serve
@@ -179,9 +179,9 @@ def load_level(urls: list[str], queries: list[str], mode: str, clients: int, sec
 def local_level(searcher, index: str, queries: list[str], mode: str, clients: int, seconds: float) -> dict:
     """The in-process baseline of ``load_level``: ``clients`` threads sharing one Searcher
     (its partitions and query encoder; numpy, torch and FAISS release the GIL), each with its
-    own catalog connection, answering queries (``pipeline.local_search.answer``: the same body
+    own catalog connection, answering queries (``pipeline.retrieval.local_search.answer``: the same body
     as the service) for ``seconds``."""
-    from pipeline.local_search import answer
+    from pipeline.retrieval.local_search import answer
     from storage.catalog import Catalog
 
     catalogs = [Catalog(index) for _ in range(clients)]
@@ -204,7 +204,7 @@ def batched_level(searcher, index: str, queries: list[str], mode: str, clients: 
     the same bodies; each query of a batch counts as a request taking the batch's time."""
     import torch
 
-    from pipeline.local_search import response_body
+    from pipeline.retrieval.local_search import response_body
     from storage.catalog import Catalog
 
     threads = min(2, clients)
@@ -250,13 +250,13 @@ def main() -> None:
 
     import json
 
-    from pipeline.ann_build import build_ann
-    from pipeline.client import SearchClient
+    from pipeline.indexing.ann_build import build_ann
+    from pipeline.serving.client import SearchClient
     from pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
-    from pipeline.indexing import index_corpus
-    from pipeline.local_search import answer
-    from pipeline.search import Searcher
-    from pipeline.serve_app import deploy, shutdown
+    from pipeline.indexing.corpus_job import index_corpus
+    from pipeline.retrieval.local_search import answer
+    from pipeline.retrieval.searcher import Searcher
+    from pipeline.serving.app import deploy, shutdown
     from storage.catalog import Catalog
     from storage.manifest import load_manifest, read_manifest
 

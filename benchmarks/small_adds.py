@@ -6,7 +6,7 @@ default for a job of at most 1,000 rows on a cluster without GPUs) against an ac
 
 Two indexes of the same first 200 passages, one with each setting, are built first (not
 timed). Then ``--rounds`` rounds each add ``--docs`` new passages to both indexes, in
-alternating order, with ``pipeline.updates.add_documents`` from this one Python process (a
+alternating order, with ``pipeline.indexing.updates.add_documents`` from this one Python process (a
 service's writer, or a notebook, adding documents as they arrive): validation, encoding,
 compression, ANN partitions and BM25 extended, catalog and commit. An actor pool starts an
 encode actor (a process that imports torch and loads the model) for every add; a task runs in
@@ -33,11 +33,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=6)
     args = p.parse_args()
 
-    from pipeline.ann_build import build_ann
+    from pipeline.indexing.ann_build import build_ann
     from pipeline.config import AnnBuildConfig, IndexConfig
-    from pipeline.indexing import index_corpus
+    from pipeline.indexing.corpus_job import index_corpus
     from pipeline.ray_runtime import init_ray
-    from pipeline.updates import add_documents
+    from pipeline.indexing.updates import add_documents
 
     with open(Path(args.dataset) / "corpus.jsonl") as f:
         docs = [json.loads(line) for _, line in zip(range(200 + args.docs * args.rounds), f)]

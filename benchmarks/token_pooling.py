@@ -45,7 +45,7 @@ from operators import codecs
 from operators.capacity import MEASURED
 from operators.packed import Packed
 from operators.token_pooling import pool_passages
-from pipeline.search import load_query_encoder
+from pipeline.retrieval.searcher import load_query_encoder
 from storage.beir import read_collection
 
 

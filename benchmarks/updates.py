@@ -35,13 +35,13 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from pipeline.ann_build import build_ann
-from pipeline.compaction import compact
+from pipeline.indexing.ann_build import build_ann
+from pipeline.indexing.compaction import compact
 from pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
-from pipeline.evaluation import overlap_at_10, quality
-from pipeline.indexing import index_corpus
-from pipeline.search import Restriction, SearchResult, Searcher
-from pipeline.updates import add_documents, delete_documents
+from pipeline.retrieval.evaluation import overlap_at_10, quality
+from pipeline.indexing.corpus_job import index_corpus
+from pipeline.retrieval.searcher import Restriction, SearchResult, Searcher
+from pipeline.indexing.updates import add_documents, delete_documents
 from storage.beir import read_collection
 
 ANN = {"backend": "faiss-ivfpq", "partitions": 2, "vectors": ["tokens"]}

@@ -32,11 +32,11 @@ its best passage). A second, untimed pass at k = 100 gives R@100.
 Columns: ``p50 ms`` / ``p95 ms``: percentiles over queries of the per-query search latency;
 ``overlap@10``: mean share of the exact-MaxSim top-10 (mvr exact, same vectors) in the
 searcher's top-10; ``nDCG@10`` (the k = 10 run) and ``R@100`` (the k = 100 run): ir-measures
-against the qrels (``pipeline.evaluation.quality``); ``build s``: mvr: ``build_ann`` wall time
+against the qrels (``pipeline.retrieval.evaluation.quality``); ``build s``: mvr: ``build_ann`` wall time
 (the codec was trained and the codes written by ``mvr index``, not counted); fast-plaid:
 ``FastPlaid.create`` (k-means, compression, IVF) over the exported vectors; ``B/vec``: bytes
 on disk a token vector: mvr: the codes (shards' token column) + the ANN partition's index
-files (``pipeline.index_info.vector_bytes``); fast-plaid: its index directory. The last lines
+files (``pipeline.indexing.index_info.vector_bytes``); fast-plaid: its index directory. The last lines
 compare fast-plaid's fastest setting with overlap@10 ≥ 0.95 to mvr's default ANN path (the
 issue's target: mvr ≥ 3× faster at p50, no worse in nDCG@10 or R@100). CPU steal over the
 timed rounds is printed: on a shared VM it moves every figure. Method and notes: docs/vs_plaid.md.
@@ -184,7 +184,7 @@ class PlaidPeer:
 def plaid_result(text: str, hits: list[list[float]], doc_ids: list[str], passage_idx: np.ndarray, k: int) -> Any:
     """fast-plaid's ranked passages as an mvr SearchResult of documents (best passage each)."""
     from operators.ranking import top_documents
-    from pipeline.search import SearchResult
+    from pipeline.retrieval.searcher import SearchResult
 
     rows = np.array([int(p) for p, _ in hits], dtype=np.int64)
     scores = np.array([s for _, s in hits], dtype=np.float32)
@@ -201,11 +201,11 @@ def summary(ms: np.ndarray) -> dict[str, float]:
 def mvr_searchers(spec: Corpus, args: argparse.Namespace, encoder: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """The index (built unless the workdir holds it), its exact searcher and one ANN searcher
     a backend (partitions built now, timed): the searchers and their table rows."""
-    from pipeline.ann_build import build_ann
+    from pipeline.indexing.ann_build import build_ann
     from pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
-    from pipeline.index_info import vector_bytes
-    from pipeline.indexing import index_corpus
-    from pipeline.search import Searcher
+    from pipeline.indexing.index_info import vector_bytes
+    from pipeline.indexing.corpus_job import index_corpus
+    from pipeline.retrieval.searcher import Searcher
     from storage.manifest import load_manifest, read_manifest
 
     index = str(spec.index)
@@ -286,7 +286,7 @@ def measure(searchers: dict[str, Any], peer: PlaidPeer, query_ids: list[str], en
 def run_corpus(spec: Corpus, args: argparse.Namespace, python: Path, threads: int, encoder: Any) -> tuple[dict[str, Any], Any]:
     """Build, export, time and score one corpus; returns its report and the query encoder's
     model (reused for the next corpus)."""
-    from pipeline.evaluation import overlap_at_10, quality
+    from pipeline.retrieval.evaluation import overlap_at_10, quality
 
     searchers, rows = mvr_searchers(spec, args, encoder)
     exact = searchers["exact"]

@@ -19,7 +19,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from pipeline.config import IndexConfig
-    from pipeline.updates import add_documents
+    from pipeline.indexing.updates import add_documents
     from storage.manifest import load_manifest
 
     m = load_manifest(args.index)

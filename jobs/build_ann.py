@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from jobs.build_bm25 import print_bm25
-    from pipeline.ann_build import build_ann
+    from pipeline.indexing.ann_build import build_ann
 
     result = build_ann(args.index, config, log=console.print, force=args.force)
     table = Table(title=f"ANN partitions of {args.index} (manifest version {result.manifest.version})")

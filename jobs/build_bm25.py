@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None:
             config.bm25 = config.bm25.model_copy(update={name: None if value.lower() == "none" else value})
     print_config("mvr build-bm25: configuration", config)
-    from pipeline.bm25_build import build_bm25
+    from pipeline.indexing.bm25_build import build_bm25
 
     manifest = build_bm25(args.index, config, log=console.print)
     print_bm25(manifest)

@@ -19,7 +19,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.compaction import RETRAIN_CHURN, compact
+    from pipeline.indexing.compaction import RETRAIN_CHURN, compact
 
     rule = {True: "always", False: "never (where the backend can reuse them)", None: f"when the churn since training exceeds {RETRAIN_CHURN:.0%}"}[args.retrain]
     console.rule(f"mvr compact {args.index}: retrain ANN quantizers {rule}")

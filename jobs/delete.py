@@ -18,7 +18,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.updates import delete_documents, read_ids_file
+    from pipeline.indexing.updates import delete_documents, read_ids_file
 
     if args.ids is None and args.where is None:
         raise ValueError("say which documents to delete: --ids FILE or --where EXPR")

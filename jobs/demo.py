@@ -14,7 +14,7 @@ from jobs.common import ArgumentParser, check_port_free, console, port_number, p
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from pipeline.demo_corpus import DEFAULT_LIMIT
+    from pipeline.studies.demo_corpus import DEFAULT_LIMIT
 
     p = p or ArgumentParser(prog="python -m jobs.demo", description=__doc__)
     p.add_argument("--workdir", help="where corpus.jsonl and index/ go (default: a new temporary directory); "
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     from jobs.render import results_table
     from pipeline.config import IndexConfig, ServeConfig
-    from pipeline.demo import quiet_ray, run_demo
+    from pipeline.studies.demo import quiet_ray, run_demo
 
     serve_config = ServeConfig(port=args.port)
     check_port_free(serve_config.host, serve_config.port)  # before minutes of indexing, not after

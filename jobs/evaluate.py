@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     print_config("mvr eval: configuration", config)
     from rich.table import Table
 
-    from pipeline.evaluation import evaluate, plot_sweep
+    from pipeline.retrieval.evaluation import evaluate, plot_sweep
 
     result = evaluate(args.index, config, log=console.print, filter=args.filter)
     where = f", filter {args.filter} ({result.allowed_passages} passages)" if args.filter is not None else ""

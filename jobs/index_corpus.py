@@ -20,7 +20,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     config = load_index_config(args)
     print_config("mvr index: configuration", config)
-    from pipeline.indexing import index_corpus
+    from pipeline.indexing.corpus_job import index_corpus
 
     result = index_corpus(args.corpus, args.index, config, overwrite=args.overwrite, log=console.print)
     print(result.summary)

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if not config.dataset:
         raise ValueError("--dataset is required (a BEIR directory)")
     print_config("mvr scale-study: configuration", config)
-    from pipeline.scale_study import plot_study, scale_study
+    from pipeline.studies.scale_study import plot_study, scale_study
 
     result = scale_study(config, log=console.print)
     out = output_console()

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.url and not args.index:
         raise ValueError("give an INDEX, or --url of a running service")
     from pipeline.config import SearchConfig
-    from pipeline.search import request_settings, validate_request
+    from pipeline.retrieval.searcher import request_settings, validate_request
 
     knobs = {k: v for k, v in {"dense": args.dense, "fusion": args.fusion, "lam": args.lam}.items() if v is not None}
     config = SearchConfig(exact=args.exact)
@@ -54,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
         parse(args.filter)  # syntax first, before any index or model is read
     if args.url:
         return show(args, ask_service(args.url, args.token, args.query, args.k, args.mode, {**knobs, **({"filter": args.filter} if args.filter is not None else {})}))
-    from pipeline.local_search import answer
-    from pipeline.search import Searcher
+    from pipeline.retrieval.local_search import answer
+    from pipeline.retrieval.searcher import Searcher
     from storage.catalog import Catalog
 
     if args.dense:
@@ -89,7 +89,7 @@ def ask_service(url: str, token: str | None, query: str, k: int, mode: str, knob
 
     import requests
 
-    from pipeline.client import SearchClient
+    from pipeline.serving.client import SearchClient
 
     client = SearchClient(url, token)
     try:

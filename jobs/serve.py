@@ -70,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
         check_port_free(config.host, config.port)
     load_index_manifest(args.index)  # a missing or damaged index refused before Ray starts
     print_config("mvr serve: configuration", config)
-    from pipeline.client import TOKEN_ENV
-    from pipeline.serve_app import deploy, shutdown, start_reloader
+    from pipeline.serving.client import TOKEN_ENV
+    from pipeline.serving.app import deploy, shutdown, start_reloader
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     d = deploy(args.index, config, token, log=console.print, address=address)

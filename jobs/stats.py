@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from pipeline.index_info import index_stats
+    from pipeline.indexing.index_info import index_stats
 
     load_index_manifest(args.index)  # a damaged manifest.json named as such
     s = index_stats(args.index)

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     print_config("mvr tune-hybrid: configuration", config)
     from rich.table import Table
 
-    from pipeline.hybrid_tuning import plot_grid, tune_hybrid
+    from pipeline.retrieval.hybrid_tuning import plot_grid, tune_hybrid
 
     result = tune_hybrid(args.index, config, log=console.print)
     lams = ", ".join(str(f.lam) for f in result.folds)

@@ -30,7 +30,7 @@ BACKENDS = ("faiss-ivfpq", "scann")
 # quantizers have too few training points to be accurate anyway.
 BRUTE_FORCE_BELOW = 4096
 # Vectors decoded and added to an index at a time when a partition is built or grown
-# (pipeline/ann_build.py, pipeline/updates.py); the capacity plan's build-RAM model counts one
+# (pipeline/indexing/ann_build.py, pipeline/indexing/updates.py); the capacity plan's build-RAM model counts one
 # such block (operators/capacity.py).
 ADD_BATCH = 65_536
 

@@ -417,7 +417,7 @@ def ann_index_size(
 
 def ann_build_ram(idx: AnnIndexSize, dim: int) -> tuple[float, str]:
     """Peak bytes of the task that builds one partition's index ``idx`` over (dim)-dimensional
-    decoded vectors (``pipeline/ann_build.build_partition``: the codes are mapped, decoded a
+    decoded vectors (``pipeline/indexing/ann_build.build_partition``: the codes are mapped, decoded a
     block of ``operators.ann.ADD_BATCH`` at a time), beyond the process itself, and how they were
     counted. Measured (tests/test_capacity_plan.py, docs/capacity.md): FAISS adds each block to
     its growing index, and peaks while training, holding the decoded training sample and its

@@ -308,7 +308,7 @@ class HybridConfig(_Section):
 
 
 class SearchConfig(_JobConfig):
-    """How queries are answered (``pipeline/search.py``): first-stage knobs per mode, or
+    """How queries are answered (``pipeline/retrieval/searcher.py``): first-stage knobs per mode, or
     ``exact`` brute force. Defaults meet the targets in docs/search.md."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -343,7 +343,7 @@ class EvalConfig(_JobConfig):
 
 class ReplicaConfig(_Section):
     """Replicas of one Serve deployment and what each reserves. ``None`` = sized from the
-    cluster by ``pipeline.serve_app.plan_resources`` (docs/serve.md says how)."""
+    cluster by ``pipeline.serving.app.plan_resources`` (docs/serve.md says how)."""
 
     replicas: int = Field(1, ge=1)
     num_cpus: Optional[float] = Field(None, gt=0, description="logical CPUs reserved per replica")

@@ -133,7 +133,7 @@ def reject_reasons(index_url: str, blocks: Sequence[InputBlock]) -> list[tuple[s
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-# ---- encoded passages kept by the sample pass (indexing.py: a corpus it encodes whole) ----
+# ---- encoded passages kept by the sample pass (pipeline/indexing/corpus_job.py: a corpus it encodes whole) ----
 
 
 def encoded_url(index_url: str) -> str:

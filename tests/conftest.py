@@ -66,7 +66,7 @@ def _built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> P
 
 def _index(tmp_path_factory, datasets: Path, name: str) -> str:
     from pipeline.config import IndexConfig
-    from pipeline.indexing import index_corpus
+    from pipeline.indexing.corpus_job import index_corpus
 
     def build(path: Path) -> None:
         result = index_corpus(str(datasets / name), str(path), IndexConfig())
@@ -94,7 +94,7 @@ def msmarco_index(tmp_path_factory, msmarco_corpus_with_metadata) -> str:
     rejects), so that one encoding of the collection serves the search tests and the filter
     tests alike."""
     from pipeline.config import IndexConfig
-    from pipeline.indexing import index_corpus
+    from pipeline.indexing.corpus_job import index_corpus
 
     def build(path: Path) -> None:
         result = index_corpus(msmarco_corpus_with_metadata["corpus"], str(path), IndexConfig())
@@ -113,9 +113,9 @@ def dbpedia_index(tmp_path_factory, datasets) -> str:
 def msmarco_100(tmp_path_factory, datasets) -> str:
     """The first 100 msmarco-sample passages in 3 shards (~8,000 token vectors: IVFPQ at 7
     bits), FAISS partitions (P = 1) of tokens and pooled, BM25. Tests copy it to change it."""
-    from pipeline.ann_build import build_ann
+    from pipeline.indexing.ann_build import build_ann
     from pipeline.config import AnnBuildConfig, IndexConfig
-    from pipeline.indexing import index_corpus
+    from pipeline.indexing.corpus_job import index_corpus
 
     def build(path: Path) -> None:
         config = IndexConfig.from_yaml(None, **{"limit": 100, "runtime.write_rows_per_shard": 40})
@@ -130,7 +130,7 @@ def msmarco_meta_index(tmp_path_factory, msmarco_index, msmarco_corpus_with_meta
     """A copy of ``msmarco_index`` (msmarco-sample with derived metadata and three rejected
     rows) with FAISS IVFPQ partitions (P = 2) of tokens and pooled and BM25, for the filter
     tests. {"index", "corpus", "docs"}."""
-    from pipeline.ann_build import build_ann
+    from pipeline.indexing.ann_build import build_ann
     from pipeline.config import AnnBuildConfig
 
     def build(path: Path) -> None:

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from pipeline.ann_build import build_ann, is_up_to_date
+from pipeline.indexing.ann_build import build_ann, is_up_to_date
 from pipeline.config import AnnBuildConfig
 from storage.manifest import load_manifest
 

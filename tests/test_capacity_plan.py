@@ -305,7 +305,7 @@ def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
     """Every storage line of the plan against the files of an index built here (default codec
     auto = pca-64+residual-2 at dim 384, FAISS partitions of tokens and pooled, BM25)."""
     from operators import codecs
-    from pipeline.index_info import codes_file_columns
+    from pipeline.indexing.index_info import codes_file_columns
     from storage.manifest import load_manifest
     from storage.shards import CODES_SUFFIX
 
@@ -411,7 +411,7 @@ def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
 
 def test_stats_measures_bytes_a_vector(msmarco_100, capsys, monkeypatch):
     from jobs.stats import main
-    from pipeline.index_info import index_stats
+    from pipeline.indexing.index_info import index_stats
     from storage.manifest import load_manifest
 
     m = load_manifest(msmarco_100)

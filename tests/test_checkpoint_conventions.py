@@ -348,8 +348,8 @@ def test_index_and_search_use_the_checkpoint_conventions(references, tmp_path):
     plumbing from checkpoint to manifest to query encoder is the same for both variants of a
     library, and ``test_encodes_like_the_reference`` covers every variant's conventions."""
     from helpers import stored_vectors
-    from pipeline.indexing import index_corpus
-    from pipeline.search import index_query_encoder
+    from pipeline.indexing.corpus_job import index_corpus
+    from pipeline.retrieval.searcher import index_query_encoder
     from storage.manifest import load_manifest
 
     corpus = tmp_path / "corpus.jsonl"

@@ -40,7 +40,7 @@ from transformers import AutoModel, AutoTokenizer
 from cluster import LocalCluster, free_ports
 from helpers import ndcg10, read_jsonl, read_qrels
 from jobs import submit as submit_job
-from pipeline.client import SearchClient
+from pipeline.serving.client import SearchClient
 from pipeline.job_submission import JobRunner
 from storage.catalog import Catalog
 from storage.manifest import load_manifest

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pipeline.demo_corpus import MIN_CHARS, build_demo_corpus, clip
+from pipeline.studies.demo_corpus import MIN_CHARS, build_demo_corpus, clip
 from storage.jsonl import encode_jsonl, write_jsonl
 
 

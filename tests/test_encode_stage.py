@@ -9,8 +9,8 @@ from operators import codecs
 from operators.checkpoint import load_tokenizer
 from operators.tokenizer import PassageTokenizer
 from pipeline.config import IndexConfig
-from pipeline.encode_stage import EncodeCompress, EncodeSample
-from pipeline.stages import PASSAGE_SCHEMA, sample_vectors
+from pipeline.indexing.encode_stage import EncodeCompress, EncodeSample
+from pipeline.indexing.stages import PASSAGE_SCHEMA, sample_vectors
 from storage.schema import arrow_to_codes, arrow_to_packed
 
 
@@ -141,7 +141,7 @@ def test_kept_batches_compress_to_the_encode_stages_rows(tmp_path, pool_factor):
     sample, and ``compress_encoded`` over the kept files writes exactly the rows ``EncodeCompress``
     writes from the passages themselves (same columns, same codes), so a small corpus is encoded
     once for the same index."""
-    from pipeline.encode_stage import compress_encoded
+    from pipeline.indexing.encode_stage import compress_encoded
     from storage import staging
 
     args = _args(projection_dim=64, centroids=3, first_m=2, pool_factor=pool_factor)
@@ -195,7 +195,7 @@ def test_small_jobs_encode_in_tasks_on_cpu_only():
 def test_encode_task_keeps_the_model_and_rebuilds_the_stage_for_other_settings():
     """``encode_task`` writes what the actor writes; a second call with the same arguments
     reuses the stage, one with other arguments builds another around the same model."""
-    from pipeline import encode_stage
+    from pipeline.indexing import encode_stage
 
     batch, _ = _batch()
     args = _args()

@@ -222,7 +222,7 @@ def test_top_documents_looks_at_a_prefix_only_when_it_is_enough():
 def searcher_over(parts: dict[str, list[Partition]], paths: dict[str, str]):
     """A Searcher over in-memory partitions (no index on disk; what search_encoded needs)."""
     from pipeline.config import SearchConfig
-    from pipeline.search import Searcher
+    from pipeline.retrieval.searcher import Searcher
 
     s = Searcher.__new__(Searcher)
     s.config, s.partitions, s.paths, s.sparse_modes = SearchConfig(), parts, paths, []
@@ -232,7 +232,7 @@ def searcher_over(parts: dict[str, list[Partition]], paths: dict[str, str]):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_searcher_batch_equals_search_encoded(data, mode):
-    from pipeline.search import Restriction
+    from pipeline.retrieval.searcher import Restriction
 
     codec = codec_for("residual-2", data)
     s = searcher_over({mode: [partition(mode, data, codec, live=True)]}, {mode: "exact"})

@@ -14,7 +14,7 @@ from operators.candidates import CandidateRounds, FirstStage
 from operators.packed import Packed
 from operators.partition import Partition, allowed_as_rows, allowed_rows, in_allowed
 from operators.query import EncodedQuery
-from pipeline.search import filtered_search
+from pipeline.retrieval.searcher import filtered_search
 
 DIM = 16
 

@@ -24,7 +24,7 @@ from helpers import read_jsonl
 from operators.filter_expr import FilterError, compile_filter
 from operators.ranking import top_documents
 from pipeline.config import SearchConfig
-from pipeline.search import Searcher
+from pipeline.retrieval.searcher import Searcher
 from storage.catalog import Catalog
 from storage.manifest import load_manifest
 from storage.partitions import exact_partition
@@ -301,7 +301,7 @@ def service(msmarco_meta_index):
     from ray import serve
 
     from pipeline.config import ServeConfig
-    from pipeline.serve_app import deploy
+    from pipeline.serving.app import deploy
     from test_serve import free_port
 
     # the partitions in the ingress, and two trips to them here (test_serve.py serves the

@@ -15,10 +15,10 @@ import Stemmer
 
 from helpers import REFERENCE_NDCG10, ndcg10, read_jsonl, read_qrels, reference_tolerance
 from jobs import tune_hybrid as tune_job
-from pipeline.bm25_build import build_bm25
+from pipeline.indexing.bm25_build import build_bm25
 from pipeline.config import BM25BuildConfig, SearchConfig
-from pipeline.search import Searcher
-from pipeline.serve_layout import plan_layout
+from pipeline.retrieval.searcher import Searcher
+from pipeline.serving.layout import plan_layout
 from storage.manifest import commit_manifest, load_manifest
 
 pytestmark = pytest.mark.ray

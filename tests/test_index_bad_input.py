@@ -21,7 +21,7 @@ from jobs import index_corpus as index_job
 from jobs import stats as stats_job
 from operators.checkpoint import load_tokenizer
 from pipeline.config import IndexConfig
-from pipeline.indexing import IndexExistsError, index_corpus
+from pipeline.indexing.corpus_job import IndexExistsError, index_corpus
 from storage.catalog import Catalog
 from storage.corpus import CorpusError
 from storage.index_dir import IndexTargetError

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from helpers import read_jsonl
-from pipeline.index_info import index_stats
+from pipeline.indexing.index_info import index_stats
 from storage.codec_file import load_codecs
 from storage.manifest import load_manifest
 from storage.partitions import exact_partition
@@ -111,7 +111,7 @@ def test_a_small_job_encoded_in_tasks_stores_the_codes_of_independent_vectors(da
     worker keeps the model for the next small job: both jobs store, for every passage, the
     codes of plain transformers' vectors, as the actor pool does above."""
     from pipeline.config import IndexConfig
-    from pipeline.indexing import index_corpus
+    from pipeline.indexing.corpus_job import index_corpus
 
     docs = _texts(datasets)
     lines = (datasets / "msmarco-sample" / "corpus.jsonl").read_text().splitlines(keepends=True)

@@ -6,7 +6,7 @@ import pytest
 
 from jobs import index_corpus as index_job
 from pipeline.config import IndexConfig
-from pipeline.indexing import index_corpus
+from pipeline.indexing.corpus_job import index_corpus
 from storage.corpus import CorpusError
 
 

@@ -94,7 +94,7 @@ def test_killed_encode_task_worker_is_retried_and_nothing_is_lost(tmp_path, data
     from ray.util.state import list_tasks
 
     from pipeline.config import IndexConfig
-    from pipeline.indexing import index_corpus
+    from pipeline.indexing.corpus_job import index_corpus
 
     docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")[:N_DOCS]
     corpus = tmp_path / "corpus.jsonl"

@@ -15,9 +15,9 @@ import pytest
 
 from helpers import REFERENCE_NDCG10, ndcg10, read_qrels, reference_tolerance
 from operators.scoring import MODES
-from pipeline.ann_build import build_ann
+from pipeline.indexing.ann_build import build_ann
 from pipeline.config import AnnBuildConfig, SearchConfig
-from pipeline.search import Searcher
+from pipeline.retrieval.searcher import Searcher
 from operators import codecs
 from storage.beir import read_collection
 from storage.manifest import load_manifest

@@ -23,10 +23,10 @@ import requests
 
 from helpers import REFERENCE_NDCG10, ndcg10, read_jsonl, read_qrels
 from operators.scoring import SEARCH_MODES
-from pipeline.ann_build import build_ann
-from pipeline.client import SearchClient, ServiceError
+from pipeline.indexing.ann_build import build_ann
+from pipeline.serving.client import SearchClient, ServiceError
 from pipeline.config import AnnBuildConfig, ServeConfig
-from pipeline.search import Searcher, first_stage, merge_partition_results, search_partitions
+from pipeline.retrieval.searcher import Searcher, first_stage, merge_partition_results, search_partitions
 
 pytestmark = pytest.mark.ray
 
@@ -55,7 +55,7 @@ def served(msmarco_index, tmp_path_factory, datasets):
     """A copy of the msmarco index with P = 2 partitions of every kind, served on a free port."""
     from ray import serve
 
-    from pipeline.serve_app import deploy
+    from pipeline.serving.app import deploy
 
     index = str(tmp_path_factory.mktemp("serve") / "msmarco")
     shutil.copytree(msmarco_index, index)
@@ -218,7 +218,7 @@ def test_the_encoder_isolates_a_failing_text_in_its_batch(served, in_process):
     as a ``QueryNotEncodable`` while its batch-mates get the vectors they get alone."""
     from ray import serve
 
-    from pipeline.serve_app import encoder_app, plan_resources
+    from pipeline.serving.app import encoder_app, plan_resources
     from storage.manifest import load_manifest
 
     config = served["config"].model_copy(update={"encoder": served["config"].encoder.model_copy(update={"placement": "deployment"})})
@@ -231,7 +231,7 @@ def test_the_encoder_isolates_a_failing_text_in_its_batch(served, in_process):
 
 
 def _isolates_a_failing_text(encoder, served, in_process) -> None:
-    from pipeline.serve_deployments import QueryNotEncodable
+    from pipeline.serving.query_encoder import QueryNotEncodable
 
     valid = list(served["queries"].values())[:6]
     expected = {q: e.tokens for q, e in zip(valid, in_process.encode(valid))}
@@ -387,7 +387,7 @@ def test_rebuilt_index_switches_over_without_refusing_queries_then_requires_toke
     bearer token, while a client (sending that token all along) keeps querying: every answer is
     200 and complete; afterwards /stats shows the new version, answers match the new manifest
     in process, and requests without the token get 401."""
-    from pipeline.serve_app import deploy
+    from pipeline.serving.app import deploy
 
     url, index, token = served["url"], served["index"], "s3cret"
     client = SearchClient(url, token=token)

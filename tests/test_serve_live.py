@@ -35,10 +35,10 @@ def _wait_version(url: str, version: int, timeout: float = 300.0) -> None:
 def test_queries_during_add_delete_compact(msmarco_100, tmp_path, datasets):
     from ray import serve
 
-    from pipeline.compaction import compact
+    from pipeline.indexing.compaction import compact
     from pipeline.config import ServeConfig
-    from pipeline.serve_app import deploy, start_reloader, stop_reloader
-    from pipeline.updates import add_documents, delete_documents
+    from pipeline.serving.app import deploy, start_reloader, stop_reloader
+    from pipeline.indexing.updates import add_documents, delete_documents
     from storage.manifest import load_manifest
 
     index = str(tmp_path / "index")

@@ -39,10 +39,10 @@ def updated(tmp_path_factory, datasets):
     """(live index after index A, build-ann, add B, delete, update; from-scratch index of the
     final documents; deleted ids; updated ids; queries)."""
     from jobs import delete as delete_job
-    from pipeline.ann_build import build_ann
+    from pipeline.indexing.ann_build import build_ann
     from pipeline.config import AnnBuildConfig, IndexConfig
-    from pipeline.indexing import index_corpus
-    from pipeline.updates import add_documents
+    from pipeline.indexing.corpus_job import index_corpus
+    from pipeline.indexing.updates import add_documents
 
     root = tmp_path_factory.mktemp("updates")
     docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")[:N_DOCS]
@@ -80,7 +80,7 @@ _RESULTS: dict = {}  # (index, version, exact) -> top-10s: an index version's an
 
 def _top10(index: str, queries: dict[str, str], exact: bool) -> dict[str, list[tuple[str, float]]]:
     from pipeline.config import SearchConfig
-    from pipeline.search import Searcher
+    from pipeline.retrieval.searcher import Searcher
     from storage.manifest import load_manifest
 
     key = (index, load_manifest(index).version, exact)
@@ -151,7 +151,7 @@ def test_ann_within_tolerance_of_from_scratch(updated):
 def test_compaction_keeps_the_answers_and_old_readers(updated):
     from jobs import compact as compact_job
     from pipeline.config import SearchConfig
-    from pipeline.search import Searcher
+    from pipeline.retrieval.searcher import Searcher
     from storage.manifest import load_manifest, read_manifest
     from storage.partitions import exact_partition
     from storage.codec_file import load_codecs
@@ -178,7 +178,7 @@ def test_compaction_keeps_the_answers_and_old_readers(updated):
 
 
 def test_rerunning_an_add_changes_nothing(updated, tmp_path):
-    from pipeline.updates import add_documents
+    from pipeline.indexing.updates import add_documents
     from storage.manifest import load_manifest
 
     live, _, _, _, changed, _ = updated

@@ -81,7 +81,7 @@ def test_two_concurrent_adds_both_land(small, tmp_path):
     assert m.counts["indexed_documents"] == 180 and m.counts["passages"] == m.ann["tokens"]["passages"] == m.ann["pooled"]["passages"]
     assert verify_index(index).ok
     # the documents of both writers are found by search through the ANN partitions
-    from pipeline.search import Searcher
+    from pipeline.retrieval.searcher import Searcher
 
     s = Searcher(index, ["maxsim"])
     for d in (first[0], second[-1]):
@@ -89,7 +89,7 @@ def test_two_concurrent_adds_both_land(small, tmp_path):
 
 
 def test_a_writer_killed_before_its_commit_leaves_the_previous_version(small, tmp_path):
-    from pipeline.search import Searcher
+    from pipeline.retrieval.searcher import Searcher
     from storage.manifest import load_manifest
     from storage.retention import collect
     from storage.verify import verify_index

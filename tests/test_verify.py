@@ -114,8 +114,8 @@ def test_missing_catalog_and_no_manifest(index_copy, tmp_path, capsys):
 def test_ann_and_bm25_builds_refuse_a_corrupted_shard(index_copy):
     """The builds check the shards they read against the manifest first: a damaged shard fails
     the build with its name, and the manifest keeps its previous, intact entries."""
-    from pipeline.ann_build import build_ann
-    from pipeline.bm25_build import build_bm25
+    from pipeline.indexing.ann_build import build_ann
+    from pipeline.indexing.bm25_build import build_bm25
     from pipeline.config import AnnBuildConfig, BM25BuildConfig
 
     before = load_manifest(index_copy)
@@ -151,7 +151,7 @@ def test_search_refuses_damaged_shards_and_partition_files(index_copy):
     path (it reads whole shards), an ANN or BM25 partition file's size; ``mvr search`` exits
     with an ``error:`` line naming the file and ``mvr verify``, no traceback."""
     from pipeline.config import SearchConfig
-    from pipeline.search import Searcher
+    from pipeline.retrieval.searcher import Searcher
 
     m = load_manifest(index_copy)
     flipped, truncated = m.shards[0].path, m.shards[2].path
@@ -196,7 +196,7 @@ def test_search_refuses_a_damaged_codec_or_codes_file(index_copy):
     sha256 is ``mvr verify``'s). Both refusals name the file; ``mvr search`` prints one
     ``error:`` line."""
     from pipeline.config import SearchConfig
-    from pipeline.search import Searcher
+    from pipeline.retrieval.searcher import Searcher
 
     m = load_manifest(index_copy)
     codes = os.path.join(index_copy, m.shards[1].codes)

@@ -27,8 +27,8 @@ from operators.checkpoint import detect_format, fingerprint, load_tokenizer, out
 from operators import codecs
 from pipeline.config import IndexConfig
 from pipeline.ray_runtime import EncodePlan, init_ray, plan_encode, task_result
-from pipeline.encode_stage import EncodeCompress, EncodeSample, compress_encoded, encode_task
-from pipeline.stages import read_tokenize, sample_vectors, scan_block, select_sample, train_codecs, write_shards
+from pipeline.indexing.encode_stage import EncodeCompress, EncodeSample, compress_encoded, encode_task
+from pipeline.indexing.stages import read_tokenize, sample_vectors, scan_block, select_sample, train_codecs, write_shards
 from storage import catalog, codec_file, fs, index_dir, staging
 from storage.corpus import CorpusError, InputBlock, plan_blocks
 from storage.manifest import Manifest, ShardEntry, commit_manifest, read_manifest

@@ -1,8 +1,8 @@
 """The Serve deployment that holds the model: the query encoder (batched). It follows Ray's
 batch-inference shape: load in ``__init__``, answer calls; it can also run inside the ingress
-(``encoder.placement``). The partitions are ``pipeline/serve_partition.py``; the ingress that
-composes them is ``pipeline/serve_api.py``; the apps are built and deployed by
-``pipeline/serve_app.py``."""
+(``encoder.placement``). The partitions are ``pipeline/serving/partition.py``; the ingress that
+composes them is ``pipeline/serving/api.py``; the apps are built and deployed by
+``pipeline/serving/app.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 from ray import serve
 
 from operators.query import EncodedQuery
-from pipeline.search import index_query_encoder
+from pipeline.retrieval.searcher import index_query_encoder
 from storage.manifest import Manifest
 
 

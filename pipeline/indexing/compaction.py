@@ -29,11 +29,11 @@ from typing import Any, Callable
 import numpy as np
 import ray
 
-from pipeline.ann_build import _task_resources, build_partition
-from pipeline.bm25_build import build_bm25_entry
+from pipeline.indexing.ann_build import _task_resources, build_partition
+from pipeline.indexing.bm25_build import build_bm25_entry
 from pipeline.config import AnnBuildConfig, BM25Config
 from pipeline.ray_runtime import init_ray, task_cpus, task_result
-from pipeline.updates import CATALOGS_DIR, UpdateResult, target_passages
+from pipeline.indexing.updates import CATALOGS_DIR, UpdateResult, target_passages
 from storage.catalog import build_catalog
 from storage.manifest import Manifest, ShardEntry, ShardList, commit_update, shard_lookup, shard_paths, shard_rows
 from storage.partitions import build_dir, plan_partitions

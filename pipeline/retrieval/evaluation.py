@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from operators.query import EncodedQuery
 from pipeline.config import EvalConfig
-from pipeline.search import Restriction, SearchResult, Searcher
+from pipeline.retrieval.searcher import Restriction, SearchResult, Searcher
 from pipeline.plots import png_bytes, pyplot
 from storage.beir import TestCollection, read_collection
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pipeline.search import SearchResult, Searcher
+from pipeline.retrieval.searcher import SearchResult, Searcher
 from storage.catalog import Catalog
 
 

@@ -1,6 +1,6 @@
 """The search core, in-process and free of HTTP: encode a query, ask every partition of the
 mode for candidates, rescore them exactly where the vectors are, merge the partitions' ranked
-documents, and report per-stage timings. The Serve ingress (``pipeline/serve_api.py``)
+documents, and report per-stage timings. The Serve ingress (``pipeline/serving/api.py``)
 runs the same steps with the partitions in their own deployments.
 
 A dense mode is answered by its ANN partitions when the manifest lists them (``mvr

@@ -32,10 +32,10 @@ from ray import serve
 
 from pipeline.config import ServeConfig
 from pipeline.ray_runtime import init_ray
-from pipeline.serve_api import SearchService, token_digest
-from pipeline.serve_deployments import QueryEncoderServer
-from pipeline.serve_partition import IndexVersion, PartitionServer
-from pipeline.serve_layout import ServingLayout, default_modes, plan_layout
+from pipeline.serving.api import SearchService, token_digest
+from pipeline.serving.query_encoder import QueryEncoderServer
+from pipeline.serving.partition import IndexVersion, PartitionServer
+from pipeline.serving.layout import ServingLayout, default_modes, plan_layout
 from storage.manifest import Manifest, load_manifest
 
 

@@ -20,8 +20,8 @@ from tqdm import tqdm
 
 from operators.fusion import HybridParams, ScoredPassages, fuse
 from pipeline.config import TuneHybridConfig
-from pipeline.evaluation import per_query, quality
-from pipeline.search import SearchResult, Searcher, request_settings
+from pipeline.retrieval.evaluation import per_query, quality
+from pipeline.retrieval.searcher import SearchResult, Searcher, request_settings
 from pipeline.plots import png_bytes, pyplot
 from storage.beir import TestCollection, read_collection
 

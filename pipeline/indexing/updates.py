@@ -1,5 +1,5 @@
 """Live updates of a committed index: ``mvr add`` and ``mvr delete`` (``mvr compact`` is
-``pipeline/compaction.py``). Each commits one new version (``storage/manifest.py``:
+``pipeline/indexing/compaction.py``). Each commits one new version (``storage/manifest.py``:
 exclusive create, re-applied on top of a concurrent writer's version) and rewrites no file a
 reader may hold: new documents go into new shards, deletions into a new tombstones file,
 the partitions that change into new directories.
@@ -10,7 +10,7 @@ numbers only grow until a compaction.
 
 ``mvr add INDEX CORPUS`` indexes the new documents with the index's own configuration and
 codec files (no retraining) into a workspace ``adds/{add id}/`` (the indexing graph of
-``pipeline/indexing.py``: validation, duplicates, rejects, encode and compress; resumable),
+``pipeline/indexing/corpus_job.py``: validation, duplicates, rejects, encode and compress; resumable),
 then commits: the workspace's shards join the shard list; a document id the index already
 holds is an **update**: its old passages are tombstoned; the ANN partitions take the new
 passages (``extend_ann``); BM25 partitions are rebuilt over the new ranges (their statistics
@@ -40,10 +40,10 @@ import pyarrow as pa
 import ray
 
 from operators.ann import ADD_BATCH, load_index, set_build_threads
-from pipeline.ann_build import build_partition
-from pipeline.bm25_build import build_bm25_entry
+from pipeline.indexing.ann_build import build_partition
+from pipeline.indexing.bm25_build import build_bm25_entry
 from pipeline.config import BM25Config, IndexConfig
-from pipeline.indexing import index_corpus
+from pipeline.indexing.corpus_job import index_corpus
 from pipeline.ray_runtime import init_ray, task_cpus, task_result
 from storage import codec_file, fs
 from storage.catalog import Catalog, build_catalog

@@ -1,5 +1,5 @@
 """``mvr demo``: the whole path offline on a small real corpus. Builds the stdlib-docs corpus
-(``pipeline.demo_corpus``), writes it as ``WORKDIR/corpus.jsonl``, indexes it into
+(``pipeline.studies.demo_corpus``), writes it as ``WORKDIR/corpus.jsonl``, indexes it into
 ``WORKDIR/index`` with the default configuration (packaged MiniLM), builds FAISS IVFPQ
 partitions (P = 2) of every vector kind, starts the Serve search service, sends a few fixed
 queries over HTTP, and shuts the service down. Rerunning with the same workdir reuses the
@@ -16,13 +16,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from pipeline.ann_build import build_ann
-from pipeline.client import SearchClient
+from pipeline.indexing.ann_build import build_ann
+from pipeline.serving.client import SearchClient
 from pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
-from pipeline.demo_corpus import DEFAULT_LIMIT, build_demo_corpus
-from pipeline.indexing import IndexResult, index_corpus
+from pipeline.studies.demo_corpus import DEFAULT_LIMIT, build_demo_corpus
+from pipeline.indexing.corpus_job import IndexResult, index_corpus
 from pipeline.ray_runtime import init_ray, ray_logs_dir
-from pipeline.serve_app import deploy, shutdown
+from pipeline.serving.app import deploy, shutdown
 from storage import fs
 from storage.jsonl import write_jsonl
 from storage.manifest import load_manifest

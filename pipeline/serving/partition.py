@@ -1,10 +1,10 @@
 """The Serve deployments of an index version's app: ``Partition{i}``, each holding one passage
 range (``PartitionHost``), and ``IndexVersion``, the app's ingress that holds their handles.
-Apart from the query encoder (``pipeline/serve_deployments.py``) and the HTTP ingress
-(``pipeline/serve_api.py``): their replicas import neither the model code nor the HTTP
+Apart from the query encoder (``pipeline/serving/query_encoder.py``) and the HTTP ingress
+(``pipeline/serving/api.py``): their replicas import neither the model code nor the HTTP
 ingress, so the ``IndexVersion`` replica that each version switch starts imports in 2.2 s
 instead of 4.7 s (docs/serve.md); torch comes in only with the scoring kernels a partition
-loads (``operators/kernels.py``). The apps are built and deployed by ``pipeline/serve_app.py``."""
+loads (``operators/kernels.py``). The apps are built and deployed by ``pipeline/serving/app.py``."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from operators.fusion import ScoredPassages, side_by_side
 from operators.partition import Hits, Partition, PartitionResult, Scored
 from operators.query import EncodedQuery
 from operators.scoring import MODE_VECTORS, QueryVectors, first_stage_vectors
-from pipeline.serve_fanout import run_many
-from pipeline.serve_layout import ShardSpec
+from pipeline.serving.fanout import run_many
+from pipeline.serving.layout import ShardSpec
 from storage.bm25_partitions import load_bm25_partition
 from storage.codec_file import load_codecs
 from storage.manifest import Manifest
@@ -36,7 +36,7 @@ class PartitionHost:
     over its passages. Answers the two trips of a query (``operators/partition.py``): ``hits``
     and ``rank``, or ``hybrid`` in place of ``rank``; and ``bm25_rank``, BM25's one trip.
     Served as the ``Partition{i}`` deployment (``PartitionServer``), or held by the ingress
-    itself (``partition.placement: ingress``, ``pipeline.serve_fanout.LocalPartition``)."""
+    itself (``partition.placement: ingress``, ``pipeline.serving.fanout.LocalPartition``)."""
 
     def __init__(self, index_url: str, shard: ShardSpec, manifest: Manifest, threads: Optional[int]) -> None:
         t0 = time.perf_counter()
@@ -114,7 +114,7 @@ class PartitionHost:
         return side_by_side(part, sparse, self.first[kind], mode, query, rows, n_best, allowed=allowed)
 
     def many(self, calls: list[tuple[str, tuple]]) -> list[tuple[bool, Any]]:
-        """Several trips in one call (``pipeline.serve_fanout``: the ingress coalesces the calls
+        """Several trips in one call (``pipeline.serving.fanout``: the ingress coalesces the calls
         of one loop turn): each (method, args) answered as (True, result) or (False, error)."""
         return run_many(self, calls)
 

@@ -1,6 +1,6 @@
 """``mvr build-ann``: partitioned ANN indexes from an index's shards, one Ray task a partition
 and vector kind, then BM25 partitions lined up with every ANN build of the index
-(``pipeline/bm25_build.py``: P = the lcm of the builds' partition counts; skipped when
+(``pipeline/indexing/bm25_build.py``: P = the lcm of the builds' partition counts; skipped when
 the current BM25 build already is; ``bm25: null`` in the config skips them). The driver only plans (which shard rows go to
 which partition); each task reads its own rows, trains and fills its index, and writes it
 with its passages' id maps through storage/ (the vectors stay in the shards: one copy). The manifest is committed once every task has finished, so a failed or
@@ -18,7 +18,7 @@ import ray
 from tqdm import tqdm
 
 from operators.ann import ADD_BATCH, load_index, make_index, set_build_threads
-from pipeline.bm25_build import build_bm25, is_current, partitions_for
+from pipeline.indexing.bm25_build import build_bm25, is_current, partitions_for
 from pipeline.config import AnnBuildConfig, BM25BuildConfig
 from pipeline.ray_runtime import init_ray, task_result
 from storage.codec_file import load_codecs

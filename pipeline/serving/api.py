@@ -6,10 +6,10 @@ mode at once (``first_trip``: hits, and each partition's likely share of the can
 rescored; ``hits`` alone over more than ``one_trip_max_partitions`` partitions), rounds of
 ``operators.candidates.CandidateRounds`` → each partition's top-k from the first trip's
 scores, or a second trip (``rank``) to a partition whose candidates were not all scored →
-merge (``pipeline.search``) → titles and text from the catalog
-(``pipeline.local_search.response_body``). The same answers as the in-process search core,
+merge (``pipeline.retrieval.searcher``) → titles and text from the catalog
+(``pipeline.retrieval.local_search.response_body``). The same answers as the in-process search core,
 with the partitions behind handles (the trips of concurrent queries to one partition go as
-one call, ``pipeline.serve_fanout``) or, with ``partition.placement: ingress``, held here and
+one call, ``pipeline.serving.fanout``) or, with ``partition.placement: ingress``, held here and
 called in place. ``bm25`` skips the encoder and
 takes one trip (``bm25_rank``); ``hybrid`` takes ``hybrid`` as its second trip and fuses the
 partitions' unions here (``operators.fusion.fuse``).
@@ -26,7 +26,7 @@ encoder fails on fails alone (``QueryNotEncodable``).
 A request's ``filter`` (an expression, docs/filters.md) and ``doc_ids`` are checked for
 syntax by the request model (422), then against the catalog's columns and turned into the
 allowed passages here (422 for an unknown column or a type mismatch; the last few kept);
-each partition gets its share as allowed rows on both trips (``pipeline.search.
+each partition gets its share as allowed rows on both trips (``pipeline.retrieval.searcher.
 filtered_search`` is the same logic in process)."""
 
 import asyncio
@@ -58,12 +58,12 @@ from operators.ranking import Ranked, merge
 from operators.scoring import SEARCH_MODES, first_stage_vectors
 from pipeline.config import BM25Config
 from pipeline.config import ServeConfig
-from pipeline.local_search import response_body
-from pipeline.search import MAX_K, MAX_QUERY_CHARS, Restriction, filtered_exact, merge_partition_results, request_settings, resolve_restriction, validate_request
-from pipeline.serve_deployments import BatchedQueryEncoder, QueryNotEncodable
-from pipeline.serve_fanout import CoalescedHandle, LocalPartition
-from pipeline.serve_layout import ServingLayout
-from pipeline.serve_partition import PartitionHost
+from pipeline.retrieval.local_search import response_body
+from pipeline.retrieval.searcher import MAX_K, MAX_QUERY_CHARS, Restriction, filtered_exact, merge_partition_results, request_settings, resolve_restriction, validate_request
+from pipeline.serving.query_encoder import BatchedQueryEncoder, QueryNotEncodable
+from pipeline.serving.fanout import CoalescedHandle, LocalPartition
+from pipeline.serving.layout import ServingLayout
+from pipeline.serving.partition import PartitionHost
 from storage.catalog import Catalog
 from storage.manifest import Manifest
 
@@ -446,7 +446,7 @@ class SearchService:
         timeout = self.config.partition_timeout_s
         dense_mode = hybrid.dense if hybrid is not None else mode
         need = hybrid.n_best if hybrid is not None else k
-        # a filter: each deployment's allowed rows (the same logic as pipeline.search.filtered_search)
+        # a filter: each deployment's allowed rows (the same logic as pipeline.retrieval.searcher.filtered_search)
         allowed: list = [None] * len(handles)
         n_allowed = len(restriction) if restriction is not None else None
         if restriction is not None:
@@ -570,7 +570,7 @@ class SearchService:
         if app.state.token_sha256 is None:
             raise HTTPException(403, "POST /admin/reload is allowed only when the service runs with a bearer token (mvr serve --token); "
                                 "or set reload_poll_s to follow the index's versions by polling")
-        from pipeline.serve_app import RELOADER_NAMESPACE, reloader_name
+        from pipeline.serving.app import RELOADER_NAMESPACE, reloader_name
         from storage.manifest import read_manifest
 
         latest = await asyncio.to_thread(read_manifest, self.layout.index_url)

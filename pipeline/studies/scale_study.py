@@ -39,8 +39,8 @@ from operators.ranking import Ranked, top_documents
 from operators.scoring import MODE_VECTORS, score
 from operators.stored_vectors import StoredVectors
 from pipeline.config import IndexConfig, ScaleStudyConfig
-from pipeline.evaluation import quality
-from pipeline.search import SearchResult, load_query_encoder
+from pipeline.retrieval.evaluation import quality
+from pipeline.retrieval.searcher import SearchResult, load_query_encoder
 from pipeline.plots import png_bytes, pyplot
 from storage import fs
 from storage.beir import TestCollection, read_collection
@@ -225,7 +225,7 @@ def resolve_index(corpus: str, config: ScaleStudyConfig, prebuilt: Mapping[str, 
         return given[_key(corpus)]
     if not config.workdir:
         raise ValueError(f"no index given for {corpus} and no workdir to build it in (--workdir)")
-    from pipeline.indexing import index_corpus  # Ray Data; only when something is indexed
+    from pipeline.indexing.corpus_job import index_corpus  # Ray Data; only when something is indexed
 
     digest = hashlib.sha1(_key(corpus).encode()).hexdigest()[:8]
     url = fs.join(config.workdir, "indexes", f"{corpus_name(corpus)}-{digest}")

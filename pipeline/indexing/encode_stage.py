@@ -69,7 +69,7 @@ def vector_keys(block_ids: np.ndarray, seqs: np.ndarray, lengths: np.ndarray, se
     """A fixed pseudo-random number in [0, 1) for each vector j of each passage (block, seq)
     with ``lengths`` vectors, the same on every worker: ``stages.sample_keys`` of the passage
     (with another seed than the passage draw) spread over its vectors by a multiplicative hash."""
-    from pipeline.stages import sample_keys
+    from pipeline.indexing.stages import sample_keys
 
     base = (sample_keys(block_ids, seqs, seed + 1) * float(1 << 53)).astype(np.uint64)
     j = np.arange(int(lengths.sum()), dtype=np.uint64) - np.repeat(np.cumsum(lengths) - lengths, lengths).astype(np.uint64)

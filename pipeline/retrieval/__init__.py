@@ -1,0 +1,1 @@
+"""The search core and what runs it in process: the Searcher, response bodies, evaluation and hybrid tuning."""

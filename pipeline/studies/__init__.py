@@ -1,0 +1,1 @@
+"""Studies over built indexes: the index-size scale study and the demo."""
