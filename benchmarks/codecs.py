@@ -74,7 +74,7 @@ import numpy as np
 from ir_measures import nDCG
 
 from operators import codecs, scoring
-from operators.ann import ADD_BATCH, AnnIndex, make_index  # ADD_BATCH: vectors added to the ANN index at a time, as the builder
+from operators.ann import ADD_BATCH, make_index  # ADD_BATCH: vectors added to the ANN index at a time, as the builder
 from operators.packed import Packed
 from operators.partition import Partition
 from operators.ranking import top_documents

@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import tempfile
 from typing import Any, Optional, Sequence
 
@@ -17,7 +16,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from operators.filter_expr import CompiledFilter, FilterError, check_doc_ids, compile_filter, quote_identifier
+from operators.filter_expr import CompiledFilter, check_doc_ids, compile_filter, quote_identifier
 from storage import fs
 from storage.corpus import InputBlock
 from storage.staging import duplicates_url, raw_rows, scan_urls, write_duplicates

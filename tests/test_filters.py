@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ import pytest
 import requests
 
 from helpers import read_jsonl
-from operators.filter_expr import FilterError, compile_filter
+from operators.filter_expr import FilterError
 from operators.ranking import top_documents
 from pipeline.config import SearchConfig
 from pipeline.retrieval.searcher import Searcher

@@ -5,13 +5,11 @@ table. No Ray: milliseconds."""
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import math
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from operators.validation import (

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from operators.bm25 import Analyzer, BM25Partition, TermStats
 from pipeline.config import BM25BuildConfig, BM25Config
 from pipeline.ray_runtime import init_ray, task_cpus, task_result
-from storage.bm25_partitions import BM25_DIR, build_dir, read_passage_texts, write_bm25_partition
+from storage.bm25_partitions import build_dir, read_passage_texts, write_bm25_partition
 from storage.manifest import Manifest, commit_update, load_manifest
 from storage.retention import collect
 from storage.partitions import PartitionPlan, ShardSlice, plan_partitions

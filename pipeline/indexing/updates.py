@@ -146,7 +146,7 @@ def _merge_add(index_url: str, m: Manifest, ws: Manifest, aid: str, corpus_url: 
     added = added.set_column(added.schema.get_field_index("codes"), "codes", pa.compute.binary_join_element_wise(prefix, added["codes"], ""))
     m.shards = ShardList.from_table(pa.concat_tables([ShardList.from_entries(m.shards).to_table(), added]))
     # updates: the documents the index holds already lose their old passages
-    ws_catalog = Catalog(workspace_url := fs.join(index_url, ADDS_DIR, aid), ws.catalog)
+    ws_catalog = Catalog(fs.join(index_url, ADDS_DIR, aid), ws.catalog)
     try:
         new_ids = [r[0] for r in ws_catalog.con.execute("SELECT DISTINCT doc_id FROM passages").fetchall()]
     finally:
