@@ -41,6 +41,7 @@ CPU steal over the run is printed: on a shared VM it moves every figure."""
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import threading
@@ -256,13 +257,15 @@ def main() -> None:
     from pipeline.indexing.corpus_job import index_corpus
     from pipeline.retrieval.local_search import answer
     from pipeline.retrieval.searcher import Searcher
-    from pipeline.serving.app import deploy, shutdown
+    from pipeline.serving.app import DIRECT_INGRESS_ENV, deploy, shutdown
     from storage.catalog import Catalog
     from storage.manifest import load_manifest, read_manifest
 
     datasets = Path(args.datasets)
     index = str(Path(args.workdir) / "msmarco")
     steal = Steal()
+    if args.direct_ingress:  # the Ray that a first build starts must have it (start_serve sets it only when it starts Ray)
+        os.environ.setdefault(DIRECT_INGRESS_ENV, "1")
     if read_manifest(index) is None:
         index_corpus(str(datasets / "msmarco-sample"), index, IndexConfig(), log=lambda _: None)
     ann = load_manifest(index).ann
