@@ -1,7 +1,7 @@
 """The ANN build task's peak RAM, measured against what `mvr plan` models for it.
 
 Each case runs in a fresh process (``--probe BACKEND N DIM``): it builds one partition's index
-as ``pipeline/ann_build.build_partition`` does (trained on the backend's sample, then filled a
+as ``pipeline/indexing/ann_build.build_partition`` does (trained on the backend's sample, then filled a
 block of ``operators.ann.ADD_BATCH`` vectors at a time, one build thread) over N random unit
 vectors of DIM dimensions, and prints the process's peak RSS above its imports (``VmHWM``, not
 ``ru_maxrss``: Linux keeps ru_maxrss across exec, so a child of a large process would report

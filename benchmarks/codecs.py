@@ -29,7 +29,7 @@ the decoded vectors. Prints a markdown table a collection:
   - ``ANN``: measured, not modelled: mvr's default first stage (``faiss-ivfpq`` with
     ``operators.ann.make_index``'s size-based defaults for the codec's output dimension and
     the collection's token-vector count), trained on a seeded sample and filled with the
-    codec's decoded vectors as ``pipeline/ann_build.build_partition`` does, saved
+    codec's decoded vectors as ``pipeline/indexing/ann_build.build_partition`` does, saved
     (``AnnIndex.save``) and its files' bytes ÷ token vectors — one partition over the whole
     collection. With ``--ann dim`` (the default) it is built once per output dimension, on
     the first listed codec of that dimension, and that measurement stands for the others:
@@ -177,7 +177,7 @@ def _side_by_side(codec: codecs.Codec, reference: codecs.Codec, f16: np.ndarray,
 
 def ann_bytes(decoded: np.ndarray, log=print) -> dict[str, Any]:
     """Build mvr's default ANN index (``faiss-ivfpq``, size-based defaults) over ``decoded``
-    (n, dim) float32 as ``pipeline/ann_build.build_partition`` does (trained on a seeded
+    (n, dim) float32 as ``pipeline/indexing/ann_build.build_partition`` does (trained on a seeded
     sample of ``training_sample_size`` rows, filled a block at a time), save it and measure
     its files: {ann_bytes, ann_bytes_per_vector, ann_params, ann_build_s}."""
     t = time.perf_counter()

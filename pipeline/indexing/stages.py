@@ -1,6 +1,6 @@
 """The light per-batch callables of the indexing graph (Ray Data ``map_batches``): validating
 blocks, reading and tokenizing them, writing shards. They import no torch, so their workers
-start fast; the encode actor is in ``encode_stage.py``. Ray wiring lives in ``indexing.py``."""
+start fast; the encode actor is in ``encode_stage.py``. Ray wiring lives in ``corpus_job.py``."""
 
 from __future__ import annotations
 
