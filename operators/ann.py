@@ -116,6 +116,12 @@ class AnnIndex(ABC):
             self._add(x)
         return np.arange(start, start + len(x), dtype=np.int64)
 
+    @property
+    def build_device(self) -> str:
+        """Where this object trained and filled its index: "cuda" or "cpu" (an index loaded
+        from disk, or one that trained nothing, says "cpu")."""
+        return "cpu"
+
     def emptied(self) -> Optional["AnnIndex"]:
         """A copy of this index's trained state holding no vectors (to fill with other vectors
         without retraining, ``mvr compact``), or None when the backend cannot make one."""

@@ -108,6 +108,7 @@ class FaissIVFPQIndex(AnnIndex):
         super().__init__(dim)
         self._params = dict(params)
         self._gpu: Optional[tuple[Any, faiss.Index]] = None  # (resources, GPU index) while building
+        self._built_on = "cpu"  # "cuda" once trained (and so filled) on the GPU
         self._index = index if index is not None else self._new_index()
         self._trained = trained  # train() was called (a flat index needs no training, but the contract is kept)
 
@@ -197,12 +198,18 @@ class FaissIVFPQIndex(AnnIndex):
                 gpu.train(x)
                 self._gpu = (resources, gpu)
                 self._trained = True
+                self._built_on = "cuda"
                 return
             except RuntimeError as e:  # a shape the GPU kernels do not support
                 warnings.warn(f"FAISS GPU training failed ({e}); training on the CPU", RuntimeWarning)
                 self._gpu = None
         self._index.train(x)
         self._trained = True
+        self._built_on = "cpu"
+
+    @property
+    def build_device(self) -> str:
+        return self._built_on
 
     def _use_gpu(self) -> bool:
         """GPU training when asked (use_gpu=True) or, by default, when faiss-gpu sees a GPU and

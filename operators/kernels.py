@@ -9,7 +9,15 @@ times a query. With the cast on torch's OpenMP threads and the matmul on numpy's
 threads, each switch waits for the other pool's spinning threads: measured 2 s instead of
 0.05 s a query on msmarco-sample. Both kernels on torch's threads (its matmul is MKL's
 sgemm) use one pool. Results are float32 and equal numpy's up to float rounding (the cast is
-bit-identical)."""
+bit-identical).
+
+CUDA: when torch sees a CUDA device, a matmul large enough to repay copying its operands
+there and its result back (``cuda_worthwhile``) runs on it, in float32 (torch's default
+float32 matmul precision: no TF32); every other matmul, and all of them on a machine without
+CUDA, takes the CPU path above unchanged. No setting is needed: ``use_cuda(False)`` keeps a
+process on the CPU (a Serve partition replica that Ray gave no GPU: Ray leaves the GPUs
+visible to it), ``exact_device()`` says where exact scoring runs. The cast stays on the CPU
+(the codecs decode there)."""
 
 from __future__ import annotations
 
@@ -20,6 +28,13 @@ import numpy as np
 
 _torch_module: Optional[Any] = None
 _torch_tried = False
+_cuda_wanted = True  # use_cuda(False): this process's matmuls stay on the CPU
+_cuda_seen: Optional[bool] = None  # torch sees a CUDA device (asked once, on first use)
+# The size rule of the CUDA path (``cuda_worthwhile``): below these, copying the passages'
+# vectors to the device and the launch cost more than the CPU's matmul. Not yet measured on a
+# GPU (benchmarks/gpu_check.py times the exact path both ways; docs/gpu.md).
+CUDA_MIN_ROWS = 8  # query vectors (rows of ``a``): one query's pooled vector stays on the CPU
+CUDA_MIN_MACS = 1 << 24  # multiply-adds r·d·m (16.8 M: ~32 query vectors × 64 dims × 8k rows)
 
 
 def get_torch() -> Optional[Any]:
@@ -66,4 +81,48 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     torch = get_torch()
     if torch is None or a.ndim != 2 or b.ndim != 2 or 0 in a.shape + b.shape or min(a.strides + b.strides) < 0:
         return a @ b
+    if cuda_worthwhile(a.shape[0], a.shape[1], b.shape[1]) and cuda_enabled():
+        return _cuda_mm(torch, a, b)
     return torch.mm(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+
+
+def cuda_worthwhile(rows: int, depth: int, cols: int) -> bool:
+    """Whether an (rows, depth) @ (depth, cols) float32 matmul goes to the CUDA device when
+    there is one: at least ``CUDA_MIN_ROWS`` query vectors and ``CUDA_MIN_MACS``
+    multiply-adds (the passages' (depth, cols) operand crosses the bus once for ``rows``
+    query vectors, so few rows do not repay it)."""
+    return rows >= CUDA_MIN_ROWS and rows * depth * cols >= CUDA_MIN_MACS
+
+
+def use_cuda(enabled: bool) -> bool:
+    """Let this process's exact-scoring matmuls run on a CUDA device when torch sees one
+    (True, the default) or keep them on the CPU (False). Returns the previous setting."""
+    global _cuda_wanted
+    previous, _cuda_wanted = _cuda_wanted, bool(enabled)
+    return previous
+
+
+def cuda_enabled() -> bool:
+    """True when ``matmul`` may use CUDA here: allowed (``use_cuda``) and torch sees a device
+    (asked once a process)."""
+    global _cuda_seen
+    if not _cuda_wanted:
+        return False
+    if _cuda_seen is None:
+        torch = get_torch()
+        _cuda_seen = bool(torch is not None and torch.cuda.is_available())
+    return _cuda_seen
+
+
+def exact_device() -> str:
+    """Where this process's exact scoring runs its large matmuls: "cuda" or "cpu"."""
+    return "cuda" if cuda_enabled() else "cpu"
+
+
+def _cuda_mm(torch: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(r, d) @ (d, m) float32 on the current CUDA device: both operands copied there as
+    they are laid out (a transposed view stays one copy), the (r, m) product copied back."""
+    device = torch.device("cuda")
+    with torch.no_grad():
+        out = torch.mm(torch.from_numpy(a).to(device), torch.from_numpy(b).to(device))
+    return out.cpu().numpy()

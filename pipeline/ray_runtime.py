@@ -75,6 +75,15 @@ class EncodePlan:
         stays with actors: an idle task worker would keep its model on the device)."""
         return dataclasses.replace(self, in_tasks=not self.gpus and rows <= small_job_rows)
 
+    def device(self, requested: str = "auto") -> str:
+        """The device the encode stage runs the model on: ``requested`` (``model.device``)
+        unless it is "auto", then "cuda" when this plan gives each actor a GPU, else "cpu"
+        (Ray leaves the GPUs visible to a worker that reserved none: "auto" resolved there
+        would use one unreserved)."""
+        if requested != "auto":
+            return requested
+        return "cuda" if self.gpus else "cpu"
+
     def io_args(self) -> dict:
         """Ray remote options of an I/O task (``num_cpus`` and, when some node has no CPU, a
         label selector that keeps the task off it)."""

@@ -55,41 +55,49 @@ def venv_path() -> Path:
     return root / f"fast-plaid-{FAST_PLAID_VERSION}-py{sys.version_info[0]}{sys.version_info[1]}"
 
 
-def _build(venv: Path, log: Callable[[str], None]) -> None:
+def _build(venv: Path, log: Callable[[str], None], pins: list[str] = PINS, smoke: str = SMOKE, what: str = "fast-plaid") -> None:
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, text=True)
     python = str(venv / "bin" / "python")
     constraints = venv / "constraints.txt"
-    constraints.write_text("\n".join(PINS) + "\n")
-    cmd = [python, "-m", "pip", "install", "-q", "-c", str(constraints), *PINS]
+    constraints.write_text("\n".join(pins) + "\n")
+    cmd = [python, "-m", "pip", "install", "-q", "-c", str(constraints), *pins]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=peer_env())
-    log(f"fast-plaid venv: pip install: {time.perf_counter() - t0:.0f} s")
+    log(f"{what} venv: pip install: {time.perf_counter() - t0:.0f} s")
     if out.returncode:
         shutil.rmtree(venv, ignore_errors=True)
-        raise RuntimeError(f"fast-plaid venv: `{' '.join(cmd)}` failed:\n{(out.stdout + out.stderr)[-3000:]}")
-    out = subprocess.run([python, "-c", SMOKE], capture_output=True, text=True, env=peer_env(), cwd=venv)
+        raise RuntimeError(f"{what} venv: `{' '.join(cmd)}` failed:\n{(out.stdout + out.stderr)[-3000:]}")
+    out = subprocess.run([python, "-c", smoke], capture_output=True, text=True, env=peer_env(), cwd=venv)
     if out.returncode:
         shutil.rmtree(venv, ignore_errors=True)
-        raise RuntimeError(f"fast-plaid venv: fast_plaid does not import:\n{out.stderr[-3000:]}")
+        raise RuntimeError(f"{what} venv: {what} does not import:\n{out.stderr[-3000:]}")
     freeze = subprocess.run([python, "-m", "pip", "freeze"], capture_output=True, text=True, env=peer_env()).stdout.split()
-    (venv / ".complete").write_text(json.dumps({"pins": PINS, "freeze": freeze}, indent=1))
+    (venv / ".complete").write_text(json.dumps({"pins": pins, "freeze": freeze}, indent=1))
 
 
-def ensure_venv(log: Callable[[str], None] = print) -> Path:
-    """The venv's python, building the venv first unless a complete one of these pins exists."""
-    venv = venv_path()
+def is_complete(venv: Path, pins: list[str] = PINS) -> bool:
+    """Whether ``venv`` is a complete build of ``pins`` (its ``.complete`` marker says so)."""
+    marker = venv / ".complete"
+    return marker.exists() and json.loads(marker.read_text()).get("pins") == pins
+
+
+def ensure_venv(
+    log: Callable[[str], None] = print, pins: list[str] = PINS, venv: Path | None = None, smoke: str = SMOKE, what: str = "fast-plaid"
+) -> Path:
+    """The venv's python, building the venv first unless a complete one of these pins exists
+    (defaults: fast-plaid's; ``benchmarks/peers/warp_venv.py`` gives xtr-warp-rs's)."""
+    venv = venv or venv_path()
     venv.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with open(venv.parent / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        marker = venv / ".complete"
-        if marker.exists() and json.loads(marker.read_text()).get("pins") == PINS:
+        if is_complete(venv, pins):
             return venv / "bin" / "python"
-        log(f"fast-plaid venv: creating {venv} (torch {TORCH_VERSION} from PyPI, several GB, the first time only)")
-        _build(venv, log)
-        log(f"fast-plaid venv: created in {time.perf_counter() - t0:.0f} s")
+        log(f"{what} venv: creating {venv} (torch {TORCH_VERSION} from PyPI, several GB, the first time only)")
+        _build(venv, log, pins, smoke, what)
+        log(f"{what} venv: created in {time.perf_counter() - t0:.0f} s")
     return venv / "bin" / "python"
 
 

@@ -39,7 +39,8 @@ def build_partition(
     and filled with the decoded vectors, a block at a time; with ``template`` (another built
     partition's manifest entry) its trained index is reused, emptied, instead (no training:
     ``mvr compact`` when the data has not drifted). Returns the partition's manifest entry
-    plus ``build_seconds`` and ``trained`` (whether it was trained here)."""
+    plus ``build_seconds``, ``trained`` (whether it was trained here) and ``build_device``
+    ("cuda" when FAISS trained and filled it on a GPU, else "cpu")."""
     t0 = time.perf_counter()
     entries = [ShardEntry(**s) for s in shards]
     require_intact(index_url, [f for e in entries for f in (ExpectedFile(e.path, "shard", e.bytes, e.sha256), codes_file(e))])
@@ -61,6 +62,7 @@ def build_partition(
     entry = write_partition(index_url, rel_dir, p.first_passage, passages, index)
     entry["build_seconds"] = round(time.perf_counter() - t0, 2)
     entry["trained"] = reused is None
+    entry["build_device"] = index.build_device
     return entry
 
 
@@ -110,7 +112,7 @@ def _build_kinds(index_url: str, manifest: Manifest, config: AnnBuildConfig, kin
     tasks = [(kind, p) for kind in sorted(kinds, key=lambda k: k != "tokens") for p in plans]
     gpus = 1 if config.backend == "faiss-ivfpq" and ray.cluster_resources().get("GPU", 0) >= 1 else 0
     build_id = f"{config.backend}-p{config.partitions}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    log(f"building {len(tasks)} partition indexes ({config.backend}, {config.partitions} partition(s) × {', '.join(kinds)})")
+    log(f"building {len(tasks)} partition indexes ({config.backend}, {config.partitions} partition(s) × {', '.join(kinds)}){'; a GPU each (FAISS trains and adds on it)' if gpus else ''}")
     cpus, threads = _task_resources(config, len(tasks))
     remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=3)(build_partition)
     refs = {}
@@ -139,6 +141,7 @@ def _build_kinds(index_url: str, manifest: Manifest, config: AnnBuildConfig, kin
             "churn_passages": 0,
             "laid_out_passages": sum(e["passages"] for e in entries[kind]),
             "config": config.model_dump(mode="json"),
+            "gpus_per_task": gpus,  # the GPUs each build task reserved (each partition's build_device: where it ran)
             "shards": manifest.shards_digest(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }

@@ -216,6 +216,8 @@ def index_corpus(
     duplicates = catalog.find_duplicates(index_url, blocks)
     rows = _refuse_empty(corpus_url, index_url, blocks, prepared.created)
     placement = placement.for_job(rows, config.runtime.small_job_rows)
+    encode = _encode_record(placement, config)
+    log(f"encoding on {encode['device']} ({encode['dtype']}), batches of {config.runtime.encode_batch_size}")
     if placement.in_tasks:
         log(f"a small job ({rows} rows ≤ runtime.small_job_rows {config.runtime.small_job_rows}): encoding in Ray tasks, no actor pool")
     if prepared.replace:
@@ -248,7 +250,20 @@ def index_corpus(
     ds.materialize()
     staging.clear_encoded(index_url)
     log(f"{'compressed the kept vectors' if kept else 'encoded'} and wrote passages in {time.time() - t1:.1f} s")
-    return IndexResult(_commit(corpus_url, index_url, config, blocks, key, codec_files, log), False, time.time() - t0)
+    return IndexResult(_commit(corpus_url, index_url, config, blocks, key, codec_files, log, encode), False, time.time() - t0)
+
+
+def _encode_record(placement: EncodePlan, config: IndexConfig) -> dict:
+    """Where and how this job encodes, for its log and its manifest (``model.encode``): the
+    resolved device and dtype (``model.device`` / ``model.dtype`` "auto" resolved as the
+    encode stage resolves them), the actors (or tasks) and the GPUs each reserves."""
+    import torch
+
+    from operators.encoder import pick_dtype
+
+    device = placement.device(config.model.device)
+    dtype = str(pick_dtype(config.model.dtype, torch.device(device))).removeprefix("torch.")
+    return {"device": device, "dtype": dtype, "actors": placement.actors, "in_tasks": placement.in_tasks, "gpus_per_actor": placement.gpus}
 
 
 def _tokenized(index_url: str, blocks: list[InputBlock], config: IndexConfig, placement) -> ray.data.Dataset:
@@ -269,7 +284,7 @@ def _encoded(ds: ray.data.Dataset, actor: type, config: IndexConfig, placement: 
     ``kwargs``: its own constructor arguments), sized by ``placement``: a pool of actors, or
     for a small job (``placement.in_tasks``) as many Ray tasks at once (``encode_task``)."""
     init = {
-        "model": config.model.model_dump(),
+        "model": {**config.model.model_dump(), "device": placement.device(config.model.device)},
         "tokenizer_settings": config.tokenizer.model_dump(),
         "compress": config.compress.model_dump(),
         "batch_size": config.runtime.encode_batch_size,
@@ -389,8 +404,11 @@ def _kept_batches(index_url: str, passages: int, log: Callable[[str], None]) -> 
     return []
 
 
-def _commit(corpus_url: str, index_url: str, config: IndexConfig, blocks: list[InputBlock], key: dict, codec_files: dict[str, bytes], log) -> Manifest:
-    """Rejects, catalog, reconciliation, then the manifest (the commit point)."""
+def _commit(
+    corpus_url: str, index_url: str, config: IndexConfig, blocks: list[InputBlock], key: dict, codec_files: dict[str, bytes], log, encode: Optional[dict] = None
+) -> Manifest:
+    """Rejects, catalog, reconciliation, then the manifest (the commit point); ``encode``:
+    where the passages were encoded (``_encode_record``), kept as ``model.encode``."""
     records = committed_records(index_url, [b.block_id for b in blocks])
     rejected = catalog.write_rejects(index_url, blocks)
     scan = catalog.scan_counts(index_url, blocks)
@@ -409,7 +427,7 @@ def _commit(corpus_url: str, index_url: str, config: IndexConfig, blocks: list[I
     codec_entries = codec_file.commit(index_url, codec_files, config.compress.codec_sample_vectors, config.compress.codec_seed)
     manifest = Manifest(
         config=config.model_dump(mode="json"),
-        model={"name": config.model.name, "path": path, "format": detect_format(path), "fingerprint": fingerprint(path)},
+        model={"name": config.model.name, "path": path, "format": detect_format(path), "fingerprint": fingerprint(path), **({"encode": encode} if encode else {})},
         input={"url": corpus_url, "fingerprint": key["input"], "blocks": len(blocks), "key": key},
         counts={
             "input_rows": scan["input_rows"],

@@ -13,12 +13,14 @@ import time
 from typing import Any, Optional
 
 import numpy as np
+import ray
 from ray import serve
 
 from operators.ann import set_build_threads
 from operators.candidates import first_trip
 from operators.compress import l2_normalize
 from operators.fusion import ScoredPassages, side_by_side
+from operators.kernels import use_cuda
 from operators.partition import Hits, Partition, PartitionResult, Scored
 from operators.query import EncodedQuery
 from operators.scoring import MODE_VECTORS, QueryVectors, first_stage_vectors
@@ -42,6 +44,9 @@ class PartitionHost:
         t0 = time.perf_counter()
         if threads:
             set_build_threads(threads)  # FAISS OpenMP threads (BLAS follows OMP_NUM_THREADS)
+        # exact scoring on CUDA only in a replica Ray gave a GPU: Ray leaves every GPU visible
+        # to a worker that reserved none, and the encoder replica holds the GPU it reserved
+        use_cuda(bool(ray.is_initialized() and ray.get_gpu_ids()))
         codecs = load_codecs(index_url, manifest.codecs)
         self.shard = shard.index
         self.parts: dict[str, Partition] = {}
