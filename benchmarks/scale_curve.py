@@ -101,11 +101,10 @@ def main() -> None:
     from operators.ann import make_index, set_build_threads
     from operators.candidates import FirstStage
     from operators.partition import Partition
-    from operators.ranking import merge
     from operators.stored_vectors import StoredVectors
     from pipeline.config import IndexConfig, SearchConfig
     from pipeline.indexing.corpus_job import index_corpus
-    from pipeline.retrieval.searcher import Searcher, search_partitions
+    from pipeline.retrieval.searcher import PartitionSearch, Searcher
     from storage.manifest import read_manifest
 
     steal = Steal()
@@ -163,9 +162,9 @@ def main() -> None:
             shown = f"{knob} {'/'.join(map(str, sorted(set(knobs))))}"
             for k_prime, cap in budgets:  # the same indexes searched with each k'
                 name = backend if len(budgets) == 1 else f"{backend} k'{k_prime}" + ("" if cap == default.candidate_cap else f" cap {cap}")
-                paths[name] = (parts, FirstStage(k_prime=k_prime, candidate_cap=cap), ann_bytes, build_s, shown)
+                paths[name] = (PartitionSearch(parts), FirstStage(k_prime=k_prime, candidate_cap=cap), ann_bytes, build_s, shown)
                 if set(knobs) != {held[backend][knob]}:
-                    paths[f"{name} held"] = (parts, FirstStage(k_prime=k_prime, candidate_cap=cap, ann=dict(held[backend])), ann_bytes, build_s, f"{knob} {held[backend][knob]}")
+                    paths[f"{name} held"] = (PartitionSearch(parts), FirstStage(k_prime=k_prime, candidate_cap=cap, ann=dict(held[backend])), ann_bytes, build_s, f"{knob} {held[backend][knob]}")
         # exact once a query (it is the slow one), then the ANN paths in rotating order
         exact_ms, exact_top = [], []
         for q in queries:
@@ -180,22 +179,22 @@ def main() -> None:
         for rnd in range(args.rounds):
             for qi, q in enumerate(queries):
                 for name in names[rnd % len(names):] + names[: rnd % len(names)]:
-                    parts, fs, *_ = paths[name]
+                    search, fs, *_ = paths[name]
                     t0 = time.perf_counter()
-                    results, split = search_partitions(parts, "maxsim", q, 10, fs)
+                    result = search.search(q, 10, "maxsim", first_stage=fs)
                     times[name][qi].append((time.perf_counter() - t0) * 1e3)
                     for stage in ("candidates", "rescore"):
-                        stages[name][stage].append(split[stage])
-                    stages[name]["rescored"].append(sum(r.candidates for r in results))
+                        stages[name][stage].append(result.timings_ms[stage])
+                    stages[name]["rescored"].append(result.candidates)
                     if rnd == 0:
-                        overlap[name].append(len(set(merge([r.ranked for r in results], 10).doc_ids) & exact_top[qi]) / 10)
+                        overlap[name].append(len(set(result.ranked.doc_ids) & exact_top[qi]) / 10)
         code_bytes = all_codes.nbytes + offsets.nbytes
         rows.append({"passages": n, "path": "exact", "partitions": 1, "p50_ms": statistics.median(exact_ms), "overlap": 1.0, "ann_bytes": 0, "code_bytes": code_bytes, "build_s": 0.0, "probe": "-",
                      "candidates": 0.0, "rescore": statistics.median(exact_ms), "rescored": n})
-        for name, (parts, fs, ann_bytes, build_s, probe) in paths.items():
+        for name, (search, fs, ann_bytes, build_s, probe) in paths.items():
             p50 = statistics.median(statistics.median(t) for t in times[name])
             split = {stage: statistics.median(v) for stage, v in stages[name].items()}
-            rows.append({"passages": n, "path": name, "partitions": len(parts), "p50_ms": p50, "overlap": float(np.mean(overlap[name])), "ann_bytes": ann_bytes, "code_bytes": code_bytes, "build_s": build_s, "probe": probe, **split})
+            rows.append({"passages": n, "path": name, "partitions": len(search.hosts), "p50_ms": p50, "overlap": float(np.mean(overlap[name])), "ann_bytes": ann_bytes, "code_bytes": code_bytes, "build_s": build_s, "probe": probe, **split})
         print(f"\n{n:,} passages, {vectors.n_vectors:,} token vectors")
         print(f"  {'path':<28} {'p50 ms':>9} {'first st.':>9} {'rescore':>8} {'rescored':>8} {'overlap@10':>10} {'ANN MB':>8} {'codes MB':>9} {'build s':>8} {'P':>3}  probe")
         for r in rows:

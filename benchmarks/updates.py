@@ -40,7 +40,9 @@ from pipeline.indexing.compaction import compact
 from pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
 from pipeline.retrieval.evaluation import overlap_at_10, quality
 from pipeline.indexing.corpus_job import index_corpus
-from pipeline.retrieval.searcher import Restriction, SearchResult, Searcher
+from pipeline.retrieval.plan import SearchResult
+from pipeline.retrieval.request import Restriction
+from pipeline.retrieval.searcher import Searcher
 from pipeline.indexing.updates import add_documents, delete_documents
 from storage.beir import read_collection
 

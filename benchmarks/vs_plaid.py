@@ -184,7 +184,7 @@ class PlaidPeer:
 def plaid_result(text: str, hits: list[list[float]], doc_ids: list[str], passage_idx: np.ndarray, k: int) -> Any:
     """fast-plaid's ranked passages as an mvr SearchResult of documents (best passage each)."""
     from operators.ranking import top_documents
-    from pipeline.retrieval.searcher import SearchResult
+    from pipeline.retrieval.plan import SearchResult
 
     rows = np.array([int(p) for p, _ in hits], dtype=np.int64)
     scores = np.array([s for _, s in hits], dtype=np.float32)

@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from storage.manifest import load_manifest
 
     m = load_manifest(args.index)
-    print_config(f"mvr add: the configuration of {args.index} (version {m.version}), which the new documents are indexed with", IndexConfig.model_validate(m.config))
+    print_config(f"mvr add: the configuration of {args.index} (version {m.version}), which the new documents are indexed with", IndexConfig.of_index(m.config))
     result = add_documents(args.corpus, args.index, log=console.print, force=args.force)
     output_console().print(f"{result.summary} (version {result.manifest.version}, {result.seconds:.1f} s)")
     return 0

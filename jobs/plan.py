@@ -29,7 +29,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--dim", type=int, default=384, help="stored vector dimension (384: packaged MiniLM; 128: a ColBERT checkpoint's projection)")
     p.add_argument("--codec", default=codecs.AUTO,
                    help="the index codec (CompressConfig.codec): an operators/codecs name, e.g. " + ", ".join(codecs.EXAMPLES)
-                        + "; default auto: pca-64+residual-2 above 128 dims, residual-2 at 128 or fewer")
+                        + "; default auto: pca-192+residual-1 above 192 dims, residual-1 above 128, residual-2 at 128 or fewer")
     p.add_argument("--pooled-codec", default="int8",
                    help="codec of the pooled, first-m and centroid vectors (CompressConfig.pooled_codec, default int8: dim + 4 B a vector)")
     p.add_argument("--first-m", type=int, default=8, help="first-m vectors a passage (CompressConfig.first_m, default 8)")

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.url and not args.index:
         raise ValueError("give an INDEX, or --url of a running service")
     from pipeline.config import SearchConfig
-    from pipeline.retrieval.searcher import request_settings, validate_request
+    from pipeline.retrieval.request import request_settings, validate_request
 
     knobs = {k: v for k, v in {"dense": args.dense, "fusion": args.fusion, "lam": args.lam}.items() if v is not None}
     config = SearchConfig(exact=args.exact)

@@ -8,14 +8,14 @@ Formats the arithmetic follows (schema v2, ``storage/schema.py``):
   and ``shards/X.codes.arrow`` (Arrow IPC, uncompressed): per passage its token, first-m and
   centroid vectors as ``list<fixed_size_binary(bpv)>`` (bpv codes + a 4-byte int32 list offset
   a passage and list column) and its pooled vector as ``fixed_size_binary(bpv)``, where bpv is
-  the bytes a vector of the kind's codec (tokens: the token codec; the others: the pooled codec) (``operators/codecs``; default ``auto``: ``pca-64+residual-2``
-  above 128 dims, 18 B at dim 384; ``residual-2`` at ≤ 128); one shard per ≤ 1,024 passages
+  the bytes a vector of the kind's codec (tokens: the token codec; the others: the pooled codec) (``operators/codecs``; default ``auto``: ``pca-192+residual-1``
+  above 192 dims, 26 B at dim 384; ``residual-1`` above 128; ``residual-2`` at ≤ 128); one shard per ≤ 1,024 passages
   of an input block; two codec files ``codecs/{tokens,pooled}.mvrc`` (``storage/codec_file.py``:
   the token vectors' codec, and ``int8`` by default for pooled, first-m and centroids);
   ``manifest.json`` holds nothing per shard or passage: the shard list is a Parquet file beside it;
 - an ANN partition (``storage/partitions.py``) holds ``passages.parquet`` (ids only: passage,
   doc_id, passage_idx) and its index over the *decoded* vectors, of the kind's codec's output
-  dimension (``dim_out``: 64 for the default token codec, dim for int8): FAISS IVFPQ (``operators/ivfpq.py``: per vector
+  dimension (``dim_out``: 192 for the default token codec at dim 384, dim for int8): FAISS IVFPQ (``operators/ivfpq.py``: per vector
   an m·nbits/8-byte code and an 8-byte id; coarse centroids nlist·dim·4; PQ centroids
   2^nbits·dim·4) or ScaNN (``operators/scann_index.py``: per vector one byte per
   dims_per_block dimensions of AH codes on disk — half that in RAM, lut16 packs two a byte —
@@ -67,6 +67,7 @@ class Measured:
 
 _IDX = "an msmarco-sample index built with the reference config (IndexConfig(), 5,000 passages, dim 384; 2026-11-23)"
 _IDX2 = "the whole msmarco-sample indexed with IndexConfig() (schema 2, codecs: tokens auto = pca-64+residual-2, pooled int8; 2026-11-23)"
+_IDX3 = "the whole msmarco-sample indexed with IndexConfig() of 2026-11-27 (tokens pca-192+residual-1, pooled int8, unit centroids, the encode record), then build-bm25 and build-ann (faiss-ivfpq, P = 1, four kinds)"
 MEASURED: dict[str, Measured] = {
     "tokens_per_passage": Measured(80.63, "token vectors / passage", f"403,138 token vectors / 5,000 passages, manifest counts of {_IDX}"),
     "tokens_per_passage_colbert": Measured(
@@ -103,12 +104,12 @@ MEASURED: dict[str, Measured] = {
     ),
     "catalog_fixed_bytes": Measured(1_290_908, "bytes", "the same two points: 1,323,008 B - 100 × 321 B (DuckDB's header and a first block a table and index)"),
     "manifest_fixed_bytes": Measured(
-        3_501, "bytes", f"manifest.json before build-ann (config, model, input, counts, two codecs, the shard list's entry): 3,334 B without shards, {_IDX2}, + 182 B shard_list entry - 15 B of empty shards key"
+        3_887, "bytes", f"manifest.json less its ann and bm25 entries and all but its first history entry (config, model and its encode record, input, counts, two codecs, the shard list's entry): {_IDX3}"
     ),
     "shard_list_fixed_bytes": Measured(3_565, "bytes", "shard-lists/*.parquet: schema, footer and column chunks (zstd), a 1,000-shard list of this codebase's names and sha256 less 1,000 × the per-shard figure"),
     "shard_list_bytes_per_shard": Measured(75.9, "bytes / shard", "shard-lists/*.parquet, zstd: (79,464 - 3,641) B / 999 shards (two hex sha256 a shard are most of it; 69.7 B at 976,563 synthetic shards)"),
     "manifest_bytes_per_partition": Measured(
-        1_548, "bytes / partition", f"an ANN or BM25 partition's manifest entry (path, files with bytes and sha256, params): (13,053 - 5,315) B / 5 partitions after build-ann, {_IDX2}"
+        1_695, "bytes / partition", f"an ANN or BM25 partition's manifest entry (path, files with bytes and sha256, build device; its build's params spread over its partitions): (12,635 - 4,161) B / 5 partitions, {_IDX3}"
     ),
     "codec_header_bytes": Measured(
         200, "bytes / codec file",

@@ -1,6 +1,19 @@
 """Per-passage representations computed from raw token vectors, vectorised over a batch:
 L2-normalised token vectors, pooled vector, first-m vectors (ME-BERT) and k-means centroids
-(pseudo-query embeddings, equal-interval initialisation)."""
+(pseudo-query embeddings, equal-interval initialisation).
+
+The centroids' space (``CENTROID_SPACES``, the index's ``compress.centroid_space``):
+
+- ``unit`` (the default): k-means over the passage's L2-normalised token vectors, each
+  centroid rescaled to unit length. q · c_j is then a cosine, as every other dense score is.
+- ``raw``: k-means over the raw token vectors, centroids as they come (Tang et al. 2021 as
+  written). The raw vectors' lengths vary widely (centroid norms about 5.5 ± 2.6 with
+  all-MiniLM-L6-v2), so q · c_j mostly measures a centroid's length, not its direction:
+  softmax-centroid scored 0.13–0.25 nDCG@10 below a pooled vector this way, against
+  0.01–0.04 below in the unit space (docs/search.md).
+
+The query side is the same for both: the pooled query vector, a = softmax_j(q · c_j),
+score = sum_j a_j (q · c_j) (``operators/scoring.py``)."""
 
 from __future__ import annotations
 
@@ -93,12 +106,32 @@ def _kmeans_batch(arrays: Sequence[np.ndarray], k: int, iterations: int) -> np.n
     return c.numpy()
 
 
+CENTROID_SPACES = ("unit", "raw")
+
+
+def check_centroid_space(space: str) -> str:
+    """``space`` if it is one of ``CENTROID_SPACES``; ValueError naming them otherwise."""
+    if space not in CENTROID_SPACES:
+        raise ValueError(f"unknown centroid space {space!r}; choose one of {', '.join(CENTROID_SPACES)}")
+    return space
+
+
+def passage_centroids(raw: Sequence[np.ndarray], normed: Sequence[np.ndarray], k: int, iterations: int, space: str = "unit") -> list[np.ndarray]:
+    """Each passage's (min(k, n_i), dim) float32 k-means centroids in ``space`` (module
+    docstring): over ``normed`` (the (n_i, dim) L2-normalised vectors) then rescaled to unit
+    length for ``unit``, over ``raw`` (the same vectors before normalising) for ``raw``."""
+    if check_centroid_space(space) == "raw":
+        return kmeans_centroids(raw, k, iterations)
+    return [l2_normalize(c) for c in kmeans_centroids(normed, k, iterations)]
+
+
 class Compressor:
     """Raw token vectors of a batch of passages → every stored representation.
 
     Token vectors are projected (if ``projection`` is given), then: ``tokens`` are the
     L2-normalised kept vectors; ``pooled`` the normalised mean (or CLS) of all raw vectors;
-    ``first_m`` the first m normalised vectors; ``centroids`` k-means over the raw vectors."""
+    ``first_m`` the first m normalised vectors; ``centroids`` k-means over all of a
+    passage's vectors in ``centroid_space`` (``passage_centroids``)."""
 
     def __init__(
         self,
@@ -107,12 +140,14 @@ class Compressor:
         first_m: int = 8,
         centroids: int = 4,
         kmeans_iterations: int = 10,
+        centroid_space: str = "unit",
     ) -> None:
         self.projection = projection
         self.pooling = pooling
         self.first_m = first_m
         self.k = centroids
         self.iterations = kmeans_iterations
+        self.centroid_space = check_centroid_space(centroid_space)
 
     def __call__(self, raw: Sequence[np.ndarray], keep: Optional[Sequence[np.ndarray]] = None) -> dict[str, list]:
         """``raw``: (n_i, model_dim) float32 per passage; ``keep``: (n_i,) bool per passage,
@@ -125,5 +160,5 @@ class Compressor:
             "tokens": tokens,
             "pooled": list(pooled(raw, self.pooling)),
             "first_m": [v[: self.first_m] for v in normed],
-            "centroids": kmeans_centroids(raw, self.k, self.iterations),
+            "centroids": passage_centroids(raw, normed, self.k, self.iterations, self.centroid_space),
         }

@@ -25,6 +25,11 @@ class EncodedQuery:
     tokens: np.ndarray
     pooled: np.ndarray
 
+    @classmethod
+    def text_only(cls, text: str) -> "EncodedQuery":
+        """A query for ``bm25`` alone: its text, no vectors."""
+        return cls(text, np.zeros((0, 1), np.float32), np.zeros(1, np.float32))
+
 
 class QueryEncoder:
     """Texts → EncodedQuery in the spaces of the index's decoded vectors: the model, the

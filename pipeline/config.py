@@ -114,6 +114,11 @@ class CompressConfig(_Section):
     first_m: int = Field(8, ge=1)
     centroids: int = Field(4, ge=1)
     kmeans_iterations: int = Field(10, ge=1)
+    centroid_space: Literal["unit", "raw"] = Field(
+        "unit",
+        description="softmax-centroid's centroids: k-means over unit-length token vectors, unit centroids (unit), or over the raw "
+        "vectors as the paper writes it (raw); operators/compress.py",
+    )
     codec: str = Field(codecs.AUTO, description="token vectors' codec: operators/codecs name (float16, int8, residual-N, pq-M, pca-D+C) or auto")
     pooled_codec: str = Field("int8", description="codec of the vectors scored against the pooled query (pooled, first-m, centroids)")
     codec_sample_vectors: int = Field(65_536, ge=256, description="token vectors the codecs are trained on, at most")
@@ -224,6 +229,18 @@ class IndexConfig(_JobConfig):
             self.tokenizer = resolved
         return self
 
+    @classmethod
+    def of_index(cls, config: dict) -> "IndexConfig":
+        """The configuration an index's manifest records (``Manifest.config``), with the
+        fields added since its version was written set to what that version did: a manifest
+        without ``compress.centroid_space`` was written when every index's centroids were
+        raw (its ``mvr add`` computes new passages' centroids the same way)."""
+        data = copy.deepcopy(config)
+        compress = data.setdefault("compress", {})
+        if isinstance(compress, dict):
+            compress.setdefault("centroid_space", "raw")
+        return cls.model_validate(data)
+
     def vector_settings(self) -> dict:
         """The part of the config that determines the stored vectors (for resume checks)."""
         settings = self.model_dump(mode="json", include={"model", "tokenizer", "compress"})
@@ -299,12 +316,13 @@ class HybridConfig(_Section):
 
     dense: Literal["maxsim", "softmax-centroid", "first-m", "pooled"] = "maxsim"
     fusion: Literal["weighted", "rrf"] = "weighted"
-    lam: float = Field(0.8, ge=0, le=1, description="λ: fused = λ·dense' + (1−λ)·bm25' (each side min-max normalised over its own n-best); 0.8: what mvr tune-hybrid picked on both sample collections")
+    lam: float = Field(0.8, ge=0, le=1, description="λ: fused = λ·dense' + (1−λ)·bm25' (each side min-max normalised over its norm_depth best)")
     rrf_k: int = Field(60, ge=1, description="reciprocal rank fusion: 1/(rrf_k + rank) per side")
     n_best: int = Field(100, ge=1, description="passages each side contributes to the union")
+    norm_depth: int = Field(20, ge=1, description="weighted fusion: each side's min and max are taken over its best norm_depth passages")
 
     def params(self) -> HybridParams:
-        return HybridParams(self.dense, self.fusion, self.lam, self.rrf_k, self.n_best)
+        return HybridParams(self.dense, self.fusion, self.lam, self.rrf_k, self.n_best, self.norm_depth)
 
 
 class SearchConfig(_JobConfig):
@@ -405,7 +423,7 @@ class ServeConfig(_JobConfig):
         "no proxy hop; put a load balancer over them: docs/serve.md). Needs RAY_SERVE_ENABLE_DIRECT_INGRESS=1 in the Ray "
         "cluster's environment (mvr sets it when it starts Ray itself)",
     )
-    partition_timeout_s: float = Field(2.0, gt=0, description="a partition not answering a trip within this is left out (degraded answer)")
+    partition_timeout_s: float = Field(2.0, gt=0, description="a partition not answering a call within this (a coalesced trip: this times the calls it carries) is left out (degraded answer)")
     encode_timeout_s: float = Field(10.0, gt=0, description="a query not encoded within this is answered 503")
     max_batch_queries: int = Field(256, ge=1, description="queries in one POST /search/batch at most")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="request bodies above this are refused with 413")

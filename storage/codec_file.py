@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional
 from operators import codecs
 from storage import fs
 from storage.shards import STAGING_DIR
-from storage.verify import ExpectedFile, read_listed, unreadable
+from storage.integrity import ExpectedFile, read_listed, unreadable
 
 CODECS_DIR = "codecs"
 GROUPS = ("tokens", "pooled")

@@ -232,7 +232,7 @@ def shard_list_bytes(shards: Sequence[ShardEntry]) -> bytes:
 
 def read_shard_list(index_url: str, entry: dict[str, Any]) -> ShardList:
     """The shard list file ``entry`` describes, its size, sha256 and row count checked."""
-    from storage.verify import ExpectedFile, FileCheck, IntegrityError, read_listed, unreadable
+    from storage.integrity import ExpectedFile, FileCheck, IntegrityError, read_listed, unreadable
 
     expected = ExpectedFile(entry["path"], "shard list", int(entry["bytes"]), str(entry["sha256"]))
     data = read_listed(index_url, expected)

@@ -41,7 +41,8 @@ from storage.manifest import Manifest, ShardEntry, shard_lookup, shard_paths, sh
 from storage.schema import arrow_to_codes
 from storage.shards import open_codes, read_shard_checked
 from storage.tombstones import live_mask
-from storage.verify import ExpectedFile, FileCheck, IntegrityError, codes_file, missing, read_listed, size_check, unreadable
+from storage.integrity import ExpectedFile, FileCheck, IntegrityError, missing, read_listed, size_check, unreadable
+from storage.verify import codes_file
 
 ANN_DIR = "ann"
 PASSAGES_FILE = "passages.parquet"

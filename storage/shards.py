@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from storage import fs
 from storage.schema import CODE_COLUMNS
-from storage.verify import ExpectedFile, IntegrityError, check_data, missing, size_check, unreadable
+from storage.integrity import ExpectedFile, IntegrityError, check_data, missing, size_check, unreadable
 
 SHARDS_DIR = "shards"
 STAGING_DIR = "_staging"

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage import fs
-from storage.verify import ExpectedFile, read_listed, unreadable
+from storage.integrity import ExpectedFile, read_listed, unreadable
 
 TOMBSTONES_DIR = "tombstones"
 ROW_GROUP = 1 << 20

@@ -110,6 +110,13 @@ def dbpedia_index(tmp_path_factory, datasets) -> str:
 
 
 @pytest.fixture(scope="session")
+def cranfield_index(tmp_path_factory, datasets) -> str:
+    """The whole cranfield collection (aeronautics abstracts: text far from the model's
+    training data) indexed once with the default settings."""
+    return _index(tmp_path_factory, datasets, "cranfield")
+
+
+@pytest.fixture(scope="session")
 def msmarco_100(tmp_path_factory, datasets) -> str:
     """The first 100 msmarco-sample passages in 3 shards (~8,000 token vectors: IVFPQ at 7
     bits), FAISS partitions (P = 1) of tokens and pooled, BM25. Tests copy it to change it."""
@@ -141,7 +148,7 @@ def msmarco_meta_index(tmp_path_factory, msmarco_index, msmarco_corpus_with_meta
     return {"index": str(_built_once(tmp_path_factory, "msmarco-meta", build)), **msmarco_corpus_with_metadata}
 
 
-SLOW_FIXTURES = {"msmarco_index", "dbpedia_index", "msmarco_100", "msmarco_meta_index"}
+SLOW_FIXTURES = {"msmarco_index", "dbpedia_index", "cranfield_index", "msmarco_100", "msmarco_meta_index"}
 
 
 # The modules that take longest, longest first (wall seconds on 2026-11-26, alone: the cluster

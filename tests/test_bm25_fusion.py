@@ -53,7 +53,7 @@ def test_partitioned_bm25_equals_one_bm25s_index(passages, tmp_path):
 def test_bad_bm25_and_hybrid_settings_are_refused():
     with pytest.raises(ValueError, match="stemmer"):
         Analyzer(stemmer="klingon")
-    for bad in ({"lam": 1.5}, {"lam": -0.1}, {"fusion": "max"}, {"dense": "bm25"}, {"n_best": 0}):
+    for bad in ({"lam": 1.5}, {"lam": -0.1}, {"fusion": "max"}, {"dense": "bm25"}, {"n_best": 0}, {"norm_depth": 0}):
         with pytest.raises(ValueError):
             HybridParams(**bad)
     with pytest.raises(ValueError, match="partitioned"):
@@ -91,3 +91,29 @@ def test_fusion_is_independent_of_partitioning(passages):
     u = union_of_best(three, 20)
     assert set(u.passages.passages[u.dense_best]) == set(np.argsort(-(vectors @ vectors[7]))[:20])
     assert isinstance(ScoredPassages.concat([]), ScoredPassages)
+
+
+def test_weighted_fusion_normalises_each_side_over_its_best():
+    """λ·d' + (1−λ)·s' with each side's min and max over its ``norm_depth`` best scores
+    (an independent loop here); lowering the tail below them changes no fused score."""
+    from operators.fusion import Union, fused_scores
+
+    rng = np.random.default_rng(3)
+    n = 60
+    dense, sparse = rng.normal(10, 2, n).astype(np.float32), np.abs(rng.normal(5, 3, n)).astype(np.float32)
+    p = ScoredPassages(np.arange(n), [f"d{i}" for i in range(n)], np.zeros(n, np.int32), dense, sparse)
+    union = Union(p, np.arange(0, 50), np.arange(10, 60))  # each side's n-best: 50 passages
+    params = HybridParams("maxsim", "weighted", 0.7, n_best=50, norm_depth=20)
+
+    def naive(x, best):
+        top = sorted(x[best], reverse=True)[:20]
+        return (x - min(top)) / (max(top) - min(top))
+
+    expected = 0.7 * naive(dense, union.dense_best) + 0.3 * naive(sparse, union.sparse_best)
+    np.testing.assert_allclose(fused_scores(union, params), expected, rtol=1e-5)
+    tail = np.argsort(-dense[:50])[25:]  # dense n-best below its best 20: pushed far down
+    lowered = dense.copy()
+    lowered[tail] -= 100
+    moved = fused_scores(Union(ScoredPassages(p.passages, p.doc_ids, p.passage_idx, lowered, sparse), union.dense_best, union.sparse_best), params)
+    keep = np.setdiff1d(np.arange(n), tail)
+    np.testing.assert_allclose(moved[keep], expected[keep], rtol=1e-5)

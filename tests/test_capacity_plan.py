@@ -90,13 +90,14 @@ def test_codecs_resolve_as_the_index_does():
     from operators import codecs
 
     big = Workload(passages=10**9)  # MiniLM, auto
-    assert big.codec_name == "pca-64+residual-2" == codecs.resolve_name("auto", 384) and big.codec_dim == 64
-    # the codebook is capped by the training sample (65,536 less 5 % held out): 2-byte ids, 18 B a vector
-    assert big.residual_centroids() == 65_536 - round(65_536 * 0.05) and big.bytes_per_vector == 18
+    assert big.codec_name == "pca-192+residual-1" == codecs.resolve_name("auto", 384) and big.codec_dim == 192
+    # the codebook is capped by the training sample (65,536 less 5 % held out): 2-byte ids, 26 B a vector
+    assert big.residual_centroids() == 65_536 - round(65_536 * 0.05) and big.bytes_per_vector == 2 + 192 // 8
     # pooled, first-m and centroids: the pooled codec, int8 by default (dim + a 4-byte scale), ANN at dim 384
     for kind in ("pooled", "first-m", "centroids"):
         assert big.codec_of(kind) == "int8" and big.bytes_per_vector_of(kind) == 388 and big.dim_of(kind) == 384
-    assert big.codec_of("tokens") == big.codec_name and big.dim_of("tokens") == 64
+    assert big.codec_of("tokens") == big.codec_name and big.dim_of("tokens") == 192
+    assert Workload(passages=10, dim=160).codec_name == "residual-1" and Workload(passages=10, dim=160).bytes_per_vector == 1 + 160 // 8
     colbert = Workload(passages=10**9, dim=128)
     assert colbert.codec_name == "residual-2" and colbert.codec_dim == 128 and colbert.bytes_per_vector == 2 + 128 * 2 // 8
     assert Workload(passages=10, dim=384, codec="float16").bytes_per_vector == 768
@@ -191,7 +192,7 @@ SCHEMA1_STORAGE_TB, SCHEMA1_PROVISIONED_TB = 150.3, 294.0
 
 def test_a_billion_passages_fit_a_tenth_of_schema_1():
     plan = make_plan(Workload(passages=10**9), AnnSettings(), ServeSettings(ram_per_partition_gb=64))
-    assert plan.workload.codec_name == "pca-64+residual-2"
+    assert plan.workload.codec_name == "pca-192+residual-1"
     assert plan.storage_bytes <= SCHEMA1_STORAGE_TB * 1e12 / 10
     assert plan.ram_total_bytes <= SCHEMA1_PROVISIONED_TB * 1e12 / 10
     assert plan.ram_peak_bytes <= 64e9
@@ -303,7 +304,7 @@ CATALOG_TOL = 262_144  # catalog.duckdb grows in DuckDB's 256 KiB blocks (the pl
 
 def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
     """Every storage line of the plan against the files of an index built here (default codec
-    auto = pca-64+residual-2 at dim 384, FAISS partitions of tokens and pooled, BM25)."""
+    auto = pca-192+residual-1 at dim 384, FAISS partitions of tokens and pooled, BM25)."""
     from operators import codecs
     from pipeline.indexing.index_info import codes_file_columns
     from storage.manifest import load_manifest

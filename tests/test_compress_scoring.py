@@ -1,6 +1,7 @@
 """Compressors and exact scorers against straightforward per-passage reference code."""
 
 import numpy as np
+import pytest
 
 from operators import scoring
 from operators.compress import Compressor, kmeans_centroids, projection_matrix
@@ -38,6 +39,15 @@ def test_compressor_representations():
         np.testing.assert_allclose(tok, normed[::2], atol=1e-6)
         np.testing.assert_allclose(pool, a.mean(0) / np.linalg.norm(a.mean(0)), atol=1e-6)
         np.testing.assert_allclose(fm, normed[:3], atol=1e-6)
+    for a, c in zip(arrays, reps["centroids"]):  # the default space: k-means over unit vectors, unit centroids
+        normed = a / np.linalg.norm(a, axis=1, keepdims=True)
+        expected = normed if len(a) <= 2 else _reference_kmeans(normed, 2, 10)
+        np.testing.assert_allclose(c, expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-4)
+    raw = Compressor(first_m=3, centroids=2, centroid_space="raw")(arrays)["centroids"]
+    for a, c in zip(arrays, raw):  # the paper's form: k-means over the raw vectors, centroids as they come
+        np.testing.assert_allclose(c, a if len(a) <= 2 else _reference_kmeans(a, 2, 10), atol=1e-4)
+    with pytest.raises(ValueError, match="unknown centroid space 'cosine'; choose one of unit, raw"):
+        Compressor(centroid_space="cosine")
     p = projection_matrix(16, 8, seed=3)
     np.testing.assert_allclose(p.T @ p, np.eye(8), atol=1e-5)
     assert np.array_equal(p, projection_matrix(16, 8, seed=3))

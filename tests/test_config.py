@@ -57,3 +57,17 @@ def test_codec_names_are_checked_and_the_cli_sets_them():
     for bad in ("bogus-2", "residual-3", "pca-64+pca-32"):
         with pytest.raises(ConfigError, match="compress.codec"):
             load_index_config(parser().parse_args(["corpus", "index", "--codec", bad]))
+
+
+def test_an_index_written_before_a_setting_existed_keeps_what_it_did():
+    """A manifest without ``compress.centroid_space`` was written when centroids were raw:
+    ``of_index`` reads it so (``mvr add`` computes new centroids as the old ones were), while a
+    new job's default is the unit space; both are part of the vector settings (resume keys)."""
+    fresh = IndexConfig()
+    assert fresh.compress.centroid_space == "unit"
+    old = fresh.model_dump(mode="json")
+    del old["compress"]["centroid_space"]
+    assert IndexConfig.of_index(old).compress.centroid_space == "raw"
+    assert IndexConfig.of_index(fresh.model_dump(mode="json")) == fresh
+    assert fresh.vector_settings()["compress"]["centroid_space"] == "unit"
+    assert IndexConfig.of_index(old).vector_settings() != fresh.vector_settings()

@@ -25,6 +25,7 @@ from operators.query import EncodedQuery
 from operators.ranking import best_first, top_documents
 from operators.scoring import MODE_VECTORS, MODES, QueryBatch
 from operators.stored_vectors import StoredVectors
+from pipeline.retrieval.plan import run_trips
 
 DIM, PASSAGES, K = 32, 240, 7
 
@@ -219,28 +220,24 @@ def test_top_documents_looks_at_a_prefix_only_when_it_is_enough():
 # ---- the searcher: search_encoded_batch == search_encoded, one query at a time ----------------
 
 
-def searcher_over(parts: dict[str, list[Partition]], paths: dict[str, str]):
-    """A Searcher over in-memory partitions (no index on disk; what search_encoded needs)."""
-    from pipeline.config import SearchConfig
-    from pipeline.retrieval.searcher import Searcher
+def searcher_over(parts: list[Partition]):
+    """The query plan over in-memory partitions (no index on disk)."""
+    from pipeline.retrieval.searcher import PartitionSearch
 
-    s = Searcher.__new__(Searcher)
-    s.config, s.partitions, s.paths, s.sparse_modes = SearchConfig(), parts, paths, []
-    s.manifest = SimpleNamespace(ann={}, counts={"passages": PASSAGES})
-    return s
+    return PartitionSearch(parts)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_searcher_batch_equals_search_encoded(data, mode):
-    from pipeline.retrieval.searcher import Restriction
+    from pipeline.retrieval.request import Restriction
 
     codec = codec_for("residual-2", data)
-    s = searcher_over({mode: [partition(mode, data, codec, live=True)]}, {mode: "exact"})
+    s = searcher_over([partition(mode, data, codec, live=True)])
     rng = np.random.default_rng(2)
     for restriction in (None, Restriction(np.sort(rng.choice(PASSAGES, 30, replace=False))), Restriction(np.arange(0, PASSAGES, 2))):
-        batched = s.search_encoded_batch(data.queries, K, mode, [1.0 + i for i in range(len(data.queries))], restriction)
+        batched = s.search_batch(data.queries, K, mode, None, restriction, [1.0 + i for i in range(len(data.queries))])
         for i, (q, got) in enumerate(zip(data.queries, batched)):
-            want = s.search_encoded(q, K, mode, 1.0 + i, restriction)
+            want = run_trips(s.plan.search(q, K, mode, None, restriction, 1.0 + i), s._trip)
             assert (got.query, got.mode, got.path, got.candidates, got.allowed_passages) == (want.query, want.mode, want.path, want.candidates, want.allowed_passages)
             assert got.ranked.doc_ids == want.ranked.doc_ids
             np.testing.assert_allclose(got.ranked.scores, want.ranked.scores, rtol=1e-5, atol=1e-6)
@@ -252,10 +249,10 @@ def test_searcher_batch_of_ann_partitions_answers_one_query_at_a_time(data):
     ann = make_index("faiss-ivfpq", DIM, len(data.tokens), brute_force=True)
     ann.train(data.tokens)
     ann.add(data.tokens)
-    s = searcher_over({"maxsim": [Partition("tokens", packed, data.doc_ids, np.zeros(PASSAGES), ann)]}, {"maxsim": "ann"})
-    batched = s.search_encoded_batch(data.queries, K, "maxsim")
+    s = searcher_over([Partition("tokens", packed, data.doc_ids, np.zeros(PASSAGES), ann)])
+    batched = s.search_batch(data.queries, K, "maxsim")
     for q, got in zip(data.queries, batched):
-        want = s.search_encoded(q, K, "maxsim")
+        want = s.search(q, K, "maxsim")
         assert got.path == "ann" and got.ranked.doc_ids == want.ranked.doc_ids and got.candidates == want.candidates
     with pytest.raises(ValueError, match="encode times"):
-        s.search_encoded_batch(data.queries, K, "maxsim", [0.0])
+        s.search_batch(data.queries, K, "maxsim", encode_ms=[0.0])

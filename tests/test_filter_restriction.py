@@ -2,7 +2,7 @@
 numbers → a partition's rows, membership by rows or mask, ``Partition.hits`` dropping hits
 outside the allowed rows before candidates are chosen, ``Partition.rank`` scoring allowed rows
 only (gathered, or masked in place when most rows are allowed), candidate rounds under a
-filter, and ``filtered_search``'s three paths."""
+filter, and the query plan's three paths under a filter (``PartitionSearch``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from operators.candidates import CandidateRounds, FirstStage
 from operators.packed import Packed
 from operators.partition import Partition, allowed_as_rows, allowed_rows, in_allowed
 from operators.query import EncodedQuery
-from pipeline.retrieval.searcher import filtered_search
+from pipeline.retrieval.request import Restriction
+from pipeline.retrieval.searcher import PartitionSearch
 
 DIM = 16
 
@@ -129,11 +130,8 @@ def test_filtered_search_paths_return_k_allowed_documents(corpus, n_allowed, cap
     q = unit(rng.standard_normal((5, DIM)))
     query = EncodedQuery("q", q, q[0])
     fs = FirstStage(k_prime=4, candidate_cap=cap)
-    per_part = [allowed_rows(allowed, 0, 150), allowed_rows(allowed, 150, 250)]
-    results, timings, got_path = filtered_search(parts, "maxsim", query, 10, fs, per_part)
-    from operators.ranking import merge
-
-    ranked = merge([r.ranked for r in results], 10)
+    result = PartitionSearch(parts).search(query, 10, "maxsim", restriction=Restriction(allowed), first_stage=fs)
+    ranked, got_path = result.ranked, result.path
     want = brute(arrays, doc_ids, q, allowed)
     assert set(ranked.doc_ids) <= {d for d, _ in want}
     assert len(ranked) == min(10, len(want))
@@ -158,9 +156,7 @@ def test_ann_path_falls_back_to_exact_when_the_probed_cells_hold_too_few_allowed
     allowed = np.setdiff1d(np.arange(400), every)[:60]  # none of them in the probed cell
     assert len(allowed) >= 20
     fs = FirstStage(k_prime=8, candidate_cap=10)
-    results, _, path = filtered_search([part], "maxsim", query, 10, fs, [allowed])
-    from operators.ranking import merge
-
-    ranked = merge([r.ranked for r in results], 10)
+    result = PartitionSearch([part]).search(query, 10, "maxsim", restriction=Restriction(allowed), first_stage=fs)
+    ranked, path = result.ranked, result.path
     assert path == "exact" and len(ranked) == 10
     assert ranked.doc_ids == [d for d, _ in brute(arrays, doc_ids, q, allowed)[:10]]

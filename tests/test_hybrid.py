@@ -1,8 +1,9 @@
-"""BM25 and hybrid search on msmarco-sample (BM25 in P = 2 partitions) and dbpedia-sample
-(P = 1): ``bm25`` within 0.01 of an independent bm25s run with the same settings (and of the
-datasets README figure); ``mvr tune-hybrid`` (λ tuned on one half of the queries, reported
-on the other, both ways round) at or above the better of its two sides; an index without
-BM25 and λ outside [0, 1] are refused with the reason."""
+"""BM25 and hybrid search on msmarco-sample (BM25 in P = 2 partitions), dbpedia-sample and
+cranfield (P = 1): ``bm25`` within 0.01 of an independent bm25s run with the same settings
+(and of the datasets README figure); the default hybrid, and ``mvr tune-hybrid`` (λ tuned on
+one half of the queries, reported on the other, both ways round), no more than 0.005 below
+the better of its two sides; an index without BM25 and λ outside [0, 1] are refused with the
+reason."""
 
 from __future__ import annotations
 
@@ -13,21 +14,18 @@ import bm25s
 import pytest
 import Stemmer
 
-from helpers import REFERENCE_NDCG10, ndcg10, read_jsonl, read_qrels, reference_tolerance
+from helpers import REFERENCE_NDCG10, REFERENCE_TOLERANCE, ndcg10, read_jsonl, read_qrels
 from jobs import tune_hybrid as tune_job
 from pipeline.indexing.bm25_build import build_bm25
 from pipeline.config import BM25BuildConfig, SearchConfig
 from pipeline.retrieval.searcher import Searcher
-from pipeline.serving.layout import plan_layout
+from pipeline.retrieval.layout import plan_layout
 from storage.manifest import commit_manifest, load_manifest
 
 pytestmark = pytest.mark.ray
 
-COLLECTIONS = {"msmarco-sample": ("msmarco_index", 2), "dbpedia-sample": ("dbpedia_index", 1)}
-# Sampling noise: the held-out hybrid is read against the better side with the standard error
-# of their paired per-query difference (about 0.01 over 40-43 queries; docs/hybrid.md): it may
-# fall below the better side by at most two of them, never by more.
-NOISE_SE = 2.0
+COLLECTIONS = {"msmarco-sample": ("msmarco_index", 2), "dbpedia-sample": ("dbpedia_index", 1), "cranfield": ("cranfield_index", 1)}
+BELOW_BETTER_SIDE = 0.005  # issue 36: a hybrid at most this far below the better of its two sides
 
 
 def independent_bm25(dataset) -> dict[str, list[tuple[str, float]]]:
@@ -65,7 +63,7 @@ def test_bm25_matches_an_independent_bm25s_run(with_bm25):
     assert abs(ours - REFERENCE_NDCG10[with_bm25["name"]]["bm25"]) <= 0.01
 
 
-def test_tuned_hybrid_is_at_least_as_good_as_either_side(with_bm25, tmp_path, capsys):
+def test_default_and_tuned_hybrid_are_not_below_their_better_side(with_bm25, tmp_path, capsys):
     out = tmp_path / "tune.json"
     assert tune_job.main([with_bm25["index"], "--dataset", str(with_bm25["dataset"]), "--exact", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -75,13 +73,11 @@ def test_tuned_hybrid_is_at_least_as_good_as_either_side(with_bm25, tmp_path, ca
     assert len(folds) == 2 and not set(folds[0]["queries"]) & set(folds[1]["queries"])
     reported = {m: f["nDCG@10"] for m, f in result["reported"].items()}
     print(f"\n{with_bm25['name']}: λ per fold {[f['lam'] for f in folds]}, nDCG@10 {reported}")
-    assert abs(reported["maxsim"] - REFERENCE_NDCG10[with_bm25["name"]]["maxsim"]) <= reference_tolerance(with_bm25["index"], "maxsim")
-    better = max(("maxsim", "bm25"), key=lambda m: reported[m])
-    se = result["paired_se"][better]
-    print(f"paired standard error of hybrid - {better}: {se}")
-    assert 0 < se < 0.03  # the noise is measured, not assumed
-    assert reported["hybrid"] >= reported[better] - NOISE_SE * se
-    assert reported["hybrid"] > min(reported["maxsim"], reported["bm25"])  # fusion never falls to the weaker side
+    assert abs(reported["maxsim"] - REFERENCE_NDCG10[with_bm25["name"]]["maxsim"]) <= REFERENCE_TOLERANCE
+    better = max(reported["maxsim"], reported["bm25"])
+    assert reported["hybrid"] >= better - BELOW_BETTER_SIDE  # λ tuned on the other fold
+    # every setting at its default (fusion, λ, n-best, norm_depth): what a search without knobs answers
+    assert reported["hybrid-default"] >= better - BELOW_BETTER_SIDE
 
 
 def test_hybrid_without_bm25_and_bad_lambda_are_refused(with_bm25, tmp_path):

@@ -26,7 +26,7 @@ from operators.scoring import SEARCH_MODES
 from pipeline.indexing.ann_build import build_ann
 from pipeline.serving.client import SearchClient, ServiceError
 from pipeline.config import AnnBuildConfig, ServeConfig
-from pipeline.retrieval.searcher import Searcher, first_stage, merge_partition_results, search_partitions
+from pipeline.retrieval.searcher import PartitionSearch, Searcher
 
 pytestmark = pytest.mark.ray
 
@@ -334,14 +334,12 @@ def test_hung_or_killed_partition_gives_degraded_answers_then_recovers(served, i
     d = served["deployment"]
     client = SearchClient(served["url"])
     queries = list(served["queries"].values())[:8]
-    survivors = in_process.partitions["maxsim"][:1]
-    fs = first_stage(in_process.config.for_mode("maxsim"), {})
+    survivor = PartitionSearch(in_process.partitions["maxsim"][:1], in_process.config)
     complete = {q: r.hits() for q, r in zip(queries, in_process.search(queries, 10, "maxsim"))}
 
     def survivor_only(q: str) -> list[tuple[str, float]]:
         (e,) = in_process.encode([q])
-        results, timings = search_partitions(survivors, "maxsim", e, 10, fs)
-        return merge_partition_results(q, "maxsim", "ann", 10, results, 2, timings).hits()
+        return survivor.search(e, 10, "maxsim").hits()
 
     def wait_healthy() -> None:
         deadline = time.monotonic() + 120

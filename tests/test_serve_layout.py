@@ -1,4 +1,4 @@
-"""Which partition deployment serves what (pipeline/serving/layout.py), without Ray; the
+"""Which partition deployment serves what (pipeline/retrieval/layout.py), without Ray; the
 serve config file; how the API's error answers echo client input; and the ingress's in-place
 calls to the partitions it holds (no service needed)."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from operators.scoring import MODES
 from pipeline.config import ServeConfig
-from pipeline.serving.layout import default_modes, plan_layout
+from pipeline.retrieval.layout import default_modes, plan_layout
 from storage.manifest import Manifest
 
 
@@ -80,7 +80,7 @@ def test_serve_yaml_is_the_defaults_and_a_partial_file_keeps_the_rest(tmp_path: 
 
 
 def test_error_answers_echo_short_json_safe_excerpts() -> None:
-    from pipeline.serving.api import ERRORS_SHOWN, excerpt, short_errors
+    from pipeline.serving.errors import ERRORS_SHOWN, excerpt, short_errors
 
     assert excerpt(42) == 42 and excerpt(0.5) == 0.5 and excerpt(None) is None and excerpt("short") == "short"
     for value in ("x" * 10_000, {"query": "y" * 10_000}, b"\xff" * 1000, 10**4000, [[[]]] * 5000):
@@ -99,7 +99,7 @@ def test_a_partition_in_the_ingress_answers_each_call_with_its_result_or_its_err
     ``LocalPartition``, with the same futures as over a deployment's handle."""
     import asyncio
 
-    from pipeline.serving.fanout import LocalPartition
+    from pipeline.retrieval.host import LocalPartition
 
     class Host:  # the two outcomes of a PartitionHost trip
         def hits(self, kind: str, k: int) -> tuple[str, int]:

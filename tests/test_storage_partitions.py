@@ -12,7 +12,7 @@ from operators.ann import make_index
 from storage.manifest import Manifest, ShardEntry
 from storage.schema import codes_to_arrow, shard_schema
 from storage.shards import write_shard
-from storage.verify import IntegrityError
+from storage.integrity import IntegrityError
 from storage.partitions import ShardSlice, load_partition, plan_partitions, read_passages, write_partition
 
 

@@ -11,7 +11,8 @@ from storage.manifest import Manifest, ShardEntry, commit_manifest, load_manifes
 from operators import codecs
 from storage.schema import arrow_to_codes, codes_to_arrow, shard_schema
 from storage.shards import committed_in_block, covered_seqs, open_codes, read_shard, seq_ranges, sha256_of, shard_dim, write_shard
-from storage.verify import IntegrityError, codes_file
+from storage.integrity import IntegrityError
+from storage.verify import codes_file
 
 
 @pytest.fixture
@@ -119,7 +120,7 @@ def test_an_index_of_schema_version_1_is_refused_with_how_to_rebuild(index_url):
 def test_the_shard_list_is_checked_and_old_lists_are_dropped(tmp_path):
     from storage.manifest import read_manifest
     from storage.retention import collect
-    from storage.verify import IntegrityError
+    from storage.integrity import IntegrityError
 
     url = str(tmp_path)
     table, _, _ = _table(3)

@@ -16,13 +16,8 @@ from pathlib import Path
 import pytest
 
 from storage.manifest import load_manifest
-from storage.verify import (
-    IntegrityError,
-    expected_files,
-    require_intact,
-    shard_files,
-    verify_index,
-)
+from storage.integrity import IntegrityError, require_intact
+from storage.verify import expected_files, shard_files, verify_index
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,7 +24,8 @@ from pipeline.ray_runtime import init_ray, task_result
 from storage.codec_file import load_codecs
 from storage.manifest import Manifest, ShardEntry, commit_update, load_manifest, shard_lookup
 from storage.retention import collect
-from storage.verify import ExpectedFile, codes_file, require_intact
+from storage.integrity import ExpectedFile, require_intact
+from storage.verify import codes_file
 from storage.partitions import INDEX_SUBDIR, PartitionPlan, ShardSlice, build_dir, local_copy, plan_partitions, read_passages, write_partition
 
 

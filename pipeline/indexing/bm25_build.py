@@ -23,7 +23,8 @@ from storage.bm25_partitions import build_dir, read_passage_texts, write_bm25_pa
 from storage.manifest import Manifest, commit_update, load_manifest
 from storage.retention import collect
 from storage.partitions import PartitionPlan, ShardSlice, plan_partitions
-from storage.verify import ExpectedFile, require_intact, shard_files
+from storage.integrity import ExpectedFile, require_intact
+from storage.verify import shard_files
 
 
 def _plan(plan: dict) -> PartitionPlan:

@@ -121,7 +121,9 @@ class BatchCompressor:
         for g, c in self.codecs.items():
             if c.dim_in != dim:
                 raise ValueError(f"the {g} codec takes {c.dim_in}-dimensional vectors, the encoder makes {dim}")
-        self.compressor = Compressor(None, compress["pooling"], compress["first_m"], compress["centroids"], compress["kmeans_iterations"])
+        self.compressor = Compressor(
+            None, compress["pooling"], compress["first_m"], compress["centroids"], compress["kmeans_iterations"], compress["centroid_space"]
+        )
         self.schema = shard_schema(self.codecs)
 
     def _codes(self, arrays: list[np.ndarray], group: str) -> pa.Array:

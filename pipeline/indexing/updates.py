@@ -64,7 +64,8 @@ from storage.partitions import (
 )
 from storage.retention import collect
 from storage.tombstones import read_tombstones, write_tombstones
-from storage.verify import ExpectedFile, codes_file, require_intact
+from storage.integrity import ExpectedFile, require_intact
+from storage.verify import codes_file
 
 ADDS_DIR = "adds"
 CATALOGS_DIR = "catalogs"
@@ -94,7 +95,7 @@ def add_documents(corpus_url: str, index_url: str, log: Callable[[str], None] = 
     earlier add of the same bytes committed."""
     t0 = time.time()
     base = load_manifest(index_url)
-    config = IndexConfig.model_validate(base.config)
+    config = IndexConfig.of_index(base.config)
     blocks, fingerprint = plan_blocks(corpus_url, config.runtime.block_bytes, config.runtime.parquet_rows_per_block)
     del blocks
     aid = add_id(corpus_url, fingerprint, config)

@@ -18,7 +18,9 @@ from tqdm import tqdm
 
 from operators.query import EncodedQuery
 from pipeline.config import EvalConfig
-from pipeline.retrieval.searcher import Restriction, SearchResult, Searcher
+from pipeline.retrieval.plan import SearchResult
+from pipeline.retrieval.request import Restriction
+from pipeline.retrieval.searcher import Searcher
 from pipeline.plots import png_bytes, pyplot
 from storage.beir import TestCollection, read_collection
 

@@ -6,8 +6,9 @@ picked on the other folds (the grid value with the best metric; the smallest of 
 fold is scored with it: every query is reported with a λ tuned without it, and all queries
 are reported (with 2 folds: tune on one half, report on the other, then the other way round).
 Each query's hybrid union (both sides' n-best, rescored exactly on both sides) is computed
-once; every λ only re-fuses it. Beside the tuned hybrid: RRF (nothing to tune) and both sides
-alone, run as their own modes, over the same queries."""
+once; every λ only re-fuses it. Beside the tuned hybrid: the hybrid at the configured
+settings (``hybrid-default``: what a search without knobs answers), RRF (nothing to tune) and
+both sides alone, run as their own modes, over the same queries."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from tqdm import tqdm
 from operators.fusion import HybridParams, ScoredPassages, fuse
 from pipeline.config import TuneHybridConfig
 from pipeline.retrieval.evaluation import per_query, quality
-from pipeline.retrieval.searcher import SearchResult, Searcher, request_settings
+from pipeline.retrieval.plan import SearchResult
+from pipeline.retrieval.request import request_settings
+from pipeline.retrieval.searcher import Searcher
 from pipeline.plots import png_bytes, pyplot
 from storage.beir import TestCollection, read_collection
 
@@ -84,18 +87,16 @@ def tune_hybrid(index_url: str, config: TuneHybridConfig, log: Callable[[str], N
     search = config.search.model_copy(update={"hybrid": config.search.hybrid.model_copy(update={"dense": config.dense})})
     searcher = searcher or Searcher(index_url, [config.dense, "bm25", "hybrid"], search)
     fs, base = request_settings(search, "hybrid", {"dense": config.dense})
-    unions: dict[str, list[ScoredPassages]] = {}
-    dense: dict[str, SearchResult] = {}
-    for q in tqdm(judged, desc="hybrid unions and dense runs", unit="query"):
-        encoded = searcher.encode([collection.queries[q]])[0]
-        unions[q], _ = searcher.hybrid_passages(encoded, base, fs)
-        dense[q] = searcher.search_encoded(encoded, config.k, config.dense)
+    encoded = dict(zip(judged, searcher.encode([collection.queries[q] for q in judged])))
+    unions = {q: searcher.hybrid_passages(encoded[q], base, fs) for q in tqdm(judged, desc="hybrid unions", unit="query")}
+    # the dense side alone: exact ones in one pass over the vectors for every query
+    dense = dict(zip(judged, searcher.search_encoded_batch([encoded[q] for q in judged], config.k, config.dense)))
     bm25 = {q: searcher.search([collection.queries[q]], config.k, "bm25")[0] for q in judged}
     weighted = {lam: fused_run(unions, dataclasses.replace(base, fusion="weighted", lam=float(lam)), config.k) for lam in config.grid}
     rrf = fused_run(unions, dataclasses.replace(base, fusion="rrf"), config.k)
     result = TuneResult(collection.name, len(judged))
     hybrid: dict[str, SearchResult] = {}
-    runs = {"hybrid": hybrid, "hybrid-rrf": rrf, config.dense: dense, "bm25": bm25}
+    runs = {"hybrid": hybrid, "hybrid-default": fused_run(unions, base, config.k), "hybrid-rrf": rrf, config.dense: dense, "bm25": bm25}
     for i, fold in enumerate(folds):
         tune_ids = [q for j, f in enumerate(folds) if j != i for q in f]
         tune_set = subset(collection, tune_ids)
@@ -127,7 +128,7 @@ def plot_grid(result: TuneResult, config: TuneHybridConfig) -> bytes:
         y = [g[config.metric] for g in fold.grid]
         ax.plot(x, y, "o-", color=f"C{i}", markersize=3, label=f"tuning on all but fold {i + 1} (λ = {fold.lam})")
         ax.axvline(fold.lam, color=f"C{i}", linestyle=":", linewidth=0.8)
-    styles = {"hybrid": "-", "hybrid-rrf": "-.", config.dense: "--", "bm25": ":"}
+    styles = {"hybrid": "-", "hybrid-default": (0, (5, 1, 1, 1)), "hybrid-rrf": "-.", config.dense: "--", "bm25": ":"}
     for name, style in styles.items():
         ax.axhline(result.reported[name][config.metric], color="k", linestyle=style, linewidth=0.9, label=f"reported: {name} {result.reported[name][config.metric]:.4f}")
     ax.set_xlabel("λ (dense weight; 0 = BM25 only, 1 = dense only)")

@@ -7,7 +7,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pipeline.retrieval.searcher import SearchResult, Searcher
+from pipeline.retrieval.plan import SearchResult
+
+from pipeline.retrieval.searcher import Searcher
 from storage.catalog import Catalog
 
 

@@ -32,10 +32,11 @@ from ray import serve
 
 from pipeline.config import ServeConfig
 from pipeline.ray_runtime import init_ray
-from pipeline.serving.api import SearchService, token_digest
+from pipeline.serving.api import SearchService
+from pipeline.serving.guard import token_digest
 from pipeline.serving.query_encoder import QueryEncoderServer
 from pipeline.serving.partition import IndexVersion, PartitionServer
-from pipeline.serving.layout import ServingLayout, default_modes, plan_layout
+from pipeline.retrieval.layout import ServingLayout, default_modes, plan_layout
 from storage.manifest import Manifest, load_manifest
 
 
@@ -231,7 +232,9 @@ def deploy(
             targets.append(serve.RunTarget(build(), name=name, route_prefix=None))
     digest = token_digest(token) if token else token_sha256
     in_ingress = manifest if enc_name is None or idx_name is None else None  # the ingress loads the encoder or the partitions itself
-    ingress = SearchService.options(**plan.searcher.options()).bind(layout, config, enc_name, idx_name, digest, in_ingress, plan.searcher.threads)
+    ingress = SearchService.options(**plan.searcher.options()).bind(
+        layout, config, enc_name, idx_name, digest, in_ingress, plan.searcher.threads, (reloader_name(config.app_name), RELOADER_NAMESPACE)
+    )
     if config.app_name not in serve.status().applications:
         # nothing served yet, so no query to keep answering: the ingress starts beside the
         # apps it calls (its replicas' start overlaps theirs) and the route opens when all run

@@ -8,27 +8,27 @@ instead of Q × P. A lone call goes as itself.
 
 Each caller gets its own future: a call that fails inside ``many`` fails alone; a trip that
 fails (a dead replica) fails every call it carried, as the calls would have failed one by one;
-a trip whose callers have all given up (``asyncio.wait_for`` timed out) is cancelled.
+a trip whose callers have all given up is cancelled. A trip not answered within ``timeout_s``
+for each call it carries (the partition answers them one after another) fails its calls with
+``TimeoutError``, so a large batch is not cut off by the time one call may take.
 
-``LocalPartition``: a partition the ingress holds itself (``partition.placement: ingress``),
-called in place, with the same ``call`` interface."""
+A partition the ingress holds itself (``partition.placement: ingress``) is called in place
+through ``pipeline.retrieval.host.LocalPartition``, with the same ``call`` interface."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-
-# What ``PartitionServer.many`` runs: the trips of a query.
-TRIP_METHODS = frozenset({"first_trip", "hits", "rank", "bm25_rank", "hybrid"})
+from pipeline.retrieval.host import TRIP_METHODS
 
 
 class CoalescedHandle:
     """Wraps a partition's ``DeploymentHandle``: ``call(method, *args)`` returns a future of
     ``handle.method.remote(*args)``'s result, sent with the other calls of the same loop turn."""
 
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
+    def __init__(self, handle: Any, timeout_s: float) -> None:
+        self.handle, self.timeout_s = handle, timeout_s
         self.pending: list[tuple[str, tuple, asyncio.Future]] = []
         self.trips = 0  # actor calls sent
         self.calls = 0  # calls carried by them
@@ -70,7 +70,16 @@ class CoalescedHandle:
 
         for f in futures:
             f.add_done_callback(given_up)
+
+        def expire() -> None:  # not answered in time: each call fails (the trip is cancelled)
+            for f in futures:
+                if not f.done():
+                    f.set_exception(asyncio.TimeoutError(f"no answer within {self.timeout_s * len(futures):g} s"))
+            response.cancel()
+
+        timer = asyncio.get_running_loop().call_later(self.timeout_s * len(futures), expire)
         task = asyncio.ensure_future(self._deliver(response, futures, len(batch) == 1))
+        task.add_done_callback(lambda _: timer.cancel())
         self._delivering.add(task)
         task.add_done_callback(self._delivering.discard)
 
@@ -87,48 +96,3 @@ class CoalescedHandle:
         for f, (ok, value) in zip(futures, results):
             if not f.done():
                 f.set_result(value) if ok else f.set_exception(value)
-
-
-class LocalPartition:
-    """A partition held by the ingress itself (``partition.placement: ingress``): ``call(method,
-    *args)`` runs the trip at once, in the caller's thread, and returns its done future (the
-    result, or the exception the trip raised), so a query's trips cost no actor call and the
-    ingress's merge is the same code as over ``CoalescedHandle``. ``host`` is a
-    ``PartitionHost``."""
-
-    def __init__(self, host: Any) -> None:
-        self.host = host
-        self.trips = 0
-        self.calls = 0
-
-    def info(self) -> asyncio.Future:
-        """The partition's ``info()``, marked as held by the ingress, as a done future."""
-        future = asyncio.get_running_loop().create_future()
-        future.set_result({**self.host.info(), "placement": "ingress"})
-        return future
-
-    def call(self, method: str, *args: Any) -> asyncio.Future:
-        future = asyncio.get_running_loop().create_future()
-        ((ok, value),) = run_many(self.host, [(method, args)])
-        self.trips += 1
-        self.calls += 1
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
-        return future
-
-
-def run_many(target: Any, calls: list[tuple[str, tuple]]) -> list[tuple[bool, Any]]:
-    """``PartitionServer.many``'s body: each (method, args) of ``calls`` run on ``target`` in
-    order, as (True, result) or (False, the exception it raised)."""
-    out: list[tuple[bool, Any]] = []
-    for method, args in calls:
-        if method not in TRIP_METHODS:
-            out.append((False, ValueError(f"{method} is not a partition trip")))
-            continue
-        try:
-            out.append((True, getattr(target, method)(*args)))
-        except Exception as e:  # noqa: BLE001 - this call fails alone, the others of the trip answer
-            out.append((False, e))
-    return out

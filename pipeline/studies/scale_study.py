@@ -40,7 +40,8 @@ from operators.scoring import MODE_VECTORS, score
 from operators.stored_vectors import StoredVectors
 from pipeline.config import IndexConfig, ScaleStudyConfig
 from pipeline.retrieval.evaluation import quality
-from pipeline.retrieval.searcher import SearchResult, load_query_encoder
+from pipeline.retrieval.plan import SearchResult
+from pipeline.retrieval.searcher import load_query_encoder
 from pipeline.plots import png_bytes, pyplot
 from storage import fs
 from storage.beir import TestCollection, read_collection
@@ -251,7 +252,7 @@ def check_compatible(urls: Mapping[str, str]) -> dict[str, Any]:
     for name, url in urls.items():
         m = load_manifest(url)
         # dim: of the decoded pooled vectors (the pooled codec's output), what the pooled methods project
-        settings = {"vectors": IndexConfig.model_validate(m.config).vector_settings(), "model": m.model.get("fingerprint"), "dim": m.codecs["pooled"]["dim_out"]}
+        settings = {"vectors": IndexConfig.of_index(m.config).vector_settings(), "model": m.model.get("fingerprint"), "dim": m.codecs["pooled"]["dim_out"]}
         if first is None:
             first_name, first = name, settings
         elif settings != first:

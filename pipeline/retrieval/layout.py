@@ -1,13 +1,15 @@
-"""Which Serve partition deployment holds what, planned from an index's manifest.
+"""Which partition host holds what, planned from an index's manifest: the same layout for
+in-process search (``Searcher``: the hosts in this process) and the service (a Serve
+deployment a host).
 
 ANN builds split the passages into P contiguous ranges, the same ranges for every vector kind
-(``storage.partitions.plan_partitions``). Deployment ``i`` holds range ``i`` of every served
-kind, so P deployments serve all modes (a kind built with fewer partitions simply has no
-slice in the last deployments). A mode without an ANN build is served exactly: one
-brute-force slice over every passage, held by deployment 0.
+(``storage.partitions.plan_partitions``). Host ``i`` holds range ``i`` of every served kind,
+so P hosts serve all modes (a kind built with fewer partitions simply has no slice in the last
+hosts). A mode without an ANN build (or every dense mode, ``exact``) is served exactly: one
+brute-force slice over every passage, held by host 0.
 
-BM25 partition ``i`` sits in deployment ``i`` (mode ``bm25``). For ``hybrid``, each deployment
-holding a dense slice also holds the BM25 partitions over the same passages
+BM25 partition ``i`` sits in host ``i`` (mode ``bm25``). For ``hybrid``, each host holding a
+dense slice also holds the BM25 partitions over the same passages
 (``storage.bm25_partitions.tiling``), so both sides of a passage are scored in one place."""
 
 from __future__ import annotations

@@ -1,0 +1,205 @@
+"""A partition host: one passage range of an index with everything that answers a query's
+trips there, and the way to call it in this process.
+
+``PartitionHost`` holds, per served vector kind, the range's ``Partition`` (stored vectors,
+ids, ANN index; every passage for a mode served exactly) and the BM25 partitions over the same
+passages. Its methods are the trips of the query plan (``pipeline/retrieval/plan.py``):
+``hits``, ``first_trip``, ``rank``, ``rank_batch``, ``bm25_rank`` and ``hybrid``. The Serve
+``Partition{i}`` deployments are hosts (``pipeline/serving/partition.py``); in-process search
+(``Searcher``) and an ingress holding its partitions itself call them through
+``LocalPartition``. No Ray here."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from operators.ann import set_build_threads
+from operators.bm25 import BM25Partition
+from operators.candidates import first_trip
+from operators.compress import l2_normalize
+from operators.fusion import ScoredPassages, side_by_side
+from operators.partition import Hits, Partition, PartitionResult, Scored
+from operators.query import EncodedQuery
+from operators.ranking import Ranked
+from operators.scoring import MODE_VECTORS, QueryVectors, first_stage_vectors
+from pipeline.retrieval.layout import ShardSpec
+from storage.bm25_partitions import load_bm25_partition
+from storage.codec_file import load_codecs
+from storage.manifest import Manifest
+from storage.partitions import exact_partition, load_partition
+
+# The trips a host answers (``PartitionHost.many`` runs any of them).
+TRIP_METHODS = frozenset({"first_trip", "hits", "rank", "rank_batch", "bm25_rank", "hybrid"})
+
+
+class PartitionHost:
+    """One passage range of the index: for each served vector kind, its exact vectors, document
+    ids and ANN index (or every passage, for a mode served exactly), and the BM25 partitions
+    over its passages (``shard``: what ``plan_layout`` gave this range). Loaded from the index
+    (``threads``: FAISS's OpenMP threads in this process; ``warm_up``: one small search a kind
+    so the first query does not pay lazy set-up, ~2 s); ``of_partitions`` wraps partitions
+    already in memory."""
+
+    def __init__(self, index_url: str, shard: ShardSpec, manifest: Manifest, threads: Optional[int] = None, warm_up: bool = True) -> None:
+        t0 = time.perf_counter()
+        if threads:
+            set_build_threads(threads)  # FAISS OpenMP threads (BLAS follows OMP_NUM_THREADS)
+        codecs = load_codecs(index_url, manifest.codecs)
+        parts = {
+            kind: exact_partition(index_url, manifest, kind, codecs) if entry is None else load_partition(index_url, kind, entry, manifest, codecs)
+            for kind, entry in shard.kinds.items()
+        }
+        bm25 = {i: load_bm25_partition(index_url, e, tombstones=manifest.tombstones) for i, e in shard.bm25.items()}
+        self._set(shard.index, parts, bm25, shard.bm25_own, shard.sparse, shard.first)
+        self.load_s = time.perf_counter() - t0
+        if warm_up:
+            self._warm_up()
+
+    @classmethod
+    def of_partitions(
+        cls, shard: int, parts: dict[str, Partition], first: Optional[dict[str, int]] = None, bm25: Optional[dict[int, BM25Partition]] = None,
+        bm25_own: Optional[int] = None, sparse: Optional[dict[str, list[int]]] = None,
+    ) -> "PartitionHost":
+        """A host over partitions already loaded: ``parts`` {kind: Partition}, ``first`` {kind:
+        global number of its first passage} (default 0), the BM25 partitions it holds, the one
+        answering ``bm25`` and, per kind, those over its passages (``hybrid``)."""
+        host = cls.__new__(cls)
+        host._set(shard, dict(parts), dict(bm25 or {}), bm25_own, dict(sparse or {}), {k: (first or {}).get(k, 0) for k in parts})
+        host.load_s = 0.0
+        return host
+
+    def _set(self, shard: int, parts: dict[str, Partition], bm25: dict[int, BM25Partition], bm25_own: Optional[int],
+             sparse: dict[str, list[int]], first: dict[str, int]) -> None:
+        self.shard, self.parts, self.bm25 = shard, parts, bm25
+        self.bm25_own, self.sparse, self.first = bm25_own, sparse, first
+
+    def _warm_up(self) -> None:
+        rng = np.random.default_rng(0)
+        for mode, kind in MODE_VECTORS.items():
+            part = self.parts.get(kind)
+            if part is None or not len(part):
+                continue
+            tokens = l2_normalize(rng.standard_normal((4, part.dim)).astype(np.float32))
+            query = EncodedQuery("warm up", tokens, tokens[0])
+            rows = None if part.exact else np.unique(part.hits(first_stage_vectors(mode, query), 8).rows)
+            part.rank(mode, query, rows, 10)
+        for bm25 in self.bm25.values():
+            bm25.rank(list(bm25.index.vocab_dict)[:2], 10)
+
+    def _part(self, kind: str) -> Partition:
+        part = self.parts.get(kind)
+        if part is None:
+            raise ValueError(f"partition {self.shard} holds no {kind} vectors (it has {', '.join(self.parts)})")
+        return part
+
+    def hits(self, kind: str, query_vectors: np.ndarray, k_prime: int, knobs: dict[str, Any], allowed: Optional[np.ndarray] = None) -> Hits:
+        """First trip: each of the (n_q, dim) query vectors' ``k_prime`` nearest indexed vectors
+        (among the ``allowed`` rows of a filter; None: all)."""
+        return self._part(kind).hits(query_vectors, k_prime, knobs, allowed=allowed)
+
+    def first_trip(
+        self, mode: str, kind: str, query: QueryVectors, k_prime: int, knobs: dict[str, Any], share: tuple[int, int], allowed: Optional[np.ndarray] = None
+    ) -> tuple[Hits, Scored]:
+        """``hits`` and, in the same trip, the exact scores of this partition's likely share of
+        the candidates (``operators.candidates.first_trip``), so most queries need no ``rank``."""
+        return first_trip(self._part(kind), mode, query, k_prime, knobs, share, allowed)
+
+    def rank(self, mode: str, kind: str, query: QueryVectors, rows: Optional[np.ndarray], k: int, allowed: Optional[np.ndarray] = None) -> PartitionResult:
+        """Second trip: exact ``mode`` scores of the candidate ``rows`` (None: every passage)
+        that are ``allowed`` (None: all), this partition's top-``k`` documents."""
+        return self._part(kind).rank(mode, query, rows, k, allowed=allowed)
+
+    def rank_batch(self, mode: str, kind: str, queries: Sequence[QueryVectors], k: int, allowed: Optional[np.ndarray] = None) -> list[PartitionResult]:
+        """Exact search of several queries at once: every ``allowed`` passage (None: all)
+        scored for each of them, the vectors decoded once (``Partition.rank_batch``)."""
+        if allowed is not None and not len(allowed):
+            return [PartitionResult(Ranked(), 0, 0.0) for _ in queries]
+        return self._part(kind).rank_batch(mode, queries, k, allowed=allowed)
+
+    def bm25_rank(self, terms: list[str], k: int, allowed: Optional[np.ndarray] = None) -> PartitionResult:
+        """Mode bm25, one trip: this host's BM25 partition's top-``k`` documents (among its
+        ``allowed`` rows; None: all)."""
+        if self.bm25_own is None:
+            raise ValueError(f"partition {self.shard} answers no bm25 queries")
+        return self.bm25[self.bm25_own].rank(terms, k, allowed=allowed)
+
+    def hybrid(
+        self, mode: str, kind: str, query: QueryVectors, terms: list[str], rows: Optional[np.ndarray], n_best: int, allowed: Optional[np.ndarray] = None
+    ) -> ScoredPassages:
+        """Mode hybrid, second trip: this slice's part of the union (``operators.fusion.
+        side_by_side``): its dense n-best among the candidate ``rows`` (None: every passage)
+        and its BM25 n-best, each with both exact scores, both among the ``allowed`` rows."""
+        part = self._part(kind)
+        if kind not in self.sparse:
+            raise ValueError(f"partition {self.shard} holds no BM25 side for its {kind} vectors")
+        sparse = np.concatenate([self.bm25[i].scores(terms) for i in self.sparse[kind]])
+        return side_by_side(part, sparse, self.first[kind], mode, query, rows, n_best, allowed=allowed)
+
+    def many(self, calls: list[tuple[str, tuple]]) -> list[tuple[bool, Any]]:
+        """Several trips in one call (the ingress coalesces the calls of one loop turn,
+        ``pipeline/serving/fanout.py``): each (method, args) answered as (True, result) or
+        (False, the error it raised)."""
+        return run_many(self, calls)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "shard": self.shard,
+            "load_s": round(self.load_s, 3),
+            "kinds": {k: {"passages": len(p), "vectors": p.n_vectors, "exact": p.exact} for k, p in self.parts.items()},
+            "bm25": {str(i): len(p) for i, p in self.bm25.items()},
+        }
+
+
+def run_many(target: Any, calls: list[tuple[str, tuple]]) -> list[tuple[bool, Any]]:
+    """Each (method, args) of ``calls`` run on ``target`` in order, as (True, result) or
+    (False, the exception it raised): one call fails alone, the others of the trip answer."""
+    out: list[tuple[bool, Any]] = []
+    for method, args in calls:
+        if method not in TRIP_METHODS:
+            out.append((False, ValueError(f"{method} is not a partition trip")))
+            continue
+        try:
+            out.append((True, getattr(target, method)(*args)))
+        except Exception as e:  # noqa: BLE001 - this call fails alone
+            out.append((False, e))
+    return out
+
+
+class LocalPartition:
+    """A host called in this process: ``call(method, *args)`` runs the trip at once, in the
+    caller's thread, and returns its result (``run``) or a done future (``call``, for an
+    asyncio caller: the Serve ingress holding its partitions itself)."""
+
+    def __init__(self, host: PartitionHost) -> None:
+        self.host = host
+        self.trips = 0
+        self.calls = 0
+
+    def run(self, method: str, *args: Any) -> Any:
+        """The trip's result; what it raised, raised."""
+        ((ok, value),) = run_many(self.host, [(method, args)])
+        self.trips += 1
+        self.calls += 1
+        if not ok:
+            raise value
+        return value
+
+    def call(self, method: str, *args: Any) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        try:
+            future.set_result(self.run(method, *args))
+        except Exception as e:  # noqa: BLE001 - handed to the awaiting caller
+            future.set_exception(e)
+        return future
+
+    def info(self) -> asyncio.Future:
+        """The host's ``info()``, marked as held by the ingress, as a done future."""
+        future = asyncio.get_running_loop().create_future()
+        future.set_result({**self.host.info(), "placement": "ingress"})
+        return future

@@ -1,0 +1,325 @@
+"""The query plan: the steps of one search over an index's partition hosts, written once for
+in-process search (``Searcher``) and the Serve ingress (``pipeline/serving/api.py``) alike.
+
+For a query and mode (its settings checked by ``pipeline/retrieval/request.py``):
+
+1. **candidates** (ANN path): every host of the mode's vector kind returns each query vector's
+   k' nearest indexed vectors mapped to its passages (``hits``), or, with few hosts behind a
+   network hop, the same and the exact scores of its likely share of the candidates in one
+   trip (``first_trip``); the hits are merged as if one index held every vector
+   (``operators.candidates.CandidateRounds``), k' growing while too few passages were hit;
+2. **rescore** where the vectors are: each host ranks its candidates exactly (``rank``; not
+   asked again when the first trip scored them all), or for ``hybrid`` returns its part of the
+   union with both exact scores (``hybrid``), or for ``bm25`` its top documents
+   (``bm25_rank``); an exact mode scores every passage;
+3. **merge** the hosts' ranked documents (or fuse the hybrid's union), with per-stage timings.
+
+A metadata filter (``Restriction``) gives each host its allowed rows on every trip; a filter
+allowing few passages is scored exactly, and an ANN search that found fewer than k documents
+while some allowed passage was not rescored is redone exactly over the allowed passages.
+
+The plan reaches its hosts only through trips: ``await Trip({i: (method, args)})`` asks host
+``i`` to run ``PartitionHost.method(*args)`` and gives back ``{i: result}`` for the hosts that
+answered (one that failed or did not answer in time is missing, and the answer comes from the
+others, marked degraded). The plan is an ``async def`` that awaits nothing but ``Trip``s, so a
+driver steps it and decides how a trip is run: ``run_trips`` runs each one at once in this
+thread (in process: a failing host raises), ``run_trips_async`` awaits each one (the ingress:
+deployment handles side by side, with a timeout). No HTTP and no Ray here."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Coroutine, Generator, Optional, Sequence, TypeVar
+
+import numpy as np
+
+from operators.bm25 import Analyzer
+from operators.candidates import CandidateRounds, FirstStage, local_share
+from operators.fusion import HybridParams, ScoredPassages, fuse
+from operators.partition import Hits, PartitionResult, Scored
+from operators.query import EncodedQuery
+from operators.ranking import Ranked, merge
+from operators.scoring import MODES, first_stage_vectors
+from pipeline.config import BM25Config, SearchConfig
+from pipeline.retrieval.layout import ServedMode, ServingLayout
+from pipeline.retrieval.request import Restriction, filtered_exact, request_settings
+
+Calls = dict[int, tuple[str, tuple]]
+T = TypeVar("T")
+
+
+class Trip:
+    """One trip of a plan: ``calls`` {host: (method, args)}; awaiting it yields it to the
+    driver, which answers {host: result} for the hosts that answered."""
+
+    def __init__(self, calls: Calls) -> None:
+        self.calls = calls
+
+    def __await__(self) -> Generator["Trip", dict[int, Any], dict[int, Any]]:
+        if not self.calls:
+            return {}
+        return (yield self)
+
+
+class NoPartitionAnswered(RuntimeError):
+    """Every host of the mode failed or timed out: there is nothing to answer with."""
+
+
+@dataclass
+class SearchResult:
+    """One query's answer: ``ranked`` documents best first; ``path`` "ann", "exact" or
+    "bm25"; ``candidates``: passages rescored over all hosts; ``timings_ms``: encode,
+    candidates, rescore, merge and total; ``asked_again``: None when the one-trip path was not
+    taken, else whether some host had to be asked to ``rank`` after it."""
+
+    query: str
+    mode: str
+    ranked: Ranked
+    path: str
+    candidates: int
+    partitions_answered: int
+    partitions: int
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    allowed_passages: Optional[int] = None  # with a filter: the passages it allows
+    asked_again: Optional[bool] = None
+
+    def hits(self) -> list[tuple[str, float]]:
+        return [(d, float(s)) for d, s in zip(self.ranked.doc_ids, self.ranked.scores)]
+
+
+def merge_partition_results(
+    query: str, mode: str, path: str, k: int, results: Sequence[PartitionResult], partitions: int, timings: dict[str, float]
+) -> SearchResult:
+    """Merge the hosts' ranked documents into one answer. ``timings`` (ms, wall clock) brings
+    encode, candidates and rescore; merge and total (their sum) are added."""
+    t0 = time.perf_counter()
+    ranked = merge([r.ranked for r in results], k)
+    t = {name: timings.get(name, 0.0) for name in ("encode", "candidates", "rescore")}
+    t["merge"] = (time.perf_counter() - t0) * 1e3
+    t["total"] = sum(t.values())
+    return SearchResult(query, mode, ranked, path, sum(r.candidates for r in results), len(results), partitions, {n: round(v, 3) for n, v in t.items()})
+
+
+NOTHING = PartitionResult(Ranked(), 0, 0.0)
+
+
+@dataclass
+class _Candidates:
+    """The first stage's outcome: candidate rows per host (None: every passage), the hosts
+    still answering, each host's allowed rows, the path and the first trip's exact scores."""
+
+    rows: dict[int, Optional[np.ndarray]]
+    alive: list[int]
+    allowed: dict[int, Optional[np.ndarray]]
+    path: str
+    scored: dict[int, Scored] = field(default_factory=dict)
+
+
+class QueryPlan:
+    """The search steps (module docstring) over the hosts of ``layout`` with ``config``'s
+    defaults. ``one_trip_max_partitions``: with at most this many hosts of a mode, the first
+    trip also rescores each host's likely candidates (worth it behind a network hop; 0, the
+    in-process setting: always two trips)."""
+
+    def __init__(self, layout: ServingLayout, config: SearchConfig, one_trip_max_partitions: int = 0) -> None:
+        self.layout, self.config, self.one_trip_max_partitions = layout, config, one_trip_max_partitions
+        bm25 = BM25Config.model_validate(layout.bm25_config) if layout.bm25_config else None
+        self.analyzer = Analyzer(bm25.stopwords, bm25.stemmer) if bm25 else None
+
+    def served(self, mode: str) -> ServedMode:
+        """How ``mode`` is answered here; ValueError naming the modes served."""
+        served = self.layout.modes.get(mode)
+        if served is None:
+            raise ValueError(f"mode {mode!r} is not served here (served: {', '.join(self.layout.modes)})")
+        return served
+
+    def settings(self, mode: str, knobs: dict[str, Any]) -> tuple[Optional[FirstStage], Optional[HybridParams], ServedMode]:
+        """A request's settings (``request_settings``) and how its (dense) mode is served;
+        ValueError when the mode, or a hybrid's dense mode with its BM25 side, is not served."""
+        fs, hybrid = request_settings(self.config, mode, knobs)
+        served = self.served(mode)
+        if hybrid is not None:
+            served = self.layout.modes.get(hybrid.dense)
+            if served is None or not all(served.kind in self.layout.shards[i].sparse for i in served.shards):
+                raise ValueError(f"hybrid's dense mode {hybrid.dense!r} is not served with a BM25 side here")
+        return fs, hybrid, served
+
+    def terms(self, text: str) -> list[str]:
+        """The BM25 terms of a query text."""
+        if self.analyzer is None:
+            raise ValueError("this index has no BM25 partitions served here")
+        return self.analyzer([text])[0]
+
+    def host_range(self, served: ServedMode, i: int) -> tuple[int, int]:
+        """(first passage, passages) of host ``i``'s slice of ``served``."""
+        spec = self.layout.shards[i]
+        if served.mode == "bm25":
+            e = spec.bm25[spec.bm25_own]
+        else:
+            e = spec.kinds.get(served.kind)
+            if e is None:
+                return 0, served.passages
+        return int(e["first_passage"]), int(e["passages"])
+
+    def _allowed(self, served: ServedMode, restriction: Optional[Restriction]) -> dict[int, Optional[np.ndarray]]:
+        if restriction is None:
+            return {i: None for i in served.shards}
+        return {i: restriction.rows(*self.host_range(served, i)) for i in served.shards}
+
+    async def _candidates(
+        self, mode: str, served: ServedMode, query: EncodedQuery, need: int, fs: FirstStage, restriction: Optional[Restriction], one_trip: bool
+    ) -> _Candidates:
+        """Step 1 for dense ``mode`` (candidates for ``need`` passages): rows per host."""
+        allowed = self._allowed(served, restriction)
+        alive = list(served.shards)
+        out = _Candidates({i: None for i in alive}, alive, allowed, served.path)
+        if served.path in ("exact", "bm25"):
+            return out
+        if restriction is not None and filtered_exact(len(restriction), fs, need):
+            out.path = "exact"  # few allowed passages: score them all
+            return out
+        qv = first_stage_vectors(mode, query)
+        rounds = CandidateRounds(fs, need, served.passages, served.vectors, len(restriction) if restriction is not None else None)
+        if one_trip:
+            share = {i: local_share(rounds.k_prime, rounds.cap, self.host_range(served, i)[1] / max(1, served.passages)) for i in alive}
+            got = await Trip({i: ("first_trip", (mode, served.kind, query, rounds.k_prime, fs.ann, share[i], allowed[i])) for i in alive})
+            out.scored = {i: g[1] for i, g in got.items()}
+            got = {i: g[0] for i, g in got.items()}
+        else:
+            got = await Trip({i: ("hits", (served.kind, qv, rounds.k_prime, fs.ann, allowed[i])) for i in alive})
+        while True:
+            alive = [i for i in alive if i in got]
+            rows = rounds.offer([got.get(i, Hits.empty()) for i in served.shards])
+            if rows is not None:
+                out.rows, out.alive = dict(zip(served.shards, rows)), alive
+                return out
+            out.scored = {}  # k' grew: the candidates are not those the first trip rescored for
+            got = await Trip({i: ("hits", (served.kind, qv, rounds.k_prime, fs.ann, allowed[i])) for i in alive})
+
+    async def hybrid_parts(
+        self, query: EncodedQuery, params: HybridParams, fs: FirstStage, restriction: Optional[Restriction] = None
+    ) -> tuple[list[ScoredPassages], str, int]:
+        """Each answering host's part of the hybrid union (``operators.fusion.side_by_side``;
+        ``fuse`` them for any fusion setting), the dense side's path and the hosts asked."""
+        served = self.layout.modes[params.dense]
+        c = await self._candidates(params.dense, served, query, params.n_best, fs, restriction, one_trip=False)
+        terms = self.terms(query.text)
+        got = await Trip({i: ("hybrid", (params.dense, served.kind, query, terms, c.rows[i], params.n_best, c.allowed[i])) for i in c.alive})
+        return [got[i] for i in c.alive if i in got], c.path, len(served.shards)
+
+    async def search(
+        self, query: EncodedQuery, k: int, mode: str, knobs: Optional[dict[str, Any]] = None, restriction: Optional[Restriction] = None,
+        encode_ms: float = 0.0, first_stage: Optional[FirstStage] = None,
+    ) -> SearchResult:
+        """One query, already encoded (``query.text`` alone for ``bm25``), among the passages
+        ``restriction`` allows (None: all); ``knobs`` override the config's settings, and
+        ``first_stage`` (a caller's own, e.g. a benchmark's) replaces the dense mode's.
+        ValueError for a request this plan cannot answer, ``NoPartitionAnswered`` when no host
+        did."""
+        fs, hybrid, served = self.settings(mode, knobs or {})
+        fs = first_stage or fs
+        t1 = time.perf_counter()
+        n_allowed = len(restriction) if restriction is not None else None
+        if hybrid is not None:
+            parts, path, n_hosts = await self.hybrid_parts(query, hybrid, fs, restriction)
+            t2 = time.perf_counter()
+            if not parts:
+                raise NoPartitionAnswered("no partition answered")
+            ranked, n = fuse(parts, hybrid, k)
+            timings = {"encode": encode_ms, "candidates": (t2 - t1) * 1e3, "rescore": (time.perf_counter() - t2) * 1e3}
+            result = merge_partition_results(query.text, mode, path, k, [PartitionResult(ranked, n, 0.0)], n_hosts, timings)
+            result.partitions_answered, result.allowed_passages = len(parts), n_allowed
+            return result
+        one_trip = mode != "bm25" and 0 < len(served.shards) <= self.one_trip_max_partitions
+        c = await self._candidates(mode, served, query, k, fs, restriction, one_trip) if mode != "bm25" else _Candidates(
+            {i: None for i in served.shards}, list(served.shards), self._allowed(served, restriction), "bm25")
+        t2 = time.perf_counter()
+        rows, alive, allowed, path = c.rows, c.alive, c.allowed, c.path
+
+        def worth_asking(i: int) -> bool:  # no candidate or no allowed row: nothing to rank there
+            return (rows[i] is None or len(rows[i]) > 0) and (allowed[i] is None or len(allowed[i]) > 0)
+
+        ready: dict[int, PartitionResult] = {}  # ranked from the first trip's scores: no second trip
+        if mode == "bm25":
+            terms = self.terms(query.text)
+            asked = {i: ("bm25_rank", (terms, k, allowed[i])) for i in alive if allowed[i] is None or len(allowed[i])}
+        else:
+            for i in alive:
+                if i in c.scored and worth_asking(i) and (r := c.scored[i].result(rows[i], k)) is not None:
+                    ready[i] = r
+            asked = {i: ("rank", (mode, served.kind, query, rows[i], k, allowed[i])) for i in alive if worth_asking(i) and i not in ready}
+        second = bool(asked)
+        got = {**await Trip(asked), **ready}
+        if restriction is not None and mode != "bm25" and path == "ann":
+            if len(merge([g.ranked for g in got.values()], k)) < k and sum(g.candidates for g in got.values()) < len(restriction):
+                # fewer than k documents among the candidates: score the allowed passages exactly
+                asked = {i: ("rank", (mode, served.kind, query, None, k, allowed[i])) for i in alive if len(allowed[i])}
+                got, path = await Trip(asked), "exact"
+        results = [got[i] if i in got else NOTHING for i in alive if i in got or i not in asked]
+        if not results:
+            raise NoPartitionAnswered("no partition answered")
+        timings = {"encode": encode_ms, "candidates": (t2 - t1) * 1e3, "rescore": (time.perf_counter() - t2) * 1e3}
+        result = merge_partition_results(query.text, mode, path, k, results, len(served.shards), timings)
+        result.allowed_passages = n_allowed
+        if one_trip and path == "ann":
+            result.asked_again = second
+        return result
+
+    async def search_exact(
+        self, queries: Sequence[EncodedQuery], k: int, mode: str, knobs: Optional[dict[str, Any]] = None, restriction: Optional[Restriction] = None,
+        encode_ms: Sequence[float] = (),
+    ) -> Optional[list[SearchResult]]:
+        """Several queries of a dense ``mode`` answered exactly in one pass over each host's
+        vectors (``rank_batch``: each block decoded once for every query), when the mode is
+        answered exactly (exact path, or a filter allowing few passages); None otherwise (the
+        caller searches them one at a time). Each result's rescore time is the batch's shared
+        equally."""
+        if mode not in MODES or not queries:
+            return None
+        fs, _, served = self.settings(mode, knobs or {})
+        if not (served.path == "exact" or (restriction is not None and filtered_exact(len(restriction), fs, k))):
+            return None
+        allowed = self._allowed(served, restriction)
+        t0 = time.perf_counter()
+        asked = {i: ("rank_batch", (mode, served.kind, list(queries), k, allowed[i])) for i in served.shards if allowed[i] is None or len(allowed[i])}
+        got = await Trip(asked)
+        if asked and not got:
+            raise NoPartitionAnswered("no partition answered")
+        rescore = (time.perf_counter() - t0) * 1e3 / len(queries)
+        ms = list(encode_ms) or [0.0] * len(queries)
+        out = []
+        for q, (query, e_ms) in enumerate(zip(queries, ms)):
+            results = [got[i][q] if i in got else NOTHING for i in served.shards if i in got or i not in asked]
+            result = merge_partition_results(query.text, mode, "exact", k, results, len(served.shards), {"encode": e_ms, "candidates": 0.0, "rescore": rescore})
+            result.allowed_passages = len(restriction) if restriction is not None else None
+            out.append(result)
+        return out
+
+
+def run_trips(plan: Coroutine[Trip, dict[int, Any], T], trip: Callable[[Calls], dict[int, Any]]) -> T:
+    """Drive ``plan`` (a ``QueryPlan`` coroutine) to its result, each trip it awaits answered
+    by ``trip(calls)`` in this thread (what ``trip`` raises is raised here)."""
+    answer: Optional[dict[int, Any]] = None
+    try:
+        while True:
+            asked = plan.send(answer)
+            answer = trip(asked.calls)
+    except StopIteration as done:
+        return done.value
+    finally:
+        plan.close()
+
+
+async def run_trips_async(plan: Coroutine[Trip, dict[int, Any], T], trip: Callable[[Calls], Awaitable[dict[int, Any]]]) -> T:
+    """``run_trips`` for a caller with an event loop: each trip awaited (``trip`` runs its
+    calls side by side and answers those that answered in time)."""
+    answer: Optional[dict[int, Any]] = None
+    try:
+        while True:
+            asked = plan.send(answer)
+            answer = await trip(asked.calls)
+    except StopIteration as done:
+        return done.value
+    finally:
+        plan.close()
