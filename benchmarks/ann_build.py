@@ -50,12 +50,12 @@ def main() -> None:
     p.add_argument("--dataset", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "msmarco-sample"))
     args = p.parse_args()
 
-    from pipeline.retrieval.searcher import load_query_encoder
-    from storage.beir import read_collection
-    from storage.manifest import load_manifest
-    from storage.partitions import plan_partitions, read_passages
+    from mvr.pipeline.retrieval.searcher import load_query_encoder
+    from mvr.storage.beir import read_collection
+    from mvr.storage.manifest import load_manifest
+    from mvr.storage.partitions import plan_partitions, read_passages
 
-    from operators.ivfpq import PQ_ITERATIONS, PQ_POINTS_PER_CODE
+    from mvr.operators.ann.ivfpq import PQ_ITERATIONS, PQ_POINTS_PER_CODE
 
     faiss.omp_set_num_threads(1)
     manifest = load_manifest(args.index)

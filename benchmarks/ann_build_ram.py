@@ -5,7 +5,7 @@ as ``pipeline/indexing/ann_build.build_partition`` does (trained on the backend'
 block of ``operators.ann.ADD_BATCH`` vectors at a time, one build thread) over N random unit
 vectors of DIM dimensions, and prints the process's peak RSS above its imports (``VmHWM``, not
 ``ru_maxrss``: Linux keeps ru_maxrss across exec, so a child of a large process would report
-its parent's peak). The table beside it is ``operators.capacity.ann_build_ram`` for the same
+its parent's peak). The table beside it is ``operators.planning.capacity.ann_build_ram`` for the same
 index. ``tests/test_capacity_plan.py`` runs the probe at 400,000 vectors of 64 dims.
 
     python benchmarks/ann_build_ram.py                          # the sizes in docs/capacity.md
@@ -27,7 +27,8 @@ def probe(backend: str, n: int, dim: int) -> int:
     (call it in a fresh process: the peak is the process's)."""
     import numpy as np
 
-    from operators.ann import ADD_BATCH, make_index, set_build_threads
+    from mvr.operators.ann.base import ADD_BATCH, set_build_threads
+    from mvr.operators.ann.factory import make_index
 
     def status(key: str) -> int:
         with open("/proc/self/status") as f:
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         print(probe(a.probe[0], int(a.probe[1]), int(a.probe[2])))
         return 0
 
-    from operators.capacity import ann_build_ram, ann_index_size
+    from mvr.operators.planning.capacity import ann_build_ram, ann_index_size
 
     print(f"{'backend':<12} {'vectors':>10} {'dim':>4} {'measured MB':>12} {'model MB':>9} {'ratio':>6}")
     for backend in a.backends.split(","):

@@ -17,7 +17,7 @@ codes file, checked against the manifest, decoded through ``storage.partitions.e
 encodes the dataset's judged queries with the model's query encoder in the raw space (no
 codec), trains each codec on the same seeded sample of token vectors (``--sample`` rows),
 encodes every token vector, decodes them all and ranks every passage for every query by
-exact MaxSim (``operators/scoring.py``, ranked by ``operators/ranking.top_documents`` as
+exact MaxSim (``operators/retrieval/scoring.py``, ranked by ``operators/ranking.top_documents`` as
 ``Partition.rank`` ranks an exact partition) of the projected query (``Codec.project``) against
 the decoded vectors. Prints a markdown table a collection:
 
@@ -73,16 +73,18 @@ import ir_measures
 import numpy as np
 from ir_measures import nDCG
 
-from operators import codecs, scoring
-from operators.ann import ADD_BATCH, make_index  # ADD_BATCH: vectors added to the ANN index at a time, as the builder
-from operators.packed import Packed
-from operators.partition import Partition
-from operators.ranking import top_documents
-from pipeline.retrieval.searcher import load_query_encoder
-from storage.beir import read_collection
-from storage.codec_file import load_codecs
-from storage.manifest import load_manifest
-from storage.partitions import exact_partition
+from mvr.operators import codecs
+from mvr.operators.retrieval import scoring
+from mvr.operators.ann.base import ADD_BATCH  # ADD_BATCH: vectors added to the ANN index at a time, as the builder
+from mvr.operators.ann.factory import make_index
+from mvr.operators.packed import Packed
+from mvr.operators.retrieval.partition import Partition
+from mvr.operators.retrieval.ranking import top_documents
+from mvr.pipeline.retrieval.searcher import load_query_encoder
+from mvr.storage.beir import read_collection
+from mvr.storage.codec_file import load_codecs
+from mvr.storage.manifest import load_manifest
+from mvr.storage.partitions import exact_partition
 
 DEFAULT_CODECS = (
     "float16,int8,residual-1,residual-2,residual-4,pca-128+residual-2,pca-64+residual-2,"
@@ -449,7 +451,7 @@ def targets(results: list[dict[str, Any]]) -> str:
 def plot(results: list[dict[str, Any]], path: str) -> None:
     """Two panels against bytes a token vector served (shards + ANN when measured, else the
     shards'): ΔnDCG@10 (± its standard error) and overlap@10."""
-    from pipeline.plots import png_bytes, pyplot
+    from mvr.pipeline.plots import png_bytes, pyplot
 
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
@@ -509,7 +511,7 @@ def main() -> None:
                    help="training sample: uniform token vectors (default), or whole passages as mvr index's sample pass draws them")
     p.add_argument("--no-timing", action="store_true", help="skip the side-by-side float16 timings (encode ×, decode+rescore × left out)")
     p.add_argument("--repeats", type=int, default=3, help="decode+rescore timings: the least of this many, alternating with float16")
-    p.add_argument("--pca-center", action="store_true", help="centred PCA (default: uncentred, see operators/codecs.py PCA)")
+    p.add_argument("--pca-center", action="store_true", help="centred PCA (default: uncentred, see operators/codecs/quantizers.py PCA)")
     p.add_argument("--niter", type=int, help="k-means iterations (default: residual 20, PQ 25)")
     p.add_argument("--ann", choices=("dim", "codec", "none"), default="dim",
                    help="measure the ANN index's bytes once per output dimension (default), for every codec, or not at all")

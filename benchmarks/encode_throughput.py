@@ -33,11 +33,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2, help="bare/pipeline pairs, run alternately")
     args = p.parse_args()
 
-    from operators.encoder import set_threads
-    from pipeline.config import IndexConfig
-    from pipeline.indexing.corpus_job import index_corpus
-    from pipeline.ray_runtime import init_ray
-    from storage.manifest import load_manifest
+    from mvr.operators.encode.encoder import set_threads
+    from mvr.pipeline.config import IndexConfig
+    from mvr.pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.ray_runtime import init_ray
+    from mvr.storage.manifest import load_manifest
 
     with open(Path(args.dataset) / "corpus.jsonl") as f:
         docs = [json.loads(line) for _, line in zip(range(args.n), f)]
@@ -107,9 +107,9 @@ def bare_loop_process(corpus: Path, batch_size: int) -> tuple[float, float, int]
 def bare_loop_main(corpus: str, batch_size: int) -> None:
     """The bare loop: same model and settings as ``mvr index``, all cores, length-sorted
     mini-batches; prints its tokenize + encode seconds and passage count."""
-    from operators.encoder import TokenEncoder, set_threads
-    from operators.tokenizer import PassageTokenizer
-    from pipeline.config import IndexConfig
+    from mvr.operators.encode.encoder import TokenEncoder, set_threads
+    from mvr.operators.encode.tokenizer import PassageTokenizer
+    from mvr.pipeline.config import IndexConfig
 
     config = IndexConfig()
     set_threads(None)

@@ -18,7 +18,7 @@ Steps (each a ratio measured in this run, with the peak GPU memory of each side)
    blocks): vectors/s, GPU ÷ CPU; where each index was built (``build_device``).
 3. exact MaxSim, GPU against CPU: the same passages stored as the default codec's codes and
    as float16, scored by mvr's exact path (``Partition.rank`` one query at a time and
-   ``rank_batch`` for all at once) with the CUDA matmul on and off (``operators.kernels``):
+   ``rank_batch`` for all at once) with the CUDA matmul on and off (``operators.retrieval.kernels``):
    queries/s, GPU ÷ CPU, and whether both rank alike.
 4. vs peers: ``benchmarks/vs_plaid.py``'s comparison with both peers on the GPU: fast-plaid
    and xtr-warp-rs, each in its own venv (``benchmarks/peers/plaid_venv.py``,
@@ -302,7 +302,7 @@ class Run:
 
 
 def index_config(run: Run) -> Any:
-    from pipeline.config import IndexConfig
+    from mvr.pipeline.config import IndexConfig
 
     return IndexConfig.from_yaml(None, **{"model.name": run.model, "limit": run.limit})
 
@@ -333,9 +333,9 @@ class Encoded:
 def bare_loop(run: Run, encoder: Any, docs: list[dict]) -> tuple[float, int, Optional[float], Encoded]:
     """Tokenize and encode ``docs`` with the model alone, batched and length-sorted as the
     encode stage does: (seconds, passages, torch's peak MiB, the stored token vectors)."""
-    from operators.compress import l2_normalize
-    from operators.packed import Packed
-    from operators.tokenizer import PassageTokenizer
+    from mvr.operators.encode.compress import l2_normalize
+    from mvr.operators.packed import Packed
+    from mvr.operators.encode.tokenizer import PassageTokenizer
 
     config = index_config(run)
     tokenizer = PassageTokenizer(encoder.tokenizer, **config.tokenizer.model_dump())
@@ -370,8 +370,8 @@ def step_encode(run: Run, name: str, encoder: Any) -> Optional[Encoded]:
                 {"bare loop": memory(bare_peak, "torch, this process", run.cuda)}, batches, "skipped: starts Ray (--no-ray)")
         )
         return encoded
-    from pipeline.indexing.corpus_job import index_corpus
-    from pipeline.ray_runtime import init_ray
+    from mvr.pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.ray_runtime import init_ray
 
     init_ray(quiet=True)  # started before the clock, as benchmarks/encode_throughput.py does
     index = run.work / f"index-{name}"
@@ -401,8 +401,8 @@ def train_index_codecs(run: Run, vectors: np.ndarray) -> dict[str, Any]:
     """The index's default codecs trained as ``mvr index`` trains them (``train_codecs`` on
     a seeded sample of at most ``codec_sample_vectors``), and float16: {"tokens", "pooled",
     "float16"} codecs."""
-    from operators import codecs
-    from pipeline.indexing.stages import train_codecs
+    from mvr.operators import codecs
+    from mvr.pipeline.indexing.stages import train_codecs
 
     c = index_config(run).compress
     rng = np.random.default_rng(c.codec_seed)
@@ -417,7 +417,9 @@ def train_index_codecs(run: Run, vectors: np.ndarray) -> dict[str, Any]:
 def step_faiss(run: Run, decoded: np.ndarray) -> None:
     """Step 2: the same ``FAISS_PARTITIONS`` partitions of ``decoded`` ((n, dim) float32, the
     stored token vectors as the index decodes them) built with FAISS on the GPU and on the CPU."""
-    from operators.ann import ADD_BATCH, BRUTE_FORCE_BELOW, make_index
+    from mvr.operators.ann.base import ADD_BATCH
+    from mvr.operators.ann.factory import make_index
+    from mvr.operators.ann.defaults import BRUTE_FORCE_BELOW
 
     step = "faiss-ivfpq build"
     parts = np.array_split(np.arange(len(decoded)), FAISS_PARTITIONS)
@@ -460,11 +462,11 @@ def step_faiss(run: Run, decoded: np.ndarray) -> None:
 
 def step_exact(run: Run, encoder: Any, encoded: Encoded, codecs_: dict[str, Any], query_texts: list[str]) -> None:
     """Step 3: exact MaxSim from codes and from float16, CUDA matmul on and off."""
-    from operators import kernels
-    from operators.partition import Partition
-    from operators.query import QueryEncoder
-    from operators.stored_vectors import StoredVectors
-    from operators.tokenizer import PassageTokenizer
+    from mvr.operators.retrieval import kernels
+    from mvr.operators.retrieval.partition import Partition
+    from mvr.operators.encode.query import QueryEncoder
+    from mvr.operators.retrieval.stored_vectors import StoredVectors
+    from mvr.operators.encode.tokenizer import PassageTokenizer
 
     step = "exact MaxSim"
     tokenizer = PassageTokenizer(encoder.tokenizer, **index_config(run).tokenizer.model_dump())
@@ -556,13 +558,13 @@ def step_peers(run: Run, encoder: Any) -> None:
     """Step 4: vs_plaid's comparison on the GPU, both peers, 1 and 16 concurrent queries."""
     import vs_plaid
     from peers.plaid_venv import peer_env
-    from pipeline.config import AnnBuildConfig, SearchConfig
-    from pipeline.indexing.ann_build import build_ann
-    from pipeline.indexing.corpus_job import index_corpus
-    from pipeline.retrieval.evaluation import overlap_at_10
-    from pipeline.retrieval.searcher import Searcher
-    from storage.beir import read_collection
-    from storage.manifest import load_manifest, read_manifest
+    from mvr.pipeline.config import AnnBuildConfig, SearchConfig
+    from mvr.pipeline.indexing.ann_build import build_ann
+    from mvr.pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.retrieval.evaluation import overlap_at_10
+    from mvr.pipeline.retrieval.searcher import Searcher
+    from mvr.storage.beir import read_collection
+    from mvr.storage.manifest import load_manifest, read_manifest
 
     step = "vs peers"
     name = "msmarco-sample"
@@ -790,7 +792,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     log(f"{'GPU run on ' + run.details['versions']['device'] if cuda else 'dry run on the CPU'}; out {out}")
     import faiss
 
-    from operators import kernels
+    from mvr.operators.retrieval import kernels
 
     faiss_threads = faiss.omp_get_max_threads()
     if run.dry:  # tiny sizes: FAISS's OpenMP threads would spin longer than they work (the same code runs on one)
@@ -805,7 +807,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def measure(run: Run, started: float) -> int:
     """Every step, the report written; 0, or 1 when a measurement failed."""
-    from operators.encoder import TokenEncoder
+    from mvr.operators.encode.encoder import TokenEncoder
 
     cuda, out = run.cuda, run.out
     encoder = TokenEncoder(run.model, "cuda" if cuda else "cpu")
@@ -834,7 +836,7 @@ def measure(run: Run, started: float) -> int:
             except Exception as e:
                 run.failed("faiss-ivfpq build", "msmarco-sample", e)
             try:
-                from storage.beir import read_collection
+                from mvr.storage.beir import read_collection
                 from vs_plaid import first_judged
 
                 texts, _ = first_judged(read_collection(str(run.datasets / "msmarco-sample")), run.queries)

@@ -17,8 +17,8 @@ import resource
 import shutil
 import time
 
-from storage.manifest import Manifest, ShardEntry, commit_manifest, read_manifest
-from storage.partitions import plan_partitions
+from mvr.storage.manifest import Manifest, ShardEntry, commit_manifest, read_manifest
+from mvr.storage.partitions import plan_partitions
 
 
 def main() -> None:

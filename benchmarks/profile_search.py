@@ -22,22 +22,22 @@ import numpy as np
 # (label, file suffix, function name): the functions whose cumulative time is the stage (the
 # rescoring decodes through ``decode_scaled`` of a rescaling codec, ``decode`` otherwise)
 STAGES = [
-    ("first stage: ANN search", "operators/ann.py", "search"),
-    ("candidate merge", "operators/candidates.py", "select"),
-    ("code gather (StoredVectors.raw)", "operators/stored_vectors.py", "raw"),
+    ("first stage: ANN search", "operators/ann/base.py", "search"),
+    ("candidate merge", "operators/retrieval/candidates.py", "select"),
+    ("code gather (StoredVectors.raw)", "operators/retrieval/stored_vectors.py", "raw"),
     ("decode (codec)", "operators/codecs/base.py", "decode"),
     ("decode (codec)", "operators/codecs/residual.py", "decode_scaled"),
-    ("scoring matmul", "operators/kernels.py", "matmul"),
-    ("top-k documents", "operators/ranking.py", "top_documents"),
+    ("scoring matmul", "operators/retrieval/kernels.py", "matmul"),
+    ("top-k documents", "operators/retrieval/ranking.py", "top_documents"),
 ]
 
 
 def main() -> None:
-    from pipeline.indexing.ann_build import build_ann
-    from pipeline.config import AnnBuildConfig, SearchConfig
-    from pipeline.retrieval.searcher import Searcher
-    from storage.beir import read_collection
-    from storage.manifest import load_manifest
+    from mvr.pipeline.indexing.ann_build import build_ann
+    from mvr.pipeline.config import AnnBuildConfig, SearchConfig
+    from mvr.pipeline.retrieval.searcher import Searcher
+    from mvr.storage.beir import read_collection
+    from mvr.storage.manifest import load_manifest
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", required=True)

@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from operators.scoring import MODES
-from pipeline.config import SearchConfig
-from pipeline.retrieval.evaluation import per_query, quality
-from pipeline.retrieval.searcher import Searcher
-from storage.beir import read_collection
-from storage.manifest import load_manifest
+from mvr.operators.retrieval.scoring import MODES
+from mvr.pipeline.config import SearchConfig
+from mvr.pipeline.retrieval.evaluation import per_query, quality
+from mvr.pipeline.retrieval.searcher import Searcher
+from mvr.storage.beir import read_collection
+from mvr.storage.manifest import load_manifest
 
 
 def measure(dataset: str, index: str, modes: tuple[str, ...]) -> dict[str, dict[str, float]]:

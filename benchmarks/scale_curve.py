@@ -5,8 +5,9 @@ rescoring, p50 latency and bytes, from 10⁴ passages up, in process.
         [--queries 20] [--rounds 3] [--backends faiss-ivfpq,scann] [--out docs/scale_curve.png] [--k-prime K[:CAP],...]
         [--partition-vectors N]
 
-Method. The real passages are msmarco-sample's 5,000 (``mvr index`` defaults: the
-pca-64+residual-2 token codec, 18 B a token vector). The corpus of N passages adds N − 5,000
+Method. The real passages are msmarco-sample's 5,000, indexed with ``mvr index``'s defaults
+(the run recorded in docs/benchmarks.md used the then-default pca-64+residual-2 token codec,
+18 B a token vector). The corpus of N passages adds N − 5,000
 synthetic ones: each has the length of a random real passage and real token codes drawn at
 random from the whole collection, half of each code's residual bytes redrawn at random (the
 centroid id is kept), so the synthetic vectors spread over the real vectors' cells without
@@ -75,7 +76,7 @@ def partition_bounds(offsets: np.ndarray, max_vectors: Optional[int]) -> list[tu
     """Passage ranges [lo, hi) of the partitions: one, or P = ⌈token vectors / max_vectors⌉
     split as ``mvr build-ann --partitions P`` splits an index (``storage.partitions.equal_bounds``:
     near-equal passage counts)."""
-    from storage.partitions import equal_bounds
+    from mvr.storage.partitions import equal_bounds
 
     n, total = len(offsets) - 1, int(offsets[-1])
     edges = equal_bounds(n, 1 if not max_vectors else min(n, max(1, -(-total // max_vectors))))
@@ -98,14 +99,15 @@ def main() -> None:
                    help="split a size into partitions of at most this many token vectors (default: one partition)")
     args = p.parse_args()
 
-    from operators.ann import make_index, set_build_threads
-    from operators.candidates import FirstStage
-    from operators.partition import Partition
-    from operators.stored_vectors import StoredVectors
-    from pipeline.config import IndexConfig, SearchConfig
-    from pipeline.indexing.corpus_job import index_corpus
-    from pipeline.retrieval.searcher import PartitionSearch, Searcher
-    from storage.manifest import read_manifest
+    from mvr.operators.ann.base import set_build_threads
+    from mvr.operators.ann.factory import make_index
+    from mvr.operators.retrieval.candidates import FirstStage
+    from mvr.operators.retrieval.partition import Partition
+    from mvr.operators.retrieval.stored_vectors import StoredVectors
+    from mvr.pipeline.config import IndexConfig, SearchConfig
+    from mvr.pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.retrieval.searcher import PartitionSearch, Searcher
+    from mvr.storage.manifest import read_manifest
 
     steal = Steal()
     datasets = Path(args.datasets)
@@ -217,7 +219,7 @@ def main() -> None:
 
 def plot(rows: list[dict], out: str) -> None:
     """p50 latency (log-log) and bytes the index holds against passages, one line a path."""
-    from pipeline.plots import png_bytes, pyplot
+    from mvr.pipeline.plots import png_bytes, pyplot
 
     plt = pyplot()
     fig, (lat, mem) = plt.subplots(1, 2, figsize=(11, 4.2))

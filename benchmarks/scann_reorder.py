@@ -30,14 +30,14 @@ import subprocess
 import sys
 from typing import Any
 
-from operators.scoring import MODE_VECTORS, MODES
+from mvr.operators.retrieval.scoring import MODE_VECTORS, MODES
 
 RSS_PROBE = r"""
 import json, os, sys
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-from operators.ann import load_index
+from mvr.operators.ann.factory import load_index
 import faiss, scann  # libraries loaded before the baseline
 before = rss()
 held = [load_index(d) for d in sys.argv[1:]]
@@ -61,10 +61,10 @@ def load_average() -> float:
 
 
 def run_one(index: str, dataset: str, reorder_k: int, partitions: int, params: dict[str, Any], log=print) -> dict[str, Any]:
-    from pipeline.indexing.ann_build import build_ann
-    from pipeline.config import AnnBuildConfig, EvalConfig
-    from pipeline.retrieval.evaluation import evaluate
-    from storage.manifest import load_manifest
+    from mvr.pipeline.indexing.ann_build import build_ann
+    from mvr.pipeline.config import AnnBuildConfig, EvalConfig
+    from mvr.pipeline.retrieval.evaluation import evaluate
+    from mvr.storage.manifest import load_manifest
 
     cfg = AnnBuildConfig(backend="scann", partitions=partitions, params={**params, "reorder_k": reorder_k}, bm25=None)
     result = build_ann(index, cfg, log=log, force=True)
@@ -124,7 +124,7 @@ def main() -> None:
         name, _, value = item.partition("=")
         params[name] = json.loads(value)
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
-    from storage.beir import read_collection
+    from mvr.storage.beir import read_collection
 
     results = []
     for index, dataset in zip(args.index, args.dataset):

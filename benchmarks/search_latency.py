@@ -25,7 +25,7 @@ partition, each query timed on each in rotating order:
   partition, the codec's own decode), per query: the fair comparison for an index that
   keeps no float copy.
 
-The bare loops' matmul is ``operators.kernels.matmul``, the exact path's own BLAS call, so
+The bare loops' matmul is ``operators.retrieval.kernels.matmul``, the exact path's own BLAS call, so
 the ratios compare the loops, not two BLAS libraries (``bare f32 numpy @`` shows numpy's
 OpenBLAS for reference). ``ratio`` is bare p50 / exact p50 (≥ 1: the exact path is as fast).
 Batched exact (``Searcher.search_encoded_batch``: every query scored in one pass over the
@@ -70,7 +70,7 @@ def exact_vs_bare(searcher, encoded, rounds: int, k: int = 10) -> dict:
     """p50 ms of the exact path and the bare loops over the same partition (rotating order,
     median over rounds a query), batched exact queries/s, and how often the bare loops'
     top-k scores are the exact path's (one passage a document here: msmarco-sample)."""
-    from operators.kernels import matmul
+    from mvr.operators.retrieval.kernels import matmul
 
     (part,) = searcher.partitions["maxsim"]
     v = part.vectors
@@ -141,12 +141,12 @@ def main() -> None:
     p.add_argument("--index", action="append", default=[], help="an existing index to measure instead of the two corpora (repeatable)")
     args = p.parse_args()
 
-    from pipeline.indexing.ann_build import build_ann
-    from pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
-    from pipeline.indexing.corpus_job import index_corpus
-    from pipeline.retrieval.searcher import Searcher
-    from storage.beir import read_collection
-    from storage.manifest import read_manifest
+    from mvr.pipeline.indexing.ann_build import build_ann
+    from mvr.pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
+    from mvr.pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.retrieval.searcher import Searcher
+    from mvr.storage.beir import read_collection
+    from mvr.storage.manifest import read_manifest
 
     datasets, work = Path(args.datasets), Path(args.workdir)
     if not args.index:

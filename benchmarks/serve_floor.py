@@ -81,8 +81,8 @@ def measure(direct: bool, clients: list[int], seconds: float, replicas: int, por
     serve.start(http_options={"port": port}, logging_config={"enable_access_log": False, "log_level": "WARNING"})
     serve.run(Floor.bind(), name="floor", route_prefix="/")
     if direct:
-        from pipeline.config import ServeConfig
-        from pipeline.serving.app import direct_urls
+        from mvr.pipeline.config import ServeConfig
+        from mvr.pipeline.serving.app import direct_urls
 
         urls = list(direct_urls(ServeConfig(app_name="floor", port=port), replicas))
     else:

@@ -182,8 +182,8 @@ def local_level(searcher, index: str, queries: list[str], mode: str, clients: in
     (its partitions and query encoder; numpy, torch and FAISS release the GIL), each with its
     own catalog connection, answering queries (``pipeline.retrieval.local_search.answer``: the same body
     as the service) for ``seconds``."""
-    from pipeline.retrieval.local_search import answer
-    from storage.catalog import Catalog
+    from mvr.pipeline.retrieval.local_search import answer
+    from mvr.storage.catalog import Catalog
 
     catalogs = [Catalog(index) for _ in range(clients)]
 
@@ -205,8 +205,8 @@ def batched_level(searcher, index: str, queries: list[str], mode: str, clients: 
     the same bodies; each query of a batch counts as a request taking the batch's time."""
     import torch
 
-    from pipeline.retrieval.local_search import response_body
-    from storage.catalog import Catalog
+    from mvr.pipeline.retrieval.local_search import response_body
+    from mvr.storage.catalog import Catalog
 
     threads = min(2, clients)
     batch = max(1, min(max_batch, clients // threads))
@@ -251,15 +251,15 @@ def main() -> None:
 
     import json
 
-    from pipeline.indexing.ann_build import build_ann
-    from pipeline.serving.client import SearchClient
-    from pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
-    from pipeline.indexing.corpus_job import index_corpus
-    from pipeline.retrieval.local_search import answer
-    from pipeline.retrieval.searcher import Searcher
-    from pipeline.serving.app import DIRECT_INGRESS_ENV, deploy, shutdown
-    from storage.catalog import Catalog
-    from storage.manifest import load_manifest, read_manifest
+    from mvr.pipeline.indexing.ann_build import build_ann
+    from mvr.pipeline.serving.client import SearchClient
+    from mvr.pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
+    from mvr.pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.retrieval.local_search import answer
+    from mvr.pipeline.retrieval.searcher import Searcher
+    from mvr.pipeline.serving.app import DIRECT_INGRESS_ENV, deploy, shutdown
+    from mvr.storage.catalog import Catalog
+    from mvr.storage.manifest import load_manifest, read_manifest
 
     datasets = Path(args.datasets)
     index = str(Path(args.workdir) / "msmarco")

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.schema import arrow_to_packed, packed_to_arrow
+from mvr.storage.schema import arrow_to_packed, packed_to_arrow
 
 
 def _best_read(data: bytes, repeats: int = 3) -> float:

@@ -1,4 +1,4 @@
-"""Token pooling (``compress.pool_factor``, operators/token_pooling.py) on real indexes:
+"""Token pooling (``compress.pool_factor``, operators/encode/token_pooling.py) on real indexes:
 quality (exact MaxSim nDCG@10, Δ and overlap@10 with factor 1) against stored token vectors
 and bytes, and the pooling's own time.
 
@@ -41,12 +41,12 @@ from typing import Any, Optional
 import ir_measures
 import numpy as np
 
-from operators import codecs
-from operators.capacity import MEASURED
-from operators.packed import Packed
-from operators.token_pooling import pool_passages
-from pipeline.retrieval.searcher import load_query_encoder
-from storage.beir import read_collection
+from mvr.operators import codecs
+from mvr.operators.planning.capacity import MEASURED
+from mvr.operators.packed import Packed
+from mvr.operators.encode.token_pooling import pool_passages
+from mvr.pipeline.retrieval.searcher import load_query_encoder
+from mvr.storage.beir import read_collection
 
 
 def _codecs_benchmark():

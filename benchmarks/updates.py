@@ -35,16 +35,16 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from pipeline.indexing.ann_build import build_ann
-from pipeline.indexing.compaction import compact
-from pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
-from pipeline.retrieval.evaluation import overlap_at_10, quality
-from pipeline.indexing.corpus_job import index_corpus
-from pipeline.retrieval.plan import SearchResult
-from pipeline.retrieval.request import Restriction
-from pipeline.retrieval.searcher import Searcher
-from pipeline.indexing.updates import add_documents, delete_documents
-from storage.beir import read_collection
+from mvr.pipeline.indexing.ann_build import build_ann
+from mvr.pipeline.indexing.compaction import compact
+from mvr.pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
+from mvr.pipeline.retrieval.evaluation import overlap_at_10, quality
+from mvr.pipeline.indexing.corpus_job import index_corpus
+from mvr.pipeline.retrieval.plan import SearchResult
+from mvr.pipeline.retrieval.request import Restriction
+from mvr.pipeline.retrieval.searcher import Searcher
+from mvr.pipeline.indexing.updates import add_documents, delete_documents
+from mvr.storage.beir import read_collection
 
 ANN = {"backend": "faiss-ivfpq", "partitions": 2, "vectors": ["tokens"]}
 SELECTIVITY = {"1 %": "bucket < 1", "10 %": "bucket < 10", "50 %": "bucket < 50"}

@@ -91,7 +91,7 @@ class Corpus:
 
 def first_judged(collection: Any, n: Optional[int], prefix: str = "") -> tuple[dict[str, str], list[Any]]:
     """The first ``n`` judged queries of a collection and their judgments, ids prefixed."""
-    from storage.beir import Judgment
+    from mvr.storage.beir import Judgment
 
     queries = dict(list(collection.judged_queries.items())[:n])
     qrels = [Judgment(prefix + j.query_id, prefix + j.doc_id, j.relevance) for j in collection.qrels if j.query_id in queries]
@@ -99,7 +99,7 @@ def first_judged(collection: Any, n: Optional[int], prefix: str = "") -> tuple[d
 
 
 def corpora(which: str, datasets: Path, work: Path, n_queries: Optional[int], limit: Optional[int]) -> list[Corpus]:
-    from storage.beir import TestCollection, read_collection
+    from mvr.storage.beir import TestCollection, read_collection
 
     suffix = f"-limit{limit}" if limit else ""
     note = f" (first {limit} rows)" if limit else ""
@@ -183,8 +183,8 @@ class PlaidPeer:
 
 def plaid_result(text: str, hits: list[list[float]], doc_ids: list[str], passage_idx: np.ndarray, k: int) -> Any:
     """fast-plaid's ranked passages as an mvr SearchResult of documents (best passage each)."""
-    from operators.ranking import top_documents
-    from pipeline.retrieval.plan import SearchResult
+    from mvr.operators.retrieval.ranking import top_documents
+    from mvr.pipeline.retrieval.plan import SearchResult
 
     rows = np.array([int(p) for p, _ in hits], dtype=np.int64)
     scores = np.array([s for _, s in hits], dtype=np.float32)
@@ -201,12 +201,12 @@ def summary(ms: np.ndarray) -> dict[str, float]:
 def mvr_searchers(spec: Corpus, args: argparse.Namespace, encoder: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """The index (built unless the workdir holds it), its exact searcher and one ANN searcher
     a backend (partitions built now, timed): the searchers and their table rows."""
-    from pipeline.indexing.ann_build import build_ann
-    from pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
-    from pipeline.indexing.index_info import vector_bytes
-    from pipeline.indexing.corpus_job import index_corpus
-    from pipeline.retrieval.searcher import Searcher
-    from storage.manifest import load_manifest, read_manifest
+    from mvr.pipeline.indexing.ann_build import build_ann
+    from mvr.pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
+    from mvr.pipeline.indexing.index_info import vector_bytes
+    from mvr.pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.retrieval.searcher import Searcher
+    from mvr.storage.manifest import load_manifest, read_manifest
 
     index = str(spec.index)
     if read_manifest(index) is None:
@@ -286,7 +286,7 @@ def measure(searchers: dict[str, Any], peer: PlaidPeer, query_ids: list[str], en
 def run_corpus(spec: Corpus, args: argparse.Namespace, python: Path, threads: int, encoder: Any) -> tuple[dict[str, Any], Any]:
     """Build, export, time and score one corpus; returns its report and the query encoder's
     model (reused for the next corpus)."""
-    from pipeline.retrieval.evaluation import overlap_at_10, quality
+    from mvr.pipeline.retrieval.evaluation import overlap_at_10, quality
 
     searchers, rows = mvr_searchers(spec, args, encoder)
     exact = searchers["exact"]
@@ -417,8 +417,8 @@ def main() -> None:
 
     import faiss
 
-    from operators.encoder import set_threads
-    from pipeline.ray_runtime import init_ray
+    from mvr.operators.encode.encoder import set_threads
+    from mvr.pipeline.ray_runtime import init_ray
 
     python = ensure_venv()
     threads = set_threads(args.threads)  # torch (query encoding)

@@ -1,4 +1,4 @@
-"""``mvr add INDEX CORPUS`` / ``python -m jobs.add INDEX CORPUS``: add documents to a committed
+"""``mvr add INDEX CORPUS`` / ``python -m mvr.jobs.add INDEX CORPUS``: add documents to a committed
 index as a new version, with the index's own model, conventions and codecs (no retraining).
 A document id the index holds already is replaced (an update). See docs/updates.md."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.common import ArgumentParser, console, output_console, print_config, run_job
+from mvr.jobs.common import ArgumentParser, console, output_console, print_config, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or ArgumentParser(prog="python -m jobs.add", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.add", description=__doc__)
     p.add_argument("index", help="a committed index (path or fsspec URL)")
     p.add_argument("corpus", help="the documents to add: a file or directory of JSON lines, TSV or Parquet (as for mvr index)")
     p.add_argument("--force", action="store_true", help="add an input again that an earlier add of the same bytes committed")
@@ -18,13 +18,13 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.config import IndexConfig
-    from pipeline.indexing.updates import add_documents
-    from storage.manifest import load_manifest
+    from mvr.pipeline.config import IndexConfig
+    import mvr
+    from mvr.storage.manifest import load_manifest
 
     m = load_manifest(args.index)
     print_config(f"mvr add: the configuration of {args.index} (version {m.version}), which the new documents are indexed with", IndexConfig.of_index(m.config))
-    result = add_documents(args.corpus, args.index, log=console.print, force=args.force)
+    result = mvr.add(args.index, args.corpus, force=args.force, log=console.print)
     output_console().print(f"{result.summary} (version {result.manifest.version}, {result.seconds:.1f} s)")
     return 0
 

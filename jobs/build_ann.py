@@ -1,4 +1,4 @@
-"""``mvr build-ann INDEX`` / ``python -m jobs.build_ann INDEX``: partitioned ANN indexes
+"""``mvr build-ann INDEX`` / ``python -m mvr.jobs.build_ann INDEX``: partitioned ANN indexes
 (FAISS IVFPQ or ScaNN) over an index's vectors, one Ray task a partition."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from jobs.common import ArgumentParser, console, load_config, output_console, positive_int, print_config, run_job
+from mvr.jobs.common import ArgumentParser, console, load_config, output_console, positive_int, print_config, run_job
 
 VECTOR_CHOICES = ("tokens", "centroids", "first-m", "pooled")
 
@@ -23,7 +23,7 @@ def _param(text: str) -> tuple[str, object]:
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or ArgumentParser(prog="python -m jobs.build_ann", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.build_ann", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
     p.add_argument("--config", help="YAML file with an AnnBuildConfig")
     p.add_argument("--backend", choices=("faiss-ivfpq", "scann"), help="default faiss-ivfpq")
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = {"backend": args.backend, "partitions": args.partitions}
     if args.vectors:
         overrides["vectors"] = [v.strip() for v in args.vectors.split(",") if v.strip()]
-    from pipeline.config import AnnBuildConfig
+    from mvr.pipeline.config import AnnBuildConfig
 
     config = load_config(AnnBuildConfig, args.config, **overrides)
     if args.param:
@@ -49,10 +49,10 @@ def run(args: argparse.Namespace) -> int:
     print_config("mvr build-ann: configuration", config)
     from rich.table import Table
 
-    from jobs.build_bm25 import print_bm25
-    from pipeline.indexing.ann_build import build_ann
+    from mvr.jobs.build_bm25 import print_bm25
+    import mvr
 
-    result = build_ann(args.index, config, log=console.print, force=args.force)
+    result = mvr.build_ann(args.index, config, force=args.force, log=console.print)
     table = Table(title=f"ANN partitions of {args.index} (manifest version {result.manifest.version})")
     for col in ("vectors", "partition", "passages", "indexed vectors", "MB", "build s"):
         table.add_column(col, justify="right" if col != "vectors" else "left")

@@ -1,4 +1,4 @@
-"""``mvr build-bm25 INDEX`` / ``python -m jobs.build_bm25 INDEX``: BM25 partitions (bm25s,
+"""``mvr build-bm25 INDEX`` / ``python -m mvr.jobs.build_bm25 INDEX``: BM25 partitions (bm25s,
 collection-wide statistics) over an index's passages, one Ray task a partition. ``mvr
 build-ann`` builds them too, over the same partitions as its ANN indexes."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.common import ArgumentParser, console, load_config, output_console, positive_int, print_config, run_job
+from mvr.jobs.common import ArgumentParser, console, load_config, output_console, positive_int, print_config, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or ArgumentParser(prog="python -m jobs.build_bm25", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.build_bm25", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
     p.add_argument("--config", help="YAML file with a BM25BuildConfig")
     p.add_argument("--partitions", type=positive_int, help="number of partitions P (default 1; use the ANN build's P for hybrids)")
@@ -23,7 +23,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.config import BM25BuildConfig
+    from mvr.pipeline.config import BM25BuildConfig
 
     config = load_config(BM25BuildConfig, args.config, partitions=args.partitions, **{"bm25.k1": args.k1, "bm25.b": args.b})
     for name in ("stopwords", "stemmer"):
@@ -31,9 +31,9 @@ def run(args: argparse.Namespace) -> int:
         if value is not None:
             config.bm25 = config.bm25.model_copy(update={name: None if value.lower() == "none" else value})
     print_config("mvr build-bm25: configuration", config)
-    from pipeline.indexing.bm25_build import build_bm25
+    import mvr
 
-    manifest = build_bm25(args.index, config, log=console.print)
+    manifest = mvr.build_bm25(args.index, config, log=console.print)
     print_bm25(manifest)
     return 0
 

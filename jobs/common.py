@@ -22,7 +22,7 @@ DEBUG_ENV = "MVR_DEBUG"  # set to 1: a failing command prints its full traceback
 
 # Exception types whose message says it all; any other type is named before its message.
 _PLAIN = {"ValueError", "RuntimeError", "TimeoutError", "NotADirectoryError", "IsADirectoryError", "UnicodeError"}
-_PROJECT = ("jobs.", "pipeline.", "storage.", "operators.")
+_PROJECT = ("mvr.",)
 _RAY_WRAPPERS = ("RayTaskError", "RayActorError", "ActorDiedError", "ActorUnavailableError", "UserCodeException", "RayDataUserCodeException", "SystemException")
 # "Type: message" lines of a traceback text (Ray keeps a remote error's chain only as text).
 _EXC_NAME = re.compile(r"^[A-Z]\w*(Error|Exception|Exit|Interrupt|Failure)$")
@@ -258,7 +258,7 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_index_config(args: argparse.Namespace):
-    from pipeline.config import IndexConfig
+    from mvr.pipeline.config import IndexConfig
 
     overrides = {"model.name": args.model, "limit": args.limit}
     overrides |= {"compress.codec": getattr(args, "codec", None), "compress.pooled_codec": getattr(args, "pooled_codec", None)}
@@ -267,30 +267,21 @@ def load_index_config(args: argparse.Namespace):
     return config
 
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
 def check_model(name: str) -> None:
-    """Refuse, before any work starts, a model that is neither the packaged default, nor a
-    checkpoint directory, nor a Hugging Face hub id (``name`` or ``namespace/name``)."""
-    if name == "minilm":
-        return
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if not any((path / f).exists() for f in ("config.json", "modules.json")):
-            raise ConfigError(f"model {name}: not a checkpoint directory (no config.json or modules.json)")
-        return
-    if path.exists():
-        raise ConfigError(f"model {name}: not a directory")
-    if name.startswith(("/", ".", "~")) or not _HUB_ID.match(name):
-        raise ConfigError(f"model {name}: no such directory")
+    """``checkpoint.check_model_name`` as a configuration error (before any work starts)."""
+    from mvr.operators.encode.checkpoint import check_model_name
+
+    try:
+        check_model_name(name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def load_index_manifest(index_url: str):
     """The index's manifest; a damaged ``manifest.json`` is a ValueError naming it."""
     from pydantic import ValidationError
 
-    from storage.manifest import MANIFEST_FILE, load_manifest
+    from mvr.storage.manifest import MANIFEST_FILE, load_manifest
 
     try:
         return load_manifest(index_url)
@@ -349,7 +340,7 @@ def print_config(title: str, config) -> None:
 def write_outputs(json_out: str | None, payload: Callable[[], dict], plot: str | None, png: Callable[[str], bytes] | None) -> None:
     """Write a job's JSON (``payload()``) to ``json_out`` and its PNG (``png(file name)``) to
     ``plot``, or next to the JSON when ``plot`` is not given (paths or URLs)."""
-    from storage import fs
+    from mvr.storage import fs
 
     if json_out:
         fs.write_bytes_atomic(json_out, json.dumps(payload(), indent=1).encode())

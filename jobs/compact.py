@@ -1,4 +1,4 @@
-"""``mvr compact INDEX`` / ``python -m jobs.compact INDEX``: a new version of the index without
+"""``mvr compact INDEX`` / ``python -m mvr.jobs.compact INDEX``: a new version of the index without
 its deleted rows, partitions split evenly again (the coarse quantizers retrained when the data
 has drifted), then the files no retained version lists removed. See docs/updates.md."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.common import ArgumentParser, console, output_console, run_job
+from mvr.jobs.common import ArgumentParser, console, output_console, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or ArgumentParser(prog="python -m jobs.compact", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.compact", description=__doc__)
     p.add_argument("index", help="a committed index (path or fsspec URL)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--retrain", dest="retrain", action="store_true", default=None, help="retrain the ANN quantizers whatever the drift")
@@ -19,11 +19,12 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.indexing.compaction import RETRAIN_CHURN, compact
+    import mvr
+    from mvr.pipeline.indexing.compaction import RETRAIN_CHURN
 
     rule = {True: "always", False: "never (where the backend can reuse them)", None: f"when the churn since training exceeds {RETRAIN_CHURN:.0%}"}[args.retrain]
     console.rule(f"mvr compact {args.index}: retrain ANN quantizers {rule}")
-    result = compact(args.index, log=console.print, retrain=args.retrain)
+    result = mvr.compact(args.index, retrain=args.retrain, log=console.print)
     output_console().print(f"{result.summary} (version {result.manifest.version}, {result.seconds:.1f} s)")
     return 0
 

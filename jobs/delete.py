@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.common import ArgumentParser, console, output_console, run_job
+from mvr.jobs.common import ArgumentParser, console, output_console, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or ArgumentParser(prog="python -m jobs.delete", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.delete", description=__doc__)
     p.add_argument("index", help="a committed index (path or fsspec URL)")
     p.add_argument("--ids", metavar="FILE", help="document ids to delete: one a line, or a JSON list of strings")
     p.add_argument("--where", metavar="EXPR", help="delete the documents a metadata filter selects (docs/filters.md)")
@@ -18,13 +18,14 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.indexing.updates import delete_documents, read_ids_file
+    import mvr
+    from mvr.pipeline.indexing.updates import read_ids_file
 
     if args.ids is None and args.where is None:
         raise ValueError("say which documents to delete: --ids FILE or --where EXPR")
     ids = read_ids_file(args.ids) if args.ids is not None else None
     console.rule(f"mvr delete: {len(ids) if ids is not None else 0} ids" + (f", where {args.where}" if args.where else "") + f" from {args.index}")
-    result = delete_documents(args.index, ids, args.where, log=console.print)
+    result = mvr.delete(args.index, ids, args.where, log=console.print)
     output_console().print(f"{result.summary} (version {result.manifest.version}, {result.seconds:.1f} s)")
     return 0
 

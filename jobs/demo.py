@@ -1,4 +1,4 @@
-"""``mvr demo`` / ``python -m jobs.demo``: the whole path offline on a small real corpus
+"""``mvr demo`` / ``python -m mvr.jobs.demo``: the whole path offline on a small real corpus
 (Python's own documentation): build the corpus, index it, build ANN partitions, start the
 Serve search service, send a few queries over HTTP, print the results and shut down. Rerun
 with the same ``--workdir`` to reuse the index."""
@@ -10,13 +10,13 @@ import shlex
 import sys
 import tempfile
 
-from jobs.common import ArgumentParser, check_port_free, console, port_number, positive_int, print_config, run_job
+from mvr.jobs.common import ArgumentParser, check_port_free, console, port_number, positive_int, print_config, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from pipeline.studies.demo_corpus import DEFAULT_LIMIT
+    from mvr.pipeline.studies.demo_corpus import DEFAULT_LIMIT
 
-    p = p or ArgumentParser(prog="python -m jobs.demo", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.demo", description=__doc__)
     p.add_argument("--workdir", help="where corpus.jsonl and index/ go (default: a new temporary directory); "
         "reused by a rerun, the index rebuilt when the corpus changed")
     p.add_argument("--limit", type=positive_int, default=DEFAULT_LIMIT, help=f"documents in the corpus (default {DEFAULT_LIMIT})")
@@ -28,9 +28,9 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from jobs.render import results_table
-    from pipeline.config import IndexConfig, ServeConfig
-    from pipeline.studies.demo import quiet_ray, run_demo
+    from mvr.jobs.render import results_table
+    from mvr.pipeline.config import IndexConfig, ServeConfig
+    from mvr.pipeline.studies.demo import quiet_ray, run_demo
 
     serve_config = ServeConfig(port=args.port)
     check_port_free(serve_config.host, serve_config.port)  # before minutes of indexing, not after

@@ -1,4 +1,4 @@
-"""``mvr eval INDEX --dataset DIR`` / ``python -m jobs.evaluate``: a BEIR collection's judged
+"""``mvr eval INDEX --dataset DIR`` / ``python -m mvr.jobs.evaluate``: a BEIR collection's judged
 queries through search, scored with ir-measures; a table per mode, JSON, and a sweep plot."""
 
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.common import ArgumentParser, check_utf8, console, load_config, load_index_manifest, number_list, output_console, positive_int, print_config, run_job, write_outputs
+from mvr.jobs.common import ArgumentParser, check_utf8, console, load_config, load_index_manifest, number_list, output_console, positive_int, print_config, run_job, write_outputs
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from operators.scoring import MODES, SEARCH_MODES
+    from mvr.operators.retrieval.scoring import MODES, SEARCH_MODES
 
-    p = p or ArgumentParser(prog="python -m jobs.evaluate", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.evaluate", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
     p.add_argument("--dataset", required=True, help="BEIR dataset directory (queries.jsonl, qrels/SPLIT.tsv)")
     p.add_argument("--config", help="YAML file with an EvalConfig (search knobs under 'search')")
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         overrides["search.exact"] = True
     if args.no_overlap:
         overrides["overlap"] = False
-    from pipeline.config import EvalConfig
+    from mvr.pipeline.config import EvalConfig
 
     config = load_config(EvalConfig, args.config, **overrides)
     if not config.dataset:
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     load_index_manifest(args.index)  # a missing or damaged index refused before any model loads
     if args.filter is not None:
         check_utf8("--filter", args.filter)
-        from storage.catalog import Catalog
+        from mvr.storage.catalog import Catalog
 
         catalog = Catalog(args.index)
         try:  # an invalid filter refused before any model loads
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     print_config("mvr eval: configuration", config)
     from rich.table import Table
 
-    from pipeline.retrieval.evaluation import evaluate, plot_sweep
+    from mvr.pipeline.retrieval.evaluation import evaluate, plot_sweep
 
     result = evaluate(args.index, config, log=console.print, filter=args.filter)
     where = f", filter {args.filter} ({result.allowed_passages} passages)" if args.filter is not None else ""

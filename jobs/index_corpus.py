@@ -1,15 +1,15 @@
-"""``mvr index CORPUS INDEX`` / ``python -m jobs.index_corpus CORPUS INDEX``: build an index."""
+"""``mvr index CORPUS INDEX`` / ``python -m mvr.jobs.index_corpus CORPUS INDEX``: build an index."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from jobs.common import ArgumentParser, add_config_args, console, load_index_config, print_config, run_job
+from mvr.jobs.common import ArgumentParser, add_config_args, console, load_index_config, print_config, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or ArgumentParser(prog="python -m jobs.index_corpus", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.index_corpus", description=__doc__)
     p.add_argument("corpus", help="BEIR dir, .jsonl, .parquet or .tsv (path or fsspec URL)")
     p.add_argument("index", help="index directory (path or fsspec URL)")
     add_config_args(p)
@@ -20,9 +20,9 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     config = load_index_config(args)
     print_config("mvr index: configuration", config)
-    from pipeline.indexing.corpus_job import index_corpus
+    import mvr
 
-    result = index_corpus(args.corpus, args.index, config, overwrite=args.overwrite, log=console.print)
+    result = mvr.index(args.corpus, args.index, config, overwrite=args.overwrite, log=console.print)
     print(result.summary)
     console.print(f"{result.seconds:.1f} s")
     return 0

@@ -1,9 +1,9 @@
-"""``mvr plan`` / ``python -m jobs.plan``: a capacity plan for an index of N passages —
+"""``mvr plan`` / ``python -m mvr.jobs.plan``: a capacity plan for an index of N passages —
 storage bytes (shards' Parquet and codes files, codec, catalog, manifest, ANN partitions,
 BM25), RAM of one served partition, the partitions a RAM budget needs, and encode CPU / GPU
 hours. Arithmetic from
 the shard and ANN formats of this codebase and from figures measured on it
-(``operators/capacity.py``, docs/capacity.md); nothing is read or built."""
+(``operators/planning/capacity.py``, docs/capacity.md); nothing is read or built."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import argparse
 import json
 import sys
 
-from jobs.common import ArgumentParser, error, output_console, run_job
+from mvr.jobs.common import ArgumentParser, error, output_console, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from operators import codecs
-    from operators.capacity import ANN_BACKENDS, MEASURED, VECTOR_KINDS
+    from mvr.operators import codecs
+    from mvr.operators.planning.capacity import ANN_BACKENDS, MEASURED, VECTOR_KINDS
 
-    p = p or ArgumentParser(prog="python -m jobs.plan", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.plan", description=__doc__)
     m = MEASURED
     p.add_argument("--passages", type=int, required=True, help="passages after splitting documents")
     p.add_argument("--tokens-per-passage", type=float, default=m["tokens_per_passage"].value,
@@ -59,19 +59,20 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from operators.capacity import SERVE_DTYPE_GONE, AnnSettings, ServeSettings, Throughput, Workload, make_plan
+    import mvr
+    from mvr.operators.planning.capacity import SERVE_DTYPE_GONE, AnnSettings, ServeSettings, Throughput
 
     if args.serve_dtype is not None:
         return error(SERVE_DTYPE_GONE)
     try:
-        w = Workload(
-            passages=args.passages, tokens_per_passage=args.tokens_per_passage, dim=args.dim, codec=args.codec, pooled_codec=args.pooled_codec,
+        workload = dict(
+            tokens_per_passage=args.tokens_per_passage, dim=args.dim, codec=args.codec, pooled_codec=args.pooled_codec,
             first_m=args.first_m, centroids=args.centroids, text_bytes_per_passage=args.text_bytes_per_passage, doc_id_chars=args.doc_id_chars,
             rows_per_shard=args.rows_per_shard, pool_factor=args.pool_factor,
         )
         ann = AnnSettings(args.ann, tuple(k.strip() for k in args.kinds.split(",") if k.strip()), args.pq_m, args.nbits, args.dims_per_block)
         serve = ServeSettings(not args.no_bm25, args.partitions, args.ram_per_partition_gb, args.size_by, args.codes_hot_fraction)
-        plan = make_plan(w, ann, serve, Throughput(args.cpu_passages_per_s, args.gpu_passages_per_s))
+        plan = mvr.plan(args.passages, ann=ann, serve=serve, throughput=Throughput(args.cpu_passages_per_s, args.gpu_passages_per_s), **workload)
     except ValueError as exc:
         return error(exc)
     if args.json_out:
@@ -82,11 +83,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_plan(plan) -> None:
-    """The plan (an ``operators.capacity.CapacityPlan``) as rich tables: inputs, storage, RAM a
+    """The plan (an ``operators.planning.capacity.CapacityPlan``) as rich tables: inputs, storage, RAM a
     partition, encode hours, notes."""
     from rich.table import Table
 
-    from operators.capacity import MEASURED, human_bytes
+    from mvr.operators.planning.capacity import MEASURED, human_bytes
 
     out = output_console()
     w, ann, serve, tp = plan.workload, plan.ann, plan.serve, plan.throughput

@@ -1,5 +1,5 @@
 """``mvr scale-study --dataset DIR --distractors DIR2 --random-strings N --workdir W`` /
-``python -m jobs.scale_study``: Reimers & Gurevych's index-size study on mvr's own indexes.
+``python -m mvr.jobs.scale_study``: Reimers & Gurevych's index-size study on mvr's own indexes.
 Quality (exact search) of BM25, pooled vectors at several dimensions and the multi-vector
 modes as the index grows with distractors and, separately, with random strings; tables,
 JSON and a PNG (docs/scale_study.md)."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.common import ArgumentParser, console, load_config, output_console, positive_int, print_config, run_job, write_outputs
+from mvr.jobs.common import ArgumentParser, console, load_config, output_console, positive_int, print_config, run_job, write_outputs
 
 
 SHARES = {
@@ -19,7 +19,7 @@ SHARES = {
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or ArgumentParser(prog="python -m jobs.scale_study", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.scale_study", description=__doc__)
     p.add_argument("--dataset", required=True, help="BEIR dataset directory whose judged queries are measured")
     p.add_argument("--distractors", help="comma-separated corpora (BEIR dirs or files) added as distractors")
     p.add_argument("--random-strings", type=int, help="random-string passages for the second experiment (0: skip it)")
@@ -48,13 +48,13 @@ def run(args: argparse.Namespace) -> int:
             overrides["dims"] = [int(d) for d in _csv(args.dims) or []]
         except ValueError:
             raise ValueError(f"--dims takes comma-separated whole numbers, got {args.dims!r}") from None
-    from pipeline.config import ScaleStudyConfig
+    from mvr.pipeline.config import ScaleStudyConfig
 
     config = load_config(ScaleStudyConfig, args.config, **overrides)
     if not config.dataset:
         raise ValueError("--dataset is required (a BEIR directory)")
     print_config("mvr scale-study: configuration", config)
-    from pipeline.studies.scale_study import plot_study, scale_study
+    from mvr.pipeline.studies.scale_study import plot_study, scale_study
 
     result = scale_study(config, log=console.print)
     out = output_console()

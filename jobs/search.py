@@ -1,4 +1,4 @@
-"""``mvr search INDEX "query text"`` / ``python -m jobs.search``: one query from the shell,
+"""``mvr search INDEX "query text"`` / ``python -m mvr.jobs.search``: one query from the shell,
 answered in-process by the search core (ANN partitions when built, else exact; ``--exact``
 forces brute force), or ``mvr search --url http://host:8000 "query text"`` by a running
 service (``mvr serve``); ``--json`` prints the ``POST /search`` response body."""
@@ -9,14 +9,14 @@ import argparse
 import json
 import sys
 
-from jobs.common import ArgumentParser, check_utf8, run_job
+from mvr.jobs.common import ArgumentParser, check_utf8, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from operators.fusion import FUSIONS
-    from operators.scoring import MODES, SEARCH_MODES
+    from mvr.operators.retrieval.fusion import FUSIONS
+    from mvr.operators.retrieval.scoring import MODES, SEARCH_MODES
 
-    p = p or ArgumentParser(prog="python -m jobs.search", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.search", description=__doc__)
     p.usage = "%(prog)s INDEX QUERY [options]\n       %(prog)s --url URL QUERY [options]"
     p.add_argument("index", nargs="?", metavar="INDEX", help="index directory (path or fsspec URL); not with --url")
     p.add_argument("query", metavar="QUERY", help="query text")
@@ -41,22 +41,22 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"give INDEX or --url, not both (INDEX {args.index!r}, --url {args.url})")
     if not args.url and not args.index:
         raise ValueError("give an INDEX, or --url of a running service")
-    from pipeline.config import SearchConfig
-    from pipeline.retrieval.request import request_settings, validate_request
+    from mvr.pipeline.config import SearchConfig
+    from mvr.pipeline.retrieval.request import request_settings, validate_request
 
     knobs = {k: v for k, v in {"dense": args.dense, "fusion": args.fusion, "lam": args.lam}.items() if v is not None}
     config = SearchConfig(exact=args.exact)
     validate_request(args.query, args.k, args.mode)
     request_settings(config, args.mode, knobs)
     if args.filter is not None:
-        from operators.filter_expr import parse
+        from mvr.operators.retrieval.filters import parse
 
         parse(args.filter)  # syntax first, before any index or model is read
     if args.url:
         return show(args, ask_service(args.url, args.token, args.query, args.k, args.mode, {**knobs, **({"filter": args.filter} if args.filter is not None else {})}))
-    from pipeline.retrieval.local_search import answer
-    from pipeline.retrieval.searcher import Searcher
-    from storage.catalog import Catalog
+    from mvr.pipeline.retrieval.local_search import answer
+    from mvr.pipeline.retrieval.searcher import Searcher
+    from mvr.storage.catalog import Catalog
 
     if args.dense:
         config.hybrid.dense = args.dense
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         searcher = Searcher(args.index, modes=(args.mode,), config=config)
         catalog = Catalog(args.index)
     else:  # the filter checked against the catalog's columns before the model loads
-        from jobs.common import load_index_manifest
+        from mvr.jobs.common import load_index_manifest
 
         load_index_manifest(args.index)  # a missing or damaged index named as such, first
         catalog = Catalog(args.index)
@@ -89,7 +89,7 @@ def ask_service(url: str, token: str | None, query: str, k: int, mode: str, knob
 
     import requests
 
-    from pipeline.serving.client import SearchClient
+    from mvr.pipeline.serving.client import SearchClient
 
     client = SearchClient(url, token)
     try:
@@ -119,7 +119,7 @@ def show(args: argparse.Namespace, body: dict) -> int:
     )
     from rich.console import Console
 
-    from jobs.render import results_table
+    from mvr.jobs.render import results_table
 
     Console().print(results_table(f"{args.mode}: {args.query}", body["results"], caption))
     return 0

@@ -1,4 +1,4 @@
-"""``mvr serve INDEX`` / ``python -m jobs.serve INDEX``: the Ray Serve search service over
+"""``mvr serve INDEX`` / ``python -m mvr.jobs.serve INDEX``: the Ray Serve search service over
 the index's current manifest (``POST /search``, ``POST /search/batch``, ``GET /health``,
 ``GET /stats``; OpenAPI docs at ``/docs``). Run it again on a rebuilt index to switch over
 without refusing queries. Stays in the foreground until Ctrl-C (then deletes its apps),
@@ -12,13 +12,13 @@ import signal
 import sys
 import threading
 
-from jobs.common import ArgumentParser, check_port_free, console, error, load_config, load_index_manifest, output_console, port_number, print_config, run_job
+from mvr.jobs.common import ArgumentParser, check_port_free, console, error, load_config, load_index_manifest, output_console, port_number, print_config, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from operators.scoring import SEARCH_MODES
+    from mvr.operators.retrieval.scoring import SEARCH_MODES
 
-    p = p or ArgumentParser(prog="python -m jobs.serve", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.serve", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
     p.add_argument("--config", help="YAML file with a ServeConfig (see configs/serve.yaml)")
     p.add_argument("--host", help="HTTP host (default 127.0.0.1; 0.0.0.0 to listen on every interface)")
@@ -33,7 +33,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def load_serve_config(args: argparse.Namespace):
-    from pipeline.config import ServeConfig
+    from mvr.pipeline.config import ServeConfig
 
     modes = args.modes.split(",") if args.modes else None
     return load_config(ServeConfig, args.config, **{"host": args.host, "port": args.port, "modes": modes, "search.exact": args.exact or None, "reload_poll_s": args.poll})
@@ -70,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
         check_port_free(config.host, config.port)
     load_index_manifest(args.index)  # a missing or damaged index refused before Ray starts
     print_config("mvr serve: configuration", config)
-    from pipeline.serving.client import TOKEN_ENV
-    from pipeline.serving.app import deploy, shutdown, start_reloader
+    from mvr.pipeline.serving.client import TOKEN_ENV
+    from mvr.pipeline.serving.app import deploy, shutdown, start_reloader
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     d = deploy(args.index, config, token, log=console.print, address=address)

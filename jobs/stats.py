@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.common import ArgumentParser, load_index_manifest, run_job
+from mvr.jobs.common import ArgumentParser, load_index_manifest, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or ArgumentParser(prog="python -m jobs.stats", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.stats", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
     return p
 
@@ -20,10 +20,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from pipeline.indexing.index_info import index_stats
+    import mvr
 
     load_index_manifest(args.index)  # a damaged manifest.json named as such
-    s = index_stats(args.index)
+    s = mvr.stats(args.index)
     table = Table(title=f"mvr index {args.index}", show_header=False)
     for key, value in s.items():
         if key not in ("rejects_by_reason", "vector_bytes"):

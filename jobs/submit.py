@@ -10,15 +10,15 @@ import argparse
 import sys
 import time
 
-from jobs.common import ArgumentParser, console, error, run_job
+from mvr.jobs.common import ArgumentParser, console, error, run_job
 
 NOT_SUBMITTABLE = ("submit", "demo")  # demo starts and stops its own local cluster
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from jobs.cli import COMMANDS
+    from mvr.jobs.cli import COMMANDS
 
-    p = p or ArgumentParser(prog="python -m jobs.submit", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.submit", description=__doc__)
     p.add_argument("--address", help="the cluster's dashboard, http://HEAD:8265 (default: $RAY_API_SERVER_ADDRESS or $RAY_ADDRESS)")
     p.add_argument("--working-dir", default=".", help="directory shipped to the cluster as the job's working dir (default: .)")
     p.add_argument("--ray-token", help="Ray's auth token, when the cluster uses token authentication and $RAY_AUTH_TOKEN is not set")
@@ -31,17 +31,17 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobs.cli import COMMANDS
+    from mvr.jobs.cli import COMMANDS
 
-    from pipeline.job_submission import TERMINAL, JobRunner
+    from mvr.pipeline.job_submission import TERMINAL, JobRunner
 
-    module = COMMANDS[args.command][0].removeprefix("jobs.")
+    module = COMMANDS[args.command][0].removeprefix("mvr.jobs.")
     try:
         runner = JobRunner(args.address, token=args.ray_token)
         job = runner.submit(module, args.args, working_dir=args.working_dir, submission_id=args.submission_id)
     except (ValueError, ConnectionError, RuntimeError) as exc:
         return error(exc)
-    console.print(f"submitted {job}: python -m jobs.{module} {' '.join(args.args)}")
+    console.print(f"submitted {job}: python -m mvr.jobs.{module} {' '.join(args.args)}")
     if args.no_wait:
         print(job)
         return 0

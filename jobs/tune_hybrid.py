@@ -1,4 +1,4 @@
-"""``mvr tune-hybrid INDEX --dataset DIR`` / ``python -m jobs.tune_hybrid``: pick the hybrid's
+"""``mvr tune-hybrid INDEX --dataset DIR`` / ``python -m mvr.jobs.tune_hybrid``: pick the hybrid's
 λ on some of a collection's judged queries and report it on the others (never on the queries
 it was tuned on), beside RRF and both sides alone; a table, JSON, and a λ curve (PNG)."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.common import ArgumentParser, console, load_config, load_index_manifest, number_list, output_console, positive_int, print_config, run_job, write_outputs
+from mvr.jobs.common import ArgumentParser, console, load_config, load_index_manifest, number_list, output_console, positive_int, print_config, run_job, write_outputs
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or ArgumentParser(prog="python -m jobs.tune_hybrid", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.tune_hybrid", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL) with BM25 partitions")
     p.add_argument("--dataset", required=True, help="BEIR dataset directory (queries.jsonl, qrels/SPLIT.tsv)")
     p.add_argument("--config", help="YAML file with a TuneHybridConfig")
@@ -19,6 +19,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--dense", help="dense mode fused with BM25 (default maxsim)")
     p.add_argument("--folds", type=positive_int, help="query folds (default 2: tune on one half, report on the other, both ways)")
     p.add_argument("--grid", help="comma-separated λ values to try (default 0, 0.05, ..., 1)")
+    p.add_argument("--rule", choices=("one-se", "best"), help="how λ is picked on the tuning queries (default one-se: within one standard error of the best, the nearest the configured λ)")
     p.add_argument("--exact", action="store_true", help="dense side by brute force even where ANN partitions exist")
     p.add_argument("--json", dest="json_out", help="write the results as JSON here (path or URL)")
     p.add_argument("--plot", help="write the λ curve (PNG) here (default: next to --json)")
@@ -26,12 +27,12 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides: dict = {"dataset": args.dataset, "split": args.split, "dense": args.dense, "folds": args.folds}
+    overrides: dict = {"dataset": args.dataset, "split": args.split, "dense": args.dense, "folds": args.folds, "rule": args.rule}
     if args.grid:
         overrides["grid"] = number_list("--grid", args.grid)
     if args.exact:
         overrides["search.exact"] = True
-    from pipeline.config import TuneHybridConfig
+    from mvr.pipeline.config import TuneHybridConfig
 
     config = load_config(TuneHybridConfig, args.config, **overrides)
     if not config.dataset:
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     print_config("mvr tune-hybrid: configuration", config)
     from rich.table import Table
 
-    from pipeline.retrieval.hybrid_tuning import plot_grid, tune_hybrid
+    from mvr.pipeline.retrieval.hybrid_tuning import plot_grid, tune_hybrid
 
     result = tune_hybrid(args.index, config, log=console.print)
     lams = ", ".join(str(f.lam) for f in result.folds)

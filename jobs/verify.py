@@ -1,4 +1,4 @@
-"""``mvr verify INDEX`` / ``python -m jobs.verify INDEX``: every file the manifest lists
+"""``mvr verify INDEX`` / ``python -m mvr.jobs.verify INDEX``: every file the manifest lists
 (shards, ANN partition files, BM25 partition files; rejects and catalog by presence) checked
 against its recorded size and sha256. Exit status 0 when all match, 1 when any file is
 missing, truncated, oversized or corrupted (each is named), 2 when the index cannot be read."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.common import ArgumentParser, console, load_index_manifest, output_console, positive_int, run_job
+from mvr.jobs.common import ArgumentParser, console, load_index_manifest, output_console, positive_int, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = p or ArgumentParser(prog="python -m jobs.verify", description=__doc__)
+    p = p or ArgumentParser(prog="python -m mvr.jobs.verify", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
     p.add_argument("--workers", type=positive_int, default=4, help="files checked at once (default 4)")
     p.add_argument("--all", dest="show_all", action="store_true", help="list every file, not only the bad ones")
@@ -22,13 +22,14 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from storage.verify import expected_files, verify_index
+    import mvr
+    from mvr.storage.verify import expected_files
 
     manifest = load_index_manifest(args.index)
     n_files = len(expected_files(manifest))
     with Progress(TextColumn("verify"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
         task = bar.add_task("verify", total=n_files)
-        report = verify_index(args.index, workers=args.workers, progress=lambda _: bar.advance(task), manifest=manifest)
+        report = mvr.verify(args.index, workers=args.workers, progress=lambda _: bar.advance(task), manifest=manifest)
     print_report(report, args.show_all)
     return 0 if report.ok else 1
 

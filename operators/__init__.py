@@ -1,4 +1,13 @@
-"""Per-batch parts on numpy / torch / pyarrow (no Ray).
+"""Per-batch parts on numpy / torch / pyarrow (no Ray), by stage, in the words of ``pipeline/``:
+
+- ``encode/``: text → vectors (validation, tokenizer, checkpoint, encoder, token pooling,
+  compression of a passage's vectors, query encoding);
+- ``codecs/``: compressed codes for stored vectors;
+- ``ann/``: the ANN first stage (interface, light defaults, FAISS IVFPQ, ScaNN, factory);
+- ``retrieval/``: per-partition search (scoring, stored vectors, partition, candidates,
+  ranking, fusion, BM25, the filter language);
+- ``planning/``: the capacity plan (``mvr plan``);
+- ``packed``: ragged arrays (one flat array and offsets), used by every stage.
 
 OpenMP threads sleep instead of spinning when idle (``OMP_WAIT_POLICY=PASSIVE``, unless the
 environment says otherwise): torch, FAISS and BLAS each keep a thread pool, and in one

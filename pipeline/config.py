@@ -9,11 +9,11 @@ from typing import Any, ClassVar, Literal, Optional, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
-from operators import codecs
-from operators.candidates import FirstStage
-from operators.checkpoint import read_conventions
-from operators.fusion import HybridParams
-from operators.scoring import MODES, VECTOR_KINDS
+from mvr.operators import codecs
+from mvr.operators.retrieval.candidates import FirstStage
+from mvr.operators.encode.checkpoint import read_conventions
+from mvr.operators.retrieval.fusion import HybridParams
+from mvr.operators.retrieval.scoring import MODES, VECTOR_KINDS
 
 _Job = TypeVar("_Job", bound="_JobConfig")
 
@@ -117,14 +117,14 @@ class CompressConfig(_Section):
     centroid_space: Literal["unit", "raw"] = Field(
         "unit",
         description="softmax-centroid's centroids: k-means over unit-length token vectors, unit centroids (unit), or over the raw "
-        "vectors as the paper writes it (raw); operators/compress.py",
+        "vectors as the paper writes it (raw); operators/encode/compress.py",
     )
     codec: str = Field(codecs.AUTO, description="token vectors' codec: operators/codecs name (float16, int8, residual-N, pq-M, pca-D+C) or auto")
     pooled_codec: str = Field("int8", description="codec of the vectors scored against the pooled query (pooled, first-m, centroids)")
     codec_sample_vectors: int = Field(65_536, ge=256, description="token vectors the codecs are trained on, at most")
     codec_seed: int = 0
     pool_factor: int = Field(
-        1, ge=1, strict=True, description="token pooling (operators/token_pooling.py): a passage keeps max(1, n // pool_factor) token vectors; 1: off"
+        1, ge=1, strict=True, description="token pooling (operators/encode/token_pooling.py): a passage keeps max(1, n // pool_factor) token vectors; 1: off"
     )
 
     @field_validator("codec", "pooled_codec")
@@ -186,7 +186,7 @@ _ADDED_DEFAULTS = {"query_text_prefix": "", "document_text_prefix": "", "attend_
 
 
 def apply_checkpoint_conventions(model_name: str, tokenizer: TokenizerConfig) -> TokenizerConfig:
-    """``tokenizer`` with the checkpoint's published conventions (``operators.checkpoint.
+    """``tokenizer`` with the checkpoint's published conventions (``operators.encode.checkpoint.
     read_conventions``) in every field the user did not set (``model_fields_set``), and the
     provenance fields filled in. Precedence: the user's values, then the checkpoint's, then
     mvr's defaults. A config that already records its provenance (``conventions_source`` set,
@@ -254,7 +254,7 @@ class IndexConfig(_JobConfig):
 
 
 class BM25Config(_Section):
-    """BM25 over passages (``operators/bm25.py``, bm25s): text analysis and scoring. The
+    """BM25 over passages (``operators/retrieval/bm25.py``, bm25s): text analysis and scoring. The
     defaults are the reference settings of ../shared/datasets/README.md."""
 
     stopwords: Optional[str] = Field("en", description="bm25s stopword list (e.g. en), None: keep every word")
@@ -293,7 +293,7 @@ class AnnBuildConfig(_JobConfig):
 
 
 class FirstStageConfig(_Section):
-    """Candidate-stage knobs of one mode (``operators.partition.FirstStage``). Backend knobs
+    """Candidate-stage knobs of one mode (``operators.retrieval.partition.FirstStage``). Backend knobs
     left unset use the index's defaults; each backend reads only its own."""
 
     k_prime: int = Field(ge=1, description="nearest indexed vectors asked for each query vector")
@@ -310,7 +310,7 @@ class FirstStageConfig(_Section):
 
 
 class HybridConfig(_Section):
-    """Mode ``hybrid`` (``operators/fusion.py``): which dense mode is fused with BM25, how,
+    """Mode ``hybrid`` (``operators/retrieval/fusion.py``): which dense mode is fused with BM25, how,
     and how many passages each side contributes. ``lam`` (λ) is the dense side's weight;
     ``mvr tune-hybrid`` picks it on held-out queries."""
 
@@ -470,6 +470,9 @@ class TuneHybridConfig(_JobConfig):
     folds: int = Field(2, ge=2, description="query folds: λ is tuned on all but one, reported on that one")
     seed: int = 0
     metric: Literal["nDCG@10", "RR@10", "R@100"] = "nDCG@10"
+    rule: Literal["one-se", "best"] = Field(
+        "one-se", description="one-se: of the λ within one standard error of the best on the tuning queries, the nearest the configured λ; best: the best"
+    )
     k: int = Field(100, ge=10, le=1000)
     search: SearchConfig = SearchConfig()
 

@@ -1,7 +1,7 @@
 """Running the ``jobs/`` entry points on a Ray cluster through Ray's job submission API.
 
 The same thing as ``ray job submit --address http://HEAD:8265 --working-dir . -- python -m
-jobs.index_corpus CORPUS INDEX …``, from Python: ``runtime_env()`` builds the runtime
+mvr.jobs.index_corpus CORPUS INDEX …``, from Python: ``runtime_env()`` builds the runtime
 environment (the repository as ``working_dir``, heavy or irrelevant paths excluded, the
 offline switches for Hugging Face), and ``JobRunner`` wraps
 ``ray.job_submission.JobSubmissionClient`` (submit, wait with a timeout, logs, stop).
@@ -60,9 +60,9 @@ def runtime_env(
 
 
 def entrypoint(job: str, args: Sequence[str] = ()) -> str:
-    """``python -m jobs.{job} ARGS…``, shell-quoted (``job``: index_corpus, build_ann,
+    """``python -m mvr.jobs.{job} ARGS…``, shell-quoted (``job``: index_corpus, build_ann,
     evaluate, verify, …)."""
-    return shlex.join(["python", "-m", f"jobs.{job}", *map(str, args)])
+    return shlex.join(["python", "-m", f"mvr.jobs.{job}", *map(str, args)])
 
 
 class JobFailed(RuntimeError):
@@ -94,7 +94,7 @@ class JobRunner:
         submission_id: Optional[str] = None,
         **kwargs,
     ) -> str:
-        """Submit ``python -m jobs.{job} ARGS`` with ``runtime_env(working_dir)`` (or ``env``).
+        """Submit ``python -m mvr.jobs.{job} ARGS`` with ``runtime_env(working_dir)`` (or ``env``).
         Returns the submission id. ``kwargs`` go to ``JobSubmissionClient.submit_job``
         (``entrypoint_num_cpus``, ``metadata``, …)."""
         return self.client.submit_job(

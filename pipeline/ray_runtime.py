@@ -11,7 +11,7 @@ from typing import Optional
 
 import ray
 
-from pipeline.config import RuntimeConfig
+from mvr.pipeline.config import RuntimeConfig
 
 
 def init_ray(address: Optional[str] = None, quiet: bool = False) -> None:

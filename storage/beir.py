@@ -8,7 +8,7 @@ import io
 import json
 from dataclasses import dataclass
 
-from storage import fs
+from mvr.storage import fs
 
 
 @dataclass

@@ -19,10 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from operators.bm25 import BM25Partition
-from storage.partitions import INDEX_SUBDIR, PASSAGES_FILE, ShardSlice, local_copy, read_partition_passages, saved_files, write_files
-from storage.shards import read_shard
-from storage.tombstones import live_mask
+from mvr.operators.retrieval.bm25 import BM25Partition
+from mvr.storage.partitions import INDEX_SUBDIR, PASSAGES_FILE, ShardSlice, local_copy, read_partition_passages, saved_files, write_files
+from mvr.storage.shards import read_shard
+from mvr.storage.tombstones import live_mask
 
 BM25_DIR = "bm25"
 

@@ -16,10 +16,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from operators.filter_expr import CompiledFilter, check_doc_ids, compile_filter, quote_identifier
-from storage import fs
-from storage.corpus import InputBlock
-from storage.staging import duplicates_url, raw_rows, scan_urls, write_duplicates
+from mvr.operators.retrieval.filters import CompiledFilter, check_doc_ids, compile_filter, quote_identifier
+from mvr.storage import fs
+from mvr.storage.corpus import InputBlock
+from mvr.storage.staging import duplicates_url, raw_rows, scan_urls, write_duplicates
 
 CATALOG_FILE = "catalog.duckdb"
 REJECTS_FILE = "rejects.parquet"
@@ -170,7 +170,7 @@ def build_catalog(
 # metadata → typed columns (docs/filters.md, "Types")
 MAX_METADATA_COLUMNS = 1024
 _INTEGER_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"}
-# DuckDB column type → filter type (operators/filter_expr.py TYPES)
+# DuckDB column type → filter type (operators/retrieval/filters.py TYPES)
 FILTER_TYPES = {"BIGINT": "integer", "DOUBLE": "float", "VARCHAR": "string", "BOOLEAN": "boolean", "DATE": "date", "JSON": "json"}
 _DATE = r"\d{4}-\d{2}-\d{2}"
 
@@ -249,7 +249,7 @@ class Catalog:
         """``path``: the catalog file relative to the index (``Manifest.catalog`` of the
         version being served); default: the latest version's."""
         if path is None:
-            from storage.manifest import read_manifest
+            from mvr.storage.manifest import read_manifest
 
             m = read_manifest(index_url)
             path = m.catalog if m is not None else CATALOG_FILE

@@ -14,10 +14,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Mapping, Optional
 
-from operators import codecs
-from storage import fs
-from storage.shards import STAGING_DIR
-from storage.integrity import ExpectedFile, read_listed, unreadable
+from mvr.operators import codecs
+from mvr.storage import fs
+from mvr.storage.shards import STAGING_DIR
+from mvr.storage.integrity import ExpectedFile, read_listed, unreadable
 
 CODECS_DIR = "codecs"
 GROUPS = ("tokens", "pooled")
@@ -96,3 +96,18 @@ def load_codecs(index_url: str, entries: Mapping[str, Mapping[str, Any]]) -> dic
 def codec_of(codec_set: Mapping[str, codecs.Codec], kind: str) -> codecs.Codec:
     """The codec that stores vector ``kind`` (tokens, first-m, centroids, pooled)."""
     return codec_set[KIND_GROUP[kind]]
+
+
+def write_codec(url: str, codec: codecs.Codec) -> None:
+    """Write one codec file (``codecs.to_bytes``) at ``url``, atomically."""
+    fs.write_bytes_atomic(url, codecs.to_bytes(codec))
+
+
+def read_codec(url: str) -> codecs.Codec:
+    """The codec in the file at ``url``; ``CodecFileError`` naming it when it cannot be read,
+    is truncated or corrupted."""
+    try:
+        data = fs.read_bytes(url)
+    except OSError as e:
+        raise codecs.CodecFileError(f"codec file {url}: cannot be read ({e})") from None
+    return codecs.from_bytes(data, url)

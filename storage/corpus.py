@@ -15,8 +15,8 @@ from typing import Iterator, Optional, Union
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from operators.validation import ID_KEYS, TEXT_KEYS, TsvHeader, tsv_header
-from storage import fs
+from mvr.operators.encode.validation import ID_KEYS, TEXT_KEYS, TsvHeader, tsv_header
+from mvr.storage import fs
 
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".tsv": "tsv", ".parquet": "parquet", ".pq": "parquet"}
 COMPRESSED = (".gz", ".bz2", ".zst", ".xz")

@@ -15,8 +15,8 @@ import uuid
 
 from fsspec.implementations.local import LocalFileSystem
 
-from storage import fs
-from storage.shards import SHARDS_DIR, STAGING_DIR, codes_path
+from mvr.storage import fs
+from mvr.storage.shards import SHARDS_DIR, STAGING_DIR, codes_path
 
 # What indexing, build-ann, build-bm25 and the live updates (add, delete, compact) write directly under INDEX (the constants live in
 # storage/manifest.py, catalog.py, partitions.py and bm25_partitions.py; a test checks they

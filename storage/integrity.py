@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from storage import fs
+from mvr.storage import fs
 
 CHUNK = 1 << 20  # bytes hashed at a time
 STATUSES = ("ok", "missing", "truncated", "oversized", "corrupted", "unreadable")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping
 
-from storage import fs
+from mvr.storage import fs
 
 
 def encode_jsonl(rows: Iterable[Mapping[str, Any]]) -> bytes:

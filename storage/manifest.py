@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
-from storage import fs
-from storage.schema import OLDEST_READABLE_SCHEMA, SCHEMA_VERSION
+from mvr.storage import fs
+from mvr.storage.schema import OLDEST_READABLE_SCHEMA, SCHEMA_VERSION
 
 MANIFEST_FILE = "manifest.json"
 SHARD_LISTS_DIR = "shard-lists"
@@ -232,7 +232,7 @@ def shard_list_bytes(shards: Sequence[ShardEntry]) -> bytes:
 
 def read_shard_list(index_url: str, entry: dict[str, Any]) -> ShardList:
     """The shard list file ``entry`` describes, its size, sha256 and row count checked."""
-    from storage.integrity import ExpectedFile, FileCheck, IntegrityError, read_listed, unreadable
+    from mvr.storage.integrity import ExpectedFile, FileCheck, IntegrityError, read_listed, unreadable
 
     expected = ExpectedFile(entry["path"], "shard list", int(entry["bytes"]), str(entry["sha256"]))
     data = read_listed(index_url, expected)

@@ -12,7 +12,7 @@ A built partition is a directory ``ann/{kind}/{build}/part-{p:05d}/`` holding
 
 One copy: a partition stores no vectors. Its vectors are the codes in the shards' codes
 files for its passage range (``partition_slices``), memory-mapped when it is loaded and
-decoded only for the candidates a query rescores (``operators/stored_vectors.py``).
+decoded only for the candidates a query rescores (``operators/retrieval/stored_vectors.py``).
 
 The manifest's ``ann[kind]`` entry lists the partitions with each file's size and sha256;
 a build directory the manifest does not list is garbage from an older or failed build."""
@@ -31,18 +31,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from operators.ann import AnnIndex, load_index
-from operators.codecs import Codec
-from storage.codec_file import codec_of
-from operators.partition import Partition
-from operators.stored_vectors import StoredVectors
-from storage import fs
-from storage.manifest import Manifest, ShardEntry, shard_lookup, shard_paths, shard_rows
-from storage.schema import arrow_to_codes
-from storage.shards import open_codes, read_shard_checked
-from storage.tombstones import live_mask
-from storage.integrity import ExpectedFile, FileCheck, IntegrityError, missing, read_listed, size_check, unreadable
-from storage.verify import codes_file
+from mvr.operators.ann.base import AnnIndex
+from mvr.operators.ann.factory import load_index
+from mvr.operators.codecs import Codec
+from mvr.storage.codec_file import codec_of
+from mvr.operators.retrieval.partition import Partition
+from mvr.operators.retrieval.stored_vectors import StoredVectors
+from mvr.storage import fs
+from mvr.storage.manifest import Manifest, ShardEntry, shard_lookup, shard_paths, shard_rows
+from mvr.storage.schema import arrow_to_codes
+from mvr.storage.shards import open_codes, read_shard_checked
+from mvr.storage.tombstones import live_mask
+from mvr.storage.integrity import ExpectedFile, FileCheck, IntegrityError, missing, read_listed, size_check, unreadable
+from mvr.storage.verify import codes_file
 
 ANN_DIR = "ann"
 PASSAGES_FILE = "passages.parquet"

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from storage import fs
-from storage.manifest import MANIFEST_FILE, SHARD_LISTS_DIR, VERSIONS_DIR, Manifest, list_versions, read_manifest, version_url
+from mvr.storage import fs
+from mvr.storage.manifest import MANIFEST_FILE, SHARD_LISTS_DIR, VERSIONS_DIR, Manifest, list_versions, read_manifest, version_url
 
 KEEP_VERSIONS = 2
 GRACE_S = 3600.0

@@ -49,8 +49,8 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from operators.codecs import Codec
-from operators.packed import Packed
+from mvr.operators.codecs import Codec
+from mvr.operators.packed import Packed
 
 SCHEMA_VERSION = 2
 OLDEST_READABLE_SCHEMA = 2

@@ -25,9 +25,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage import fs
-from storage.schema import CODE_COLUMNS
-from storage.integrity import ExpectedFile, IntegrityError, check_data, missing, size_check, unreadable
+from mvr.storage import fs
+from mvr.storage.schema import CODE_COLUMNS
+from mvr.storage.integrity import ExpectedFile, IntegrityError, check_data, missing, size_check, unreadable
 
 SHARDS_DIR = "shards"
 STAGING_DIR = "_staging"

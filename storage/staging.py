@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from storage import fs
-from storage.corpus import InputBlock
-from storage.schema import arrow_to_codes, codes_to_arrow
-from storage.shards import STAGING_DIR
+from mvr.storage import fs
+from mvr.storage.corpus import InputBlock
+from mvr.storage.schema import arrow_to_codes, codes_to_arrow
+from mvr.storage.shards import STAGING_DIR
 
 SCAN_SCHEMA = pa.schema([("block_id", pa.string()), ("row_index", pa.int32()), ("doc_id", pa.string()), ("reason", pa.string())])
 

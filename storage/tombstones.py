@@ -6,7 +6,7 @@ a shard, a partition or any file a reader may have mapped: it commits a new vers
 column, ``passage`` (int64, sorted, unique): every deleted passage of the index so far.
 The file is named by its content and written before the version that lists it, so it is
 never rewritten. A partition reads only its own range (row-group statistics on the sorted
-column skip the rest) and turns it into a live mask (``operators/partition.py``).
+column skip the rest) and turns it into a live mask (``operators/retrieval/partition.py``).
 ``mvr compact`` rewrites the shards without the dead rows and starts an empty list.
 
 At 10⁹ passages with 10 % deleted the list is 10⁸ numbers: sorted int64 with Parquet's
@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage import fs
-from storage.integrity import ExpectedFile, read_listed, unreadable
+from mvr.storage import fs
+from mvr.storage.integrity import ExpectedFile, read_listed, unreadable
 
 TOMBSTONES_DIR = "tombstones"
 ROW_GROUP = 1 << 20

@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
-from storage.integrity import ExpectedFile, FileCheck, check_files
-from storage.manifest import Manifest, load_manifest, shard_lookup
+from mvr.storage.integrity import ExpectedFile, FileCheck, check_files
+from mvr.storage.manifest import Manifest, load_manifest, shard_lookup
 
 
 @dataclass

@@ -25,7 +25,7 @@ def datasets() -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_tokenizer():
-    from operators.checkpoint import load_tokenizer
+    from mvr.operators.encode.checkpoint import load_tokenizer
 
     return load_tokenizer("minilm")
 
@@ -37,7 +37,7 @@ def ray_address() -> str:
     running cluster (``RAY_ADDRESS``), instead of starting a cluster each (~6 s here)."""
     import ray
 
-    from pipeline.ray_runtime import init_ray
+    from mvr.pipeline.ray_runtime import init_ray
 
     init_ray()
     return ray.get_runtime_context().gcs_address
@@ -65,8 +65,8 @@ def _built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> P
 
 
 def _index(tmp_path_factory, datasets: Path, name: str) -> str:
-    from pipeline.config import IndexConfig
-    from pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.config import IndexConfig
+    from mvr.pipeline.indexing.corpus_job import index_corpus
 
     def build(path: Path) -> None:
         result = index_corpus(str(datasets / name), str(path), IndexConfig())
@@ -93,8 +93,8 @@ def msmarco_index(tmp_path_factory, msmarco_corpus_with_metadata) -> str:
     is read from the metadata copy (same ids, titles and texts; the three bad-metadata rows are
     rejects), so that one encoding of the collection serves the search tests and the filter
     tests alike."""
-    from pipeline.config import IndexConfig
-    from pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.config import IndexConfig
+    from mvr.pipeline.indexing.corpus_job import index_corpus
 
     def build(path: Path) -> None:
         result = index_corpus(msmarco_corpus_with_metadata["corpus"], str(path), IndexConfig())
@@ -120,9 +120,9 @@ def cranfield_index(tmp_path_factory, datasets) -> str:
 def msmarco_100(tmp_path_factory, datasets) -> str:
     """The first 100 msmarco-sample passages in 3 shards (~8,000 token vectors: IVFPQ at 7
     bits), FAISS partitions (P = 1) of tokens and pooled, BM25. Tests copy it to change it."""
-    from pipeline.indexing.ann_build import build_ann
-    from pipeline.config import AnnBuildConfig, IndexConfig
-    from pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.indexing.ann_build import build_ann
+    from mvr.pipeline.config import AnnBuildConfig, IndexConfig
+    from mvr.pipeline.indexing.corpus_job import index_corpus
 
     def build(path: Path) -> None:
         config = IndexConfig.from_yaml(None, **{"limit": 100, "runtime.write_rows_per_shard": 40})
@@ -137,8 +137,8 @@ def msmarco_meta_index(tmp_path_factory, msmarco_index, msmarco_corpus_with_meta
     """A copy of ``msmarco_index`` (msmarco-sample with derived metadata and three rejected
     rows) with FAISS IVFPQ partitions (P = 2) of tokens and pooled and BM25, for the filter
     tests. {"index", "corpus", "docs"}."""
-    from pipeline.indexing.ann_build import build_ann
-    from pipeline.config import AnnBuildConfig
+    from mvr.pipeline.indexing.ann_build import build_ann
+    from mvr.pipeline.config import AnnBuildConfig
 
     def build(path: Path) -> None:
         shutil.copytree(msmarco_index, path)
@@ -158,7 +158,7 @@ SLOW_FIXTURES = {"msmarco_index", "dbpedia_index", "cranfield_index", "msmarco_1
 # (longest-processing-time first); the rest keep their file order.
 LONGEST_FIRST = (
     "test_cluster_jobs", "test_filters", "test_hybrid", "test_serve", "test_serve_live", "test_updates", "test_resume",
-    "test_search_ann", "test_updates_concurrency", "test_partition_memory", "test_capacity_plan", "test_cli_errors",
+    "test_search_ann", "test_api", "test_demo", "test_updates_concurrency", "test_partition_memory", "test_capacity_plan", "test_cli_errors",
 )
 
 

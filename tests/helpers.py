@@ -50,9 +50,9 @@ def stored_vectors(index_url: str, kind: str = "tokens"):
     Packed, or a matrix for pooled), the kind's codec), in shard order."""
     import numpy as np
 
-    from storage.codec_file import codec_of, load_codecs
-    from storage.manifest import load_manifest
-    from storage.partitions import exact_partition
+    from mvr.storage.codec_file import codec_of, load_codecs
+    from mvr.storage.manifest import load_manifest
+    from mvr.storage.partitions import exact_partition
 
     m = load_manifest(index_url)
     codec_set = load_codecs(index_url, m.codecs)

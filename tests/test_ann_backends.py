@@ -8,8 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from operators import ivfpq, scann_index
-from operators.ann import AnnIndex, load_index, make_index, read_meta
+from mvr.operators.ann import defaults, ivfpq, scann_index
+from mvr.operators.ann.base import AnnIndex, read_meta
+from mvr.operators.ann.factory import load_index, make_index
 
 BACKENDS = ["faiss-ivfpq", "scann"]
 N, DIM, CLUSTERS, NQ, SPLIT = 20_000, 64, 200, 100, 12_000
@@ -252,7 +253,7 @@ def test_scann_parallel_batches_match_serial(built, data):
 
 
 def test_default_parameter_rules():
-    assert [ivfpq.default_m(d) for d in (64, 100, 128, 384, 768)] == [8, 10, 16, 48, 96]
+    assert [defaults.default_m(d) for d in (64, 100, 128, 384, 768)] == [8, 10, 16, 48, 96]
     p = ivfpq.default_params(128, 20_000)
     assert (p["nlist"], p["nbits"], p["nprobe"], p["brute_force"]) == (512, 8, 8, False)
     p = ivfpq.default_params(128, 6_000)  # 6000/39 = 153 → 128 lists; < 39·256 points → 7 bits

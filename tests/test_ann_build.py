@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from pipeline.indexing.ann_build import build_ann, is_up_to_date
-from pipeline.config import AnnBuildConfig
-from storage.manifest import load_manifest
+from mvr.pipeline.indexing.ann_build import build_ann, is_up_to_date
+from mvr.pipeline.config import AnnBuildConfig
+from mvr.storage.manifest import load_manifest
 
 pytestmark = pytest.mark.ray
 

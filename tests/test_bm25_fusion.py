@@ -10,10 +10,10 @@ import pytest
 import Stemmer
 
 from helpers import read_jsonl
-from operators.bm25 import Analyzer, BM25Partition, TermStats
-from operators.fusion import HybridParams, ScoredPassages, fuse, union_of_best
-from operators.partition import Partition
-from operators.query import EncodedQuery
+from mvr.operators.retrieval.bm25 import Analyzer, BM25Partition, TermStats
+from mvr.operators.retrieval.fusion import HybridParams, ScoredPassages, fuse, union_of_best
+from mvr.operators.retrieval.partition import Partition
+from mvr.operators.encode.query import EncodedQuery
 
 N = 800
 QUERIES = ["what is the definition of a bank", "how long does it take to boil an egg", "causes of high blood pressure"]
@@ -73,7 +73,7 @@ def test_fusion_is_independent_of_partitioning(passages):
     q_terms = analyzer([QUERIES[0]])[0]
 
     def union(bounds):
-        from operators.fusion import side_by_side
+        from mvr.operators.retrieval.fusion import side_by_side
 
         bm = partitions(terms, ids, bounds)
         out = []
@@ -96,7 +96,7 @@ def test_fusion_is_independent_of_partitioning(passages):
 def test_weighted_fusion_normalises_each_side_over_its_best():
     """λ·d' + (1−λ)·s' with each side's min and max over its ``norm_depth`` best scores
     (an independent loop here); lowering the tail below them changes no fused score."""
-    from operators.fusion import Union, fused_scores
+    from mvr.operators.retrieval.fusion import Union, fused_scores
 
     rng = np.random.default_rng(3)
     n = 60
@@ -117,3 +117,22 @@ def test_weighted_fusion_normalises_each_side_over_its_best():
     moved = fused_scores(Union(ScoredPassages(p.passages, p.doc_ids, p.passage_idx, lowered, sparse), union.dense_best, union.sparse_best), params)
     keep = np.setdiff1d(np.arange(n), tail)
     np.testing.assert_allclose(moved[keep], expected[keep], rtol=1e-5)
+
+
+def test_tuned_lambda_follows_the_one_standard_error_rule():
+    """``pick_lam``: the best λ by mean when asked; by default, among the λ within one standard
+    error of the best (paired per-query differences), the nearest the configured one."""
+    from mvr.pipeline.retrieval.hybrid_tuning import pick_lam
+
+    base = np.random.default_rng(0).uniform(0.3, 0.7, 40)
+    wobble = np.where(np.arange(40) % 2 == 0, 0.21, -0.19)  # mean +0.01, standard error ~0.03
+    noisy = {0.5: dict(enumerate(base - 0.1)), 0.8: dict(enumerate(base)), 0.95: dict(enumerate(base + wobble))}
+    assert pick_lam(noisy, 0.8, "best") == 0.95
+    assert pick_lam(noisy, 0.8) == 0.8  # 0.95's gain is within the noise: the configured λ stays
+    assert pick_lam({k: v for k, v in noisy.items() if k != 0.8}, 0.8) == 0.95  # 0.5 is clearly worse
+    clear = {lam: {q: float(base[q] + (0.3 if lam == 0.5 else 0.0)) for q in range(40)} for lam in (0.5, 0.8)}
+    assert pick_lam(clear, 0.8) == 0.5  # a gain far beyond the noise moves it
+    ties = {lam: {q: 1.0 for q in range(5)} for lam in (0.9, 0.7)}
+    assert pick_lam(ties, 0.8) == 0.7 and pick_lam(ties, 0.8, "best") == 0.7  # equally near: the smaller
+    with pytest.raises(ValueError, match="rule"):
+        pick_lam(ties, 0.8, "median")

@@ -1,4 +1,4 @@
-"""The capacity plan (operators/capacity.py, jobs/plan.py): arithmetic in milliseconds, the
+"""The capacity plan (operators/planning/capacity.py, jobs/plan.py): arithmetic in milliseconds, the
 ANN size model against indexes the backends really write, and the whole plan against the
 bytes of a real index of msmarco-sample (100 passages, tokens + pooled ANN, BM25)."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from operators.capacity import (
+from mvr.operators.planning.capacity import (
     MEASURED,
     AnnSettings,
     ServeSettings,
@@ -36,14 +36,14 @@ from operators.capacity import (
 
 
 def test_default_rules_are_the_backends_own():
-    from operators import ivfpq, scann_index
+    """One copy of each rule: the plan and the backends import operators/ann/defaults.py."""
+    from mvr.operators.ann import defaults, ivfpq, scann_index
 
-    for dim in (8, 64, 96, 128, 384, 768, 1024):
-        assert faiss_default_m(dim) == ivfpq.default_m(dim)
+    assert (faiss_default_m, faiss_default_nlist, faiss_default_nbits) == (defaults.default_m, defaults.default_nlist, defaults.default_nbits)
+    assert (ivfpq.default_m, ivfpq.default_nlist, scann_index.default_num_leaves) == (defaults.default_m, defaults.default_nlist, defaults.default_num_leaves)
     for n in (4096, 10_000, 16_028, 403_138, 10**6, 16_174_539, 10**9):
-        assert faiss_default_nlist(n) == ivfpq.default_nlist(n)
-        assert scann_default_num_leaves(n) == scann_index.default_num_leaves(n)
-        nlist = ivfpq.default_nlist(n)
+        assert scann_default_num_leaves(float(n)) == defaults.default_num_leaves(n)
+        nlist = defaults.default_nlist(n)
         assert ivfpq.default_params(384, n)["nbits"] == faiss_default_nbits(ann_index_size("faiss-ivfpq", 384, n).params["training_sample_size"])
         assert ann_index_size("faiss-ivfpq", 384, n).params["nlist"] == nlist
 
@@ -87,7 +87,7 @@ def test_pool_factor_divides_the_stored_token_vectors_only():
 
 
 def test_codecs_resolve_as_the_index_does():
-    from operators import codecs
+    from mvr.operators import codecs
 
     big = Workload(passages=10**9)  # MiniLM, auto
     assert big.codec_name == "pca-192+residual-1" == codecs.resolve_name("auto", 384) and big.codec_dim == 192
@@ -117,7 +117,7 @@ def test_codecs_resolve_as_the_index_does():
 def test_residual_codebook_size_is_the_trained_one():
     """The plan's codebook size (and so the id width and bytes a vector) against a codec
     trained the way ``mvr index`` trains it: a capped sample, n_vectors the collection's."""
-    from operators import codecs
+    from mvr.operators import codecs
 
     rng = np.random.default_rng(0)
     for sample_cap, n_tokens in ((300, 10**6), (2000, 4000)):
@@ -209,7 +209,7 @@ def test_partitions_for_budget_is_minimal():
 
 
 def test_plan_job_prints_tables_and_json(capsys):
-    from jobs.plan import main
+    from mvr.jobs.plan import main
 
     assert main(["--passages", "1000000", "--dim", "128", "--tokens-per-passage", "71.86", "--ram-per-partition-gb", "4"]) == 0
     out = capsys.readouterr().out
@@ -234,7 +234,7 @@ def test_plan_job_prints_tables_and_json(capsys):
 
 @pytest.mark.parametrize("backend,reorder", [("faiss-ivfpq", False), ("scann", False), ("scann", True)])
 def test_ann_index_bytes_match_saved_indexes(tmp_path, backend, reorder):
-    from operators.ann import make_index
+    from mvr.operators.ann.factory import make_index
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((6000, 32)).astype(np.float32)
@@ -259,7 +259,7 @@ def test_ann_build_ram_matches_a_build_process_peak(backend):
     process after its imports, with the probe's own sample in it (build_partition holds its
     decoded sample too)."""
     from benchmarks.ann_build_ram import measure
-    from operators.capacity import ann_build_ram
+    from mvr.operators.planning.capacity import ann_build_ram
 
     n, dim = 400_000, 64
     measured = measure(backend, n, dim, timeout=300)  # benchmarks/ann_build_ram.py's probe, in a fresh process
@@ -273,7 +273,7 @@ def test_plan_has_a_build_line_a_kind_and_warns_only_for_scann_builds_over_16_gb
     """The plan's "ANN build" table: one line a kind with ``ann_build_ram`` of that kind's
     partition index, the peak the largest; at 10⁹ passages and 64 GB replicas a ScaNN tokens
     build task is the largest and needs over 16 GB (the note names it), a FAISS one does not."""
-    from operators.capacity import ann_build_ram
+    from mvr.operators.planning.capacity import ann_build_ram
 
     w = Workload(passages=10**9)
     for backend in ("faiss-ivfpq", "scann"):
@@ -305,10 +305,10 @@ CATALOG_TOL = 262_144  # catalog.duckdb grows in DuckDB's 256 KiB blocks (the pl
 def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
     """Every storage line of the plan against the files of an index built here (default codec
     auto = pca-192+residual-1 at dim 384, FAISS partitions of tokens and pooled, BM25)."""
-    from operators import codecs
-    from pipeline.indexing.index_info import codes_file_columns
-    from storage.manifest import load_manifest
-    from storage.shards import CODES_SUFFIX
+    from mvr.operators import codecs
+    from mvr.pipeline.indexing.index_info import codes_file_columns
+    from mvr.storage.manifest import load_manifest
+    from mvr.storage.shards import CODES_SUFFIX
 
     m = load_manifest(msmarco_100)
     t = pq.read_table([os.path.join(msmarco_100, s.path) for s in m.shards], columns=["doc_id", "text", "n_tokens"])
@@ -325,7 +325,7 @@ def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
     )
     assert shard_count(w) == len(m.shards)  # one input block: a shard a rows_per_shard passages
     # the plan's codecs are the index's: names, decoded dims, bytes a vector, codebook size
-    from storage.codec_file import KIND_GROUP, load_codec
+    from mvr.storage.codec_file import KIND_GROUP, load_codec
 
     assert w.codec_name == m.codecs["tokens"]["name"] == codecs.resolve_name("auto", w.dim) and w.codec_dim == m.codecs["tokens"]["dim_out"] == m.dim
     for kind, group in KIND_GROUP.items():
@@ -411,14 +411,14 @@ def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
 
 
 def test_stats_measures_bytes_a_vector(msmarco_100, capsys, monkeypatch):
-    from jobs.stats import main
-    from pipeline.indexing.index_info import index_stats
-    from storage.manifest import load_manifest
+    from mvr.jobs.stats import main
+    from mvr.pipeline.indexing.index_info import index_stats
+    from mvr.storage.manifest import load_manifest
 
     m = load_manifest(msmarco_100)
     s = index_stats(msmarco_100)
     vb = s["vector_bytes"]
-    from storage.codec_file import KIND_GROUP
+    from mvr.storage.codec_file import KIND_GROUP
 
     assert s["codec"] == vb["codecs"]["tokens"] == m.codecs["tokens"]["name"] and s["bytes_per_token_vector"] == m.codecs["tokens"]["bytes_per_vector"]
     assert s["pooled_codec"] == vb["codecs"]["pooled"] == m.codecs["pooled"]["name"]

@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 import yaml
 
-from operators.checkpoint import COLBERT_SOURCE, PYLATE_SOURCE, read_conventions
-from pipeline.config import IndexConfig, ModelConfig, ScaleStudyConfig, TokenizerConfig
+from mvr.operators.encode.checkpoint import COLBERT_SOURCE, PYLATE_SOURCE, read_conventions
+from mvr.pipeline.config import IndexConfig, ModelConfig, ScaleStudyConfig, TokenizerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -319,10 +319,10 @@ def _assert_same(got: list[np.ndarray], want: list[np.ndarray], what: str, info:
 def test_encodes_like_the_reference(references, name):
     """mvr loads the saved directory with no conventions in any YAML and gives, query by query
     and document by document, the reference library's vectors."""
-    from operators.compress import Compressor
-    from operators.encoder import TokenEncoder
-    from operators.query import QueryEncoder
-    from operators.tokenizer import PassageTokenizer
+    from mvr.operators.encode.compress import Compressor
+    from mvr.operators.encode.encoder import TokenEncoder
+    from mvr.operators.encode.query import QueryEncoder
+    from mvr.operators.encode.tokenizer import PassageTokenizer
 
     queries, documents, info = _reference(references, name)
     config = IndexConfig.from_yaml(None, **{"model.name": str(references / name)})
@@ -348,9 +348,9 @@ def test_index_and_search_use_the_checkpoint_conventions(references, tmp_path):
     plumbing from checkpoint to manifest to query encoder is the same for both variants of a
     library, and ``test_encodes_like_the_reference`` covers every variant's conventions."""
     from helpers import stored_vectors
-    from pipeline.indexing.corpus_job import index_corpus
-    from pipeline.retrieval.searcher import index_query_encoder
-    from storage.manifest import load_manifest
+    from mvr.pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.retrieval.searcher import index_query_encoder
+    from mvr.storage.manifest import load_manifest
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(DOCUMENTS)))

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def mvr(*args: str | os.PathLike, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """The ``mvr`` command, run as a user runs it (argv may hold bytes that are not UTF-8)."""
-    argv = [sys.executable, "-m", "jobs.cli", *(a if isinstance(a, bytes) else str(a) for a in args)]
+    argv = [sys.executable, "-m", "mvr.jobs.cli", *(a if isinstance(a, bytes) else str(a) for a in args)]
     e = {k: v for k, v in os.environ.items() if k != "MVR_DEBUG"}
     e.update(env or {})
     return subprocess.run(argv, cwd=ROOT, env=e, capture_output=True, timeout=timeout)
@@ -171,9 +171,9 @@ def test_mvr_debug_prints_the_traceback_too(tmp_path):
 
 
 def test_python_m_entry_points_use_the_same_handler(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "jobs.stats", str(tmp_path / "nothing")], cwd=ROOT, capture_output=True)
+    r = subprocess.run([sys.executable, "-m", "mvr.jobs.stats", str(tmp_path / "nothing")], cwd=ROOT, capture_output=True)
     refused(r, "holds no committed index")
-    r = subprocess.run([sys.executable, "-m", "jobs.search", str(tmp_path), os.fsencode("\udcff")], cwd=ROOT, capture_output=True)
+    r = subprocess.run([sys.executable, "-m", "mvr.jobs.search", str(tmp_path), os.fsencode("\udcff")], cwd=ROOT, capture_output=True)
     refused(r, "query is not valid UTF-8")
 
 
@@ -186,7 +186,7 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path):
     # then installs no KeyboardInterrupt handler), and something in this test process may have
     # ignored it (a full-suite run once hung here after the cluster tests)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jobs.cli", "build-bm25", str(tmp_path / "idx"), "--config", str(fifo)], cwd=ROOT, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "mvr.jobs.cli", "build-bm25", str(tmp_path / "idx"), "--config", str(fifo)], cwd=ROOT, stderr=subprocess.PIPE,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     writer = None
@@ -215,8 +215,8 @@ def test_ray_errors_are_unwrapped_to_the_user_cause():
     exception raised in user code, not Ray's wrappers."""
     import ray
 
-    from jobs.common import describe
-    from pipeline.ray_runtime import init_ray
+    from mvr.jobs.common import describe
+    from mvr.pipeline.ray_runtime import init_ray
 
     init_ray()
 
@@ -256,12 +256,12 @@ def test_ray_errors_are_unwrapped_to_the_user_cause():
 
 def test_help_imports_neither_ray_nor_torch():
     code = (
-        "import sys, jobs.cli\n"
+        "import sys, mvr.jobs.cli\n"
         "heavy = ('ray', 'torch', 'transformers', 'pyarrow', 'duckdb', 'faiss')\n"
         "seen = {}\n"
-        "for argv in [['--help']] + [[c, '--help'] for c in jobs.cli.COMMANDS]:\n"
+        "for argv in [['--help']] + [[c, '--help'] for c in mvr.jobs.cli.COMMANDS]:\n"
         "    try:\n"
-        "        jobs.cli.main(argv)\n"
+        "        mvr.jobs.cli.main(argv)\n"
         "    except SystemExit as e:\n"
         "        assert e.code == 0, (argv, e.code)\n"
         "    seen[' '.join(argv)] = [m for m in heavy if m in sys.modules]\n"
@@ -270,7 +270,7 @@ def test_help_imports_neither_ray_nor_torch():
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     seen = json.loads(r.stdout.rsplit("RESULT", 1)[1])
-    assert set(seen) == {"--help"} | {f"{c} --help" for c in __import__("jobs.cli").cli.COMMANDS}
+    assert set(seen) == {"--help"} | {f"{c} --help" for c in __import__("importlib").import_module("mvr.jobs.cli").COMMANDS}
     assert all(v == [] for v in seen.values()), seen
 
 

@@ -1,7 +1,7 @@
 """mvr's jobs on a real multi-node Ray cluster started on this machine (``tests/cluster.py``:
 a head node with no CPUs, so every task and actor runs on a worker node, and two worker nodes
 of one CPU each, every node a ``ray start`` of its own), submitted through Ray's job
-submission API exactly as ``ray job submit --working-dir . -- python -m jobs.NAME …`` does
+submission API exactly as ``ray job submit --working-dir . -- python -m mvr.jobs.NAME …`` does
 (``verify`` through ``mvr submit``); and the faults a cluster meets, each of which must
 leave every passage indexed exactly once:
 
@@ -39,11 +39,11 @@ from transformers import AutoModel, AutoTokenizer
 
 from cluster import LocalCluster, free_ports
 from helpers import ndcg10, read_jsonl, read_qrels
-from jobs import submit as submit_job
-from pipeline.serving.client import SearchClient
-from pipeline.job_submission import JobRunner
-from storage.catalog import Catalog
-from storage.manifest import load_manifest
+from mvr.jobs import submit as submit_job
+from mvr.pipeline.serving.client import SearchClient
+from mvr.pipeline.job_submission import JobRunner
+from mvr.storage.catalog import Catalog
+from mvr.storage.manifest import load_manifest
 
 pytestmark = pytest.mark.ray
 

@@ -1,4 +1,4 @@
-"""Token-vector codecs (operators/codecs.py): error bounds derived from each codec's bit
+"""Token-vector codecs (operators/codecs/): error bounds derived from each codec's bit
 budget, determinism, serialisation and its refusals, partial decodes, names and sizes.
 
 Two samples: synthetic clustered unit vectors (64 dims) and real token vectors of 20
@@ -11,10 +11,11 @@ import json
 import numpy as np
 import pytest
 
-from operators import codecs
-from operators.codecs import CodecFileError, Int8, Residual
-from operators.compress import l2_normalize
-from operators.packed import Packed
+from mvr.operators import codecs
+from mvr.storage.codec_file import read_codec, write_codec
+from mvr.operators.codecs import CodecFileError, Int8, Residual
+from mvr.operators.encode.compress import l2_normalize
+from mvr.operators.packed import Packed
 
 NAMES = ["float16", "int8", "residual-1", "residual-2", "residual-4", "pq-8", "pca-32+residual-2", "pca-32+pq-8"]
 FAST = {"niter": 6}  # k-means iterations: the bounds below hold after any number of iterations
@@ -35,7 +36,7 @@ def synthetic() -> np.ndarray:
 @pytest.fixture(scope="module")
 def real(datasets) -> np.ndarray:
     """~1,600 token vectors of the first 20 msmarco-sample passages, unit length."""
-    from operators.encoder import TokenEncoder
+    from mvr.operators.encode.encoder import TokenEncoder
 
     lines = (datasets / "msmarco-sample" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[:20]
     rows = [json.loads(line) for line in lines]
@@ -194,10 +195,10 @@ def test_pca_projection_keeps_scores(sample):
 
 @pytest.mark.parametrize("name", ["residual-2", "pq-8", "pca-32+residual-2"])
 def test_same_sample_and_seed_give_identical_codec_files(name, synthetic):
-    a = codecs.train(name, synthetic, seed=11, **FAST).to_bytes()
-    b = codecs.train(name, synthetic, seed=11, **FAST).to_bytes()
+    a = codecs.to_bytes(codecs.train(name, synthetic, seed=11, **FAST))
+    b = codecs.to_bytes(codecs.train(name, synthetic, seed=11, **FAST))
     assert a == b
-    assert codecs.train(name, synthetic, seed=12, **FAST).to_bytes() != a
+    assert codecs.to_bytes(codecs.train(name, synthetic, seed=12, **FAST)) != a
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -216,17 +217,17 @@ def test_serialisation_round_trip(name, synthetic, tmp_path):
     c = _codec(name, "synthetic", synthetic)
     codes = c.encode(synthetic[:200])
     path = tmp_path / "codec.mvrc"
-    c.save(path)
-    loaded = codecs.load(path)
+    write_codec(str(path), c)
+    loaded = read_codec(str(path))
     assert (loaded.name, loaded.dim_in, loaded.dim_out, loaded.bytes_per_vector) == (c.name, c.dim_in, c.dim_out, c.bytes_per_vector)
     np.testing.assert_array_equal(loaded.decode(codes), c.decode(codes))
     np.testing.assert_array_equal(loaded.encode(synthetic[:200]), codes)
     np.testing.assert_array_equal(loaded.project(synthetic[:5]), c.project(synthetic[:5]))
-    assert loaded.to_bytes() == c.to_bytes()
+    assert codecs.to_bytes(loaded) == codecs.to_bytes(c)
 
 
 def test_damaged_codec_files_are_refused(synthetic, tmp_path):
-    data = _codec("pca-32+residual-2", "synthetic", synthetic).to_bytes()
+    data = codecs.to_bytes(_codec("pca-32+residual-2", "synthetic", synthetic))
     cases = {
         "truncated": data[: len(data) // 2],
         "truncated-header": data[:30],
@@ -240,14 +241,14 @@ def test_damaged_codec_files_are_refused(synthetic, tmp_path):
         path = tmp_path / f"{what}.mvrc"
         path.write_bytes(blob)
         with pytest.raises(CodecFileError, match=f"codec file {path}") as e:
-            codecs.load(path)
+            read_codec(str(path))
         assert isinstance(e.value, ValueError)
     with pytest.raises(CodecFileError, match="truncated"):
-        codecs.load(tmp_path / "truncated.mvrc")
+        read_codec(str(tmp_path / "truncated.mvrc"))
     with pytest.raises(CodecFileError, match="corrupted"):
-        codecs.load(tmp_path / "bit-flip-payload.mvrc")
+        read_codec(str(tmp_path / "bit-flip-payload.mvrc"))
     with pytest.raises(CodecFileError, match="cannot be read"):
-        codecs.load(tmp_path / "missing.mvrc")
+        read_codec(str(tmp_path / "missing.mvrc"))
 
 
 # ---- partial decodes ----------------------------------------------------------------------

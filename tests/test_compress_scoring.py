@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from operators import scoring
-from operators.compress import Compressor, kmeans_centroids, projection_matrix
-from operators.packed import Packed
+from mvr.operators.retrieval import scoring
+from mvr.operators.encode.compress import Compressor, kmeans_centroids, projection_matrix
+from mvr.operators.packed import Packed
 
 
 def _reference_kmeans(x, k, iterations):

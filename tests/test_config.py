@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from pipeline.config import IndexConfig
+from mvr.pipeline.config import IndexConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -29,7 +29,7 @@ def test_invalid_settings_are_refused(tmp_path):
 
 
 def test_search_and_build_configs_round_trip_and_merge_partial_sections(tmp_path):
-    from pipeline.config import AnnBuildConfig, EvalConfig, SearchConfig
+    from mvr.pipeline.config import AnnBuildConfig, EvalConfig, SearchConfig
 
     assert EvalConfig.from_yaml(CONFIGS / "eval.yaml") == EvalConfig()
     assert AnnBuildConfig.from_yaml(CONFIGS / "ann.yaml") == AnnBuildConfig()
@@ -47,8 +47,8 @@ def test_search_and_build_configs_round_trip_and_merge_partial_sections(tmp_path
 
 
 def test_codec_names_are_checked_and_the_cli_sets_them():
-    from jobs.common import ConfigError, load_index_config
-    from jobs.index_corpus import parser
+    from mvr.jobs.common import ConfigError, load_index_config
+    from mvr.jobs.index_corpus import parser
 
     args = parser().parse_args(["corpus", "index", "--codec", "pca-64+residual-1", "--pooled-codec", "float16"])
     c = load_index_config(args).compress

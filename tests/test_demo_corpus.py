@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from pipeline.studies.demo_corpus import MIN_CHARS, build_demo_corpus, clip
-from storage.jsonl import encode_jsonl, write_jsonl
+from mvr.pipeline.studies.demo_corpus import MIN_CHARS, build_demo_corpus, clip
+from mvr.storage.jsonl import encode_jsonl, write_jsonl
 
 
 def test_deterministic_and_sorted() -> None:

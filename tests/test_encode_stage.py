@@ -5,13 +5,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from operators import codecs
-from operators.checkpoint import load_tokenizer
-from operators.tokenizer import PassageTokenizer
-from pipeline.config import IndexConfig
-from pipeline.indexing.encode_stage import EncodeCompress, EncodeSample
-from pipeline.indexing.stages import PASSAGE_SCHEMA, sample_vectors
-from storage.schema import arrow_to_codes, arrow_to_packed
+from mvr.operators import codecs
+from mvr.operators.encode.checkpoint import load_tokenizer
+from mvr.operators.encode.tokenizer import PassageTokenizer
+from mvr.pipeline.config import IndexConfig
+from mvr.pipeline.indexing.encode_stage import EncodeCompress, EncodeSample
+from mvr.pipeline.indexing.stages import PASSAGE_SCHEMA, sample_vectors
+from mvr.storage.schema import arrow_to_codes, arrow_to_packed
 
 
 def _args(**compress) -> tuple:
@@ -44,7 +44,7 @@ def test_rows_carry_every_representation_as_codes_and_empty_batches_pass(codec):
     assert n == 2 and sample.shape == (sum(len(p.input_ids) for p in passages), 64)
     np.testing.assert_allclose(np.linalg.norm(sample, axis=1), 1.0, atol=2e-3)
     trained = codecs.train(codec, sample, seed=0)
-    stage = EncodeCompress(*args, codec_files={"tokens": trained.to_bytes(), "pooled": codecs.train("int8", sample).to_bytes()})
+    stage = EncodeCompress(*args, codec_files={"tokens": codecs.to_bytes(trained), "pooled": codecs.to_bytes(codecs.train("int8", sample))})
     assert stage(PASSAGE_SCHEMA.empty_table()).num_rows == 0
     out = stage(batch)
     assert out.column("doc_id").to_pylist() == ["a", "b"]
@@ -74,7 +74,7 @@ def test_sample_is_capped_seeded_and_in_block_order():
 
 
 def arrow_to_packed_column(arrays):
-    from storage.schema import packed_to_arrow
+    from mvr.storage.schema import packed_to_arrow
 
     return packed_to_arrow(arrays, arrays[0].shape[1])
 
@@ -83,12 +83,12 @@ def test_pool_factor_pools_token_vectors_only_and_n_tokens_counts_what_is_stored
     """compress.pool_factor = 2: the token codes are the operator's pooling of the unpooled
     stage's vectors (n_tokens = n // 2 a passage), the sample stage pools the same way (the
     codec trains on what it stores), and first-m, centroids and pooled are unchanged."""
-    from operators.token_pooling import pool_passages
+    from mvr.operators.encode.token_pooling import pool_passages
 
     batch, passages = _batch()
     plain, pooled = _args(projection_dim=64), _args(projection_dim=64, pool_factor=2)
     assert pooled[2]["pool_factor"] == 2 and "pool_factor" not in plain[2]
-    f16 = codecs.train("float16", np.zeros((1, 64), np.float32)).to_bytes()
+    f16 = codecs.to_bytes(codecs.train("float16", np.zeros((1, 64), np.float32)))
     files = {"tokens": f16, "pooled": f16}
     a, b = EncodeCompress(*plain, codec_files=files)(batch), EncodeCompress(*pooled, codec_files=files)(batch)
     lengths = [len(p.input_ids) for p in passages]
@@ -141,8 +141,8 @@ def test_kept_batches_compress_to_the_encode_stages_rows(tmp_path, pool_factor):
     sample, and ``compress_encoded`` over the kept files writes exactly the rows ``EncodeCompress``
     writes from the passages themselves (same columns, same codes), so a small corpus is encoded
     once for the same index."""
-    from pipeline.indexing.encode_stage import compress_encoded
-    from storage import staging
+    from mvr.pipeline.indexing.encode_stage import compress_encoded
+    from mvr.storage import staging
 
     args = _args(projection_dim=64, centroids=3, first_m=2, pool_factor=pool_factor)
     batch, _ = _batch()
@@ -154,7 +154,7 @@ def test_kept_batches_compress_to_the_encode_stages_rows(tmp_path, pool_factor):
     files = staging.encoded_files(index)
     assert len(files) == 1 and staging.encoded_keys(files).to_pydict() == {"block_id": ["b0", "b0"], "seq": [0, 1]}
     sample, _ = sample_vectors([plain], cap=10_000, seed=0)
-    codec_files = {"tokens": codecs.train("pca-16+residual-2", sample, seed=0).to_bytes(), "pooled": codecs.train("int8", sample).to_bytes()}
+    codec_files = {"tokens": codecs.to_bytes(codecs.train("pca-16+residual-2", sample, seed=0)), "pooled": codecs.to_bytes(codecs.train("int8", sample))}
     want = EncodeCompress(*args, codec_files=codec_files)(batch)
     got = compress_encoded(pa.table({"url": files}), args[2], codec_files, dim=64)
     assert got.schema.equals(want.schema) and got.num_rows == 2
@@ -170,7 +170,7 @@ def test_io_tasks_reserve_no_cpu_and_keep_off_nodes_without_cpus():
     ``--num-cpus 0``) gets none of them: a label selector Ray accepts."""
     from ray._private.label_utils import validate_label_selector
 
-    from pipeline.ray_runtime import EncodePlan
+    from mvr.pipeline.ray_runtime import EncodePlan
 
     assert EncodePlan(1, 1.0, 0, 2, 2).io_args() == {"num_cpus": 0}
     args = EncodePlan(2, 1.0, 0, 2, 2, ("a1b2", "c3d4")).io_args()
@@ -184,7 +184,7 @@ def test_io_tasks_reserve_no_cpu_and_keep_off_nodes_without_cpus():
 def test_small_jobs_encode_in_tasks_on_cpu_only():
     """A job of at most ``small_job_rows`` rows encodes in tasks on a cluster without GPUs;
     a larger one, or any on a GPU cluster, in an actor pool; 0 switches tasks off."""
-    from pipeline.ray_runtime import EncodePlan
+    from mvr.pipeline.ray_runtime import EncodePlan
 
     cpu, gpu = EncodePlan(1, 1.0, 0, 2, 2), EncodePlan(1, 1.0, 1, None, 2)
     assert [cpu.for_job(rows, 1000).in_tasks for rows in (1, 1000, 1001)] == [True, True, False]
@@ -195,7 +195,7 @@ def test_small_jobs_encode_in_tasks_on_cpu_only():
 def test_encode_task_keeps_the_model_and_rebuilds_the_stage_for_other_settings():
     """``encode_task`` writes what the actor writes; a second call with the same arguments
     reuses the stage, one with other arguments builds another around the same model."""
-    from pipeline.indexing import encode_stage
+    from mvr.pipeline.indexing import encode_stage
 
     batch, _ = _batch()
     args = _args()

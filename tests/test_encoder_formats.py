@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import BertConfig, BertModel
 
-from operators.checkpoint import detect_format, output_dim
-from operators.encoder import TokenEncoder
+from mvr.operators.encode.checkpoint import detect_format, output_dim
+from mvr.operators.encode.encoder import TokenEncoder
 
 
 def _tiny_bert(tokenizer) -> BertModel:
@@ -138,6 +138,6 @@ def test_colbert_metadata_dim_must_match_the_weights(tmp_path: Path, minilm_toke
 
 
 def test_output_dim_of_the_packaged_default_without_loading_it():
-    from operators.checkpoint import DEFAULT_MODEL
+    from mvr.operators.encode.checkpoint import DEFAULT_MODEL
 
     assert output_dim(DEFAULT_MODEL) == 384  # all-MiniLM-L6-v2: sentence-transformers, no Dense module

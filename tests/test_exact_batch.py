@@ -16,16 +16,16 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from operators import codecs
-from operators import stored_vectors as sv_mod
-from operators.ann import make_index
-from operators.packed import Packed
-from operators.partition import Partition
-from operators.query import EncodedQuery
-from operators.ranking import best_first, top_documents
-from operators.scoring import MODE_VECTORS, MODES, QueryBatch
-from operators.stored_vectors import StoredVectors
-from pipeline.retrieval.plan import run_trips
+from mvr.operators import codecs
+from mvr.operators.retrieval import stored_vectors as sv_mod
+from mvr.operators.ann.factory import make_index
+from mvr.operators.packed import Packed
+from mvr.operators.retrieval.partition import Partition
+from mvr.operators.encode.query import EncodedQuery
+from mvr.operators.retrieval.ranking import best_first, top_documents
+from mvr.operators.retrieval.scoring import MODE_VECTORS, MODES, QueryBatch
+from mvr.operators.retrieval.stored_vectors import StoredVectors
+from mvr.pipeline.retrieval.plan import run_trips
 
 DIM, PASSAGES, K = 32, 240, 7
 
@@ -222,14 +222,14 @@ def test_top_documents_looks_at_a_prefix_only_when_it_is_enough():
 
 def searcher_over(parts: list[Partition]):
     """The query plan over in-memory partitions (no index on disk)."""
-    from pipeline.retrieval.searcher import PartitionSearch
+    from mvr.pipeline.retrieval.searcher import PartitionSearch
 
     return PartitionSearch(parts)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_searcher_batch_equals_search_encoded(data, mode):
-    from pipeline.retrieval.request import Restriction
+    from mvr.pipeline.retrieval.request import Restriction
 
     codec = codec_for("residual-2", data)
     s = searcher_over([partition(mode, data, codec, live=True)])

@@ -1,4 +1,4 @@
-"""The filter language alone (operators/filter_expr.py): parsing, validation against typed
+"""The filter language alone (operators/retrieval/filters.py): parsing, validation against typed
 columns, compilation to parameterised SQL, limits, and the three-valued reference evaluator.
 No Ray, no DuckDB: milliseconds."""
 
@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from operators import filter_expr as fx
-from operators.filter_expr import FilterError, compile_filter
+from mvr.operators.retrieval import filters as fx
+from mvr.operators.retrieval.filters import FilterError, compile_filter
 
 COLUMNS = {"doc_id": "string", "year": "integer", "score": "float", "src": "string", "draft": "boolean", "pub": "date", "extra": "json", "Two Words": "string"}
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from operators.ann import make_index
-from operators.candidates import CandidateRounds, FirstStage
-from operators.packed import Packed
-from operators.partition import Partition, allowed_as_rows, allowed_rows, in_allowed
-from operators.query import EncodedQuery
-from pipeline.retrieval.request import Restriction
-from pipeline.retrieval.searcher import PartitionSearch
+from mvr.operators.ann.factory import make_index
+from mvr.operators.retrieval.candidates import CandidateRounds, FirstStage
+from mvr.operators.packed import Packed
+from mvr.operators.retrieval.partition import Partition, allowed_as_rows, allowed_rows, in_allowed
+from mvr.operators.encode.query import EncodedQuery
+from mvr.pipeline.retrieval.request import Restriction
+from mvr.pipeline.retrieval.searcher import PartitionSearch
 
 DIM = 16
 

@@ -20,14 +20,14 @@ import pytest
 import requests
 
 from helpers import read_jsonl
-from operators.filter_expr import FilterError
-from operators.ranking import top_documents
-from pipeline.config import SearchConfig
-from pipeline.retrieval.searcher import Searcher
-from storage.catalog import Catalog
-from storage.manifest import load_manifest
-from storage.partitions import exact_partition
-from storage.codec_file import load_codecs
+from mvr.operators.retrieval.filters import FilterError
+from mvr.operators.retrieval.ranking import top_documents
+from mvr.pipeline.config import SearchConfig
+from mvr.pipeline.retrieval.searcher import Searcher
+from mvr.storage.catalog import Catalog
+from mvr.storage.manifest import load_manifest
+from mvr.storage.partitions import exact_partition
+from mvr.storage.codec_file import load_codecs
 
 pytestmark = pytest.mark.ray
 
@@ -275,7 +275,7 @@ def test_cli_refuses_a_bad_filter_with_one_error_line(msmarco_meta_index):
         (["search", msmarco_meta_index["index"], "a query", "--filter", "1; DROP TABLE passages"], "unexpected character ';'"),
         (["eval", msmarco_meta_index["index"], "--dataset", "unused", "--filter", "nope IS NULL"], "unknown column 'nope'"),
     ):
-        p = subprocess.run([sys.executable, "-m", "jobs.cli", *args], capture_output=True, text=True, env=env, timeout=300)
+        p = subprocess.run([sys.executable, "-m", "mvr.jobs.cli", *args], capture_output=True, text=True, env=env, timeout=300)
         assert p.returncode == 2, p.stderr
         lines = [line for line in p.stderr.splitlines() if line.strip()]
         assert lines == [lines[-1]] and lines[-1].startswith("error: filter: ") and fragment in lines[-1], p.stderr
@@ -284,7 +284,7 @@ def test_cli_refuses_a_bad_filter_with_one_error_line(msmarco_meta_index):
 def test_cli_eval_with_a_filter(msmarco_meta_index, datasets, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = tmp_path / "eval.json"
-    cmd = [sys.executable, "-m", "jobs.cli", "eval", msmarco_meta_index["index"], "--dataset", str(datasets / "msmarco-sample"),
+    cmd = [sys.executable, "-m", "mvr.jobs.cli", "eval", msmarco_meta_index["index"], "--dataset", str(datasets / "msmarco-sample"),
            "--modes", "maxsim", "-k", "10", "--no-overlap", "--filter", "year < 2005", "--json", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -299,8 +299,8 @@ def test_cli_eval_with_a_filter(msmarco_meta_index, datasets, tmp_path):
 def service(msmarco_meta_index):
     from ray import serve
 
-    from pipeline.config import ServeConfig
-    from pipeline.serving.app import deploy
+    from mvr.pipeline.config import ServeConfig
+    from mvr.pipeline.serving.app import deploy
     from test_serve import free_port
 
     # the partitions in the ingress, and two trips to them here (test_serve.py serves the

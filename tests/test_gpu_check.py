@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from operators import codecs
+from mvr.operators import codecs
 
-from operators import kernels
+from mvr.operators.retrieval import kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -187,7 +187,7 @@ def test_cuda_matmul_runs_on_the_device_and_agrees_with_the_cpu():
 def test_encode_plan_resolves_the_device_from_its_gpus():
     """model.device "auto" follows the plan (a GPU an actor: cuda; none: cpu, though Ray
     leaves the GPUs visible); a device given explicitly wins."""
-    from pipeline.ray_runtime import EncodePlan
+    from mvr.pipeline.ray_runtime import EncodePlan
 
     cpu, gpu = EncodePlan(1, 1.0, 0, 2, 2), EncodePlan(2, 1.0, 1, None, 2)
     assert (cpu.device(), gpu.device(), cpu.device("auto"), gpu.device("auto")) == ("cpu", "cuda", "cpu", "cuda")
@@ -195,7 +195,7 @@ def test_encode_plan_resolves_the_device_from_its_gpus():
 
 
 def test_faiss_build_device_says_where_it_was_built():
-    from operators.ann import make_index
+    from mvr.operators.ann.factory import make_index
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2000, 16)).astype(np.float32)
@@ -205,7 +205,7 @@ def test_faiss_build_device_says_where_it_was_built():
         index.train(x)
         index.add(x)
         assert index.build_device == "cpu"
-    from operators import ivfpq
+    from mvr.operators.ann import ivfpq
 
     gpu = ivfpq.faiss.get_num_gpus() > 0 if hasattr(ivfpq.faiss, "get_num_gpus") else False
     if gpu:  # faiss-gpu and a GPU: the default build moves to it by itself
@@ -225,7 +225,7 @@ def test_dry_run_with_ray_measures_the_pipeline_and_mvr_against_the_peers(tmp_pa
     was built) and mvr's exact and FAISS paths at 1 and 16 concurrent queries; the peers
     measured when their venvs exist, else skipped with the reason."""
     from benchmarks import gpu_check
-    from storage.manifest import load_manifest
+    from mvr.storage.manifest import load_manifest
 
     out = tmp_path / "out"
     assert gpu_check.main(["--dry-run", "--out", str(out)]) == 0

@@ -15,12 +15,12 @@ import pytest
 import Stemmer
 
 from helpers import REFERENCE_NDCG10, REFERENCE_TOLERANCE, ndcg10, read_jsonl, read_qrels
-from jobs import tune_hybrid as tune_job
-from pipeline.indexing.bm25_build import build_bm25
-from pipeline.config import BM25BuildConfig, SearchConfig
-from pipeline.retrieval.searcher import Searcher
-from pipeline.retrieval.layout import plan_layout
-from storage.manifest import commit_manifest, load_manifest
+from mvr.jobs import tune_hybrid as tune_job
+from mvr.pipeline.indexing.bm25_build import build_bm25
+from mvr.pipeline.config import BM25BuildConfig, SearchConfig
+from mvr.pipeline.retrieval.searcher import Searcher
+from mvr.pipeline.retrieval.layout import plan_layout
+from mvr.storage.manifest import commit_manifest, load_manifest
 
 pytestmark = pytest.mark.ray
 

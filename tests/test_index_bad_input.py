@@ -17,16 +17,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from helpers import read_jsonl
-from jobs import index_corpus as index_job
-from jobs import stats as stats_job
-from operators.checkpoint import load_tokenizer
-from pipeline.config import IndexConfig
-from pipeline.indexing.corpus_job import IndexExistsError, index_corpus
-from storage.catalog import Catalog
-from storage.corpus import CorpusError
-from storage.index_dir import IndexTargetError
-from storage.manifest import load_manifest, read_manifest
-from storage.verify import verify_index
+from mvr.jobs import index_corpus as index_job
+from mvr.jobs import stats as stats_job
+from mvr.operators.encode.checkpoint import load_tokenizer
+from mvr.pipeline.config import IndexConfig
+from mvr.pipeline.indexing.corpus_job import IndexExistsError, index_corpus
+from mvr.storage.catalog import Catalog
+from mvr.storage.corpus import CorpusError
+from mvr.storage.index_dir import IndexTargetError
+from mvr.storage.manifest import load_manifest, read_manifest
+from mvr.storage.verify import verify_index
 
 pytestmark = pytest.mark.ray
 

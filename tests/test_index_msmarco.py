@@ -9,10 +9,10 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from helpers import read_jsonl
-from pipeline.indexing.index_info import index_stats
-from storage.codec_file import load_codecs
-from storage.manifest import load_manifest
-from storage.partitions import exact_partition
+from mvr.pipeline.indexing.index_info import index_stats
+from mvr.storage.codec_file import load_codecs
+from mvr.storage.manifest import load_manifest
+from mvr.storage.partitions import exact_partition
 
 pytestmark = pytest.mark.ray
 
@@ -110,8 +110,8 @@ def test_a_small_job_encoded_in_tasks_stores_the_codes_of_independent_vectors(da
     """A job under ``runtime.small_job_rows`` encodes in Ray tasks (no actor pool) whose
     worker keeps the model for the next small job: both jobs store, for every passage, the
     codes of plain transformers' vectors, as the actor pool does above."""
-    from pipeline.config import IndexConfig
-    from pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.config import IndexConfig
+    from mvr.pipeline.indexing.corpus_job import index_corpus
 
     docs = _texts(datasets)
     lines = (datasets / "msmarco-sample" / "corpus.jsonl").read_text().splitlines(keepends=True)

@@ -4,10 +4,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import index_corpus as index_job
-from pipeline.config import IndexConfig
-from pipeline.indexing.corpus_job import index_corpus
-from storage.corpus import CorpusError
+from mvr.jobs import index_corpus as index_job
+from mvr.pipeline.config import IndexConfig
+from mvr.pipeline.indexing.corpus_job import index_corpus
+from mvr.storage.corpus import CorpusError
 
 
 def test_memory_urls_are_refused_for_ray_jobs(tmp_path):

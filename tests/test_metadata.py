@@ -12,7 +12,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from operators.validation import (
+from mvr.operators.encode.validation import (
     MAX_METADATA_BYTES,
     MAX_METADATA_DEPTH,
     MAX_METADATA_KEYS,
@@ -22,7 +22,7 @@ from operators.validation import (
     parse_rows,
     tsv_value,
 )
-from storage.catalog import build_documents
+from mvr.storage.catalog import build_documents
 
 
 def _row(meta) -> bytes:
@@ -87,7 +87,7 @@ def test_tsv_with_a_header_carries_its_extra_columns_typed():
     assert json.loads(out[1].metadata) == {"year": None, "score": -1000.0, "draft": False, "code": "x y"}
     assert out[2].reason == "malformed TSV: 3 fields, the header has 7"
     # a later block of the same file: the header comes from the file's first line
-    from operators.validation import tsv_header
+    from mvr.operators.encode.validation import tsv_header
 
     later = parse_rows([(0, b"d\tfourth\tT\t1999\t1\tfalse\tz")], "tsv", False, header=tsv_header(rows[0][1]))
     assert json.loads(later[0].metadata) == {"year": 1999, "score": 1, "draft": False, "code": "z"}

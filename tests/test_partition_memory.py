@@ -30,13 +30,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from operators import codecs
-from operators.ann import make_index
-from operators.stored_vectors import StoredVectors
-from storage.manifest import Manifest, ShardEntry, commit_manifest
-from storage.partitions import plan_partitions, read_passages, write_partition
-from storage.schema import codes_to_arrow, shard_schema
-from storage.shards import write_shard
+from mvr.operators import codecs
+from mvr.operators.ann.factory import make_index
+from mvr.operators.retrieval.stored_vectors import StoredVectors
+from mvr.storage.manifest import Manifest, ShardEntry, commit_manifest
+from mvr.storage.partitions import plan_partitions, read_passages, write_partition
+from mvr.storage.schema import codes_to_arrow, shard_schema
+from mvr.storage.shards import write_shard
 
 ROOT = Path(__file__).resolve().parent.parent
 DIM, SHARDS, PASSAGES_PER_SHARD, TOKENS = 128, 8, 3125, 80  # 2,000,000 token vectors
@@ -48,13 +48,13 @@ pytestmark = pytest.mark.slow
 CHILD = r"""
 import json, resource, sys
 import numpy as np
-from operators.partition import Partition  # every import before the baseline
-from operators.kernels import get_torch
+from mvr.operators.retrieval.partition import Partition  # every import before the baseline
+from mvr.operators.retrieval.kernels import get_torch
 get_torch()  # the scoring kernels' torch, as a Partition loads it
-from operators.query import EncodedQuery
-from storage.codec_file import load_codecs
-from storage.manifest import load_manifest
-from storage.partitions import load_partition
+from mvr.operators.encode.query import EncodedQuery
+from mvr.storage.codec_file import load_codecs
+from mvr.storage.manifest import load_manifest
+from mvr.storage.partitions import load_partition
 
 def status():
     out = {}
@@ -68,7 +68,7 @@ index, entry_json, queries_path, limit = sys.argv[1:5]
 manifest = load_manifest(index)
 entry = json.load(open(entry_json))
 queries = np.load(queries_path)
-from operators import codecs as c
+from mvr.operators import codecs as c
 codec_set = {"tokens": c.train("float16", np.ones((1, queries.shape[1]), np.float32))}
 codec_set["pooled"] = codec_set["tokens"]
 # initialise the libraries (allocator pools, code pages) on tiny files: not the partition's cost

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from operators.ann import make_index
-from operators.candidates import FirstStage, candidates, first_trip, local_share, select
-from operators.packed import Packed
-from operators.partition import Partition
-from operators.ranking import merge, top_documents
-from operators.scoring import maxsim
+from mvr.operators.ann.factory import make_index
+from mvr.operators.retrieval.candidates import FirstStage, candidates, first_trip, local_share, select
+from mvr.operators.packed import Packed
+from mvr.operators.retrieval.partition import Partition
+from mvr.operators.retrieval.ranking import merge, top_documents
+from mvr.operators.retrieval.scoring import maxsim
 
 DIM = 16
 
@@ -151,7 +151,7 @@ def test_budget_follows_k_beyond_k_ref(corpus):
 
 
 def test_candidate_cap_keeps_the_best_estimates():
-    from operators.partition import Hits
+    from mvr.operators.retrieval.partition import Hits
 
     hits = [Hits(np.array([0, 0, 0]), np.array([0, 1, 2]), np.array([0.9, 0.2, 0.5], np.float32))]
     rows, n_hit = select(hits, k_prime=10, cap=2)
@@ -170,7 +170,7 @@ def test_exact_partition_ranks_every_passage(corpus):
 
 
 def test_stored_rows_gather_across_segments_in_any_order():
-    from operators.stored_vectors import StoredVectors
+    from mvr.operators.retrieval.stored_vectors import StoredVectors
 
     rng = np.random.default_rng(1)
     whole = rng.integers(0, 255, (50, 18), dtype=np.uint8)

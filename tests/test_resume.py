@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from helpers import read_jsonl
-from storage.catalog import Catalog
-from storage.manifest import load_manifest
+from mvr.storage.catalog import Catalog
+from mvr.storage.manifest import load_manifest
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -26,7 +26,7 @@ N_DOCS = 200
 def _job(corpus: Path, index: Path, config: Path, address: str = "local") -> subprocess.Popen:
     """``mvr index`` in a process of its own, on the Ray cluster at ``address`` ("local": a
     cluster of its own, started by the job and killed with it)."""
-    cmd = [sys.executable, "-m", "jobs.index_corpus", str(corpus), str(index), "--config", str(config)]
+    cmd = [sys.executable, "-m", "mvr.jobs.index_corpus", str(corpus), str(index), "--config", str(config)]
     env = {**os.environ, "RAY_ADDRESS": address}
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env, text=True)
 
@@ -93,8 +93,8 @@ def test_killed_encode_task_worker_is_retried_and_nothing_is_lost(tmp_path, data
 
     from ray.util.state import list_tasks
 
-    from pipeline.config import IndexConfig
-    from pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.config import IndexConfig
+    from mvr.pipeline.indexing.corpus_job import index_corpus
 
     docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")[:N_DOCS]
     corpus = tmp_path / "corpus.jsonl"

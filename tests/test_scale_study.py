@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from helpers import REFERENCE_NDCG10
-from jobs import scale_study as job
-from pipeline.studies.scale_study import fit_pca, index_sizes, project, random_share, random_strings
+from mvr.jobs import scale_study as job
+from mvr.pipeline.studies.scale_study import fit_pca, index_sizes, project, random_share, random_strings
 
 RANDOM_STRINGS = 200
 
@@ -52,7 +52,7 @@ def test_pca_random_strings_and_share():
 def test_scale_study_msmarco_with_dbpedia_distractors(msmarco_index, dbpedia_index, datasets, tmp_path, monkeypatch, capsys):
     ms, db = str(datasets / "msmarco-sample"), str(datasets / "dbpedia-sample")
     prebuilt = {ms: msmarco_index, db: dbpedia_index}
-    import pipeline.studies.scale_study as study  # the job imports it when it runs
+    import mvr.pipeline.studies.scale_study as study  # the job imports it when it runs
 
     real = study.scale_study
     monkeypatch.setattr(study, "scale_study", lambda config, log: real(config, log=log, indexes=prebuilt))

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from helpers import REFERENCE_NDCG10, REFERENCE_TOLERANCE, ndcg10, read_qrels
-from operators.scoring import MODES
-from pipeline.indexing.ann_build import build_ann
-from pipeline.config import AnnBuildConfig, SearchConfig
-from pipeline.retrieval.searcher import Searcher
-from operators import codecs
-from storage.beir import read_collection
-from storage.manifest import load_manifest
+from mvr.operators.retrieval.scoring import MODES
+from mvr.pipeline.indexing.ann_build import build_ann
+from mvr.pipeline.config import AnnBuildConfig, SearchConfig
+from mvr.pipeline.retrieval.searcher import Searcher
+from mvr.storage.codec_file import read_codec
+from mvr.storage.beir import read_collection
+from mvr.storage.manifest import load_manifest
 
 pytestmark = pytest.mark.ray
 
@@ -59,7 +59,7 @@ def independent_exact(index_url: str, encoded: dict, k: int = 10) -> dict[str, d
     import pyarrow.parquet as pq
 
     m = load_manifest(index_url)
-    loaded = {g: codecs.load(os.path.join(index_url, e["path"])) for g, e in m.codecs.items()}
+    loaded = {g: read_codec(os.path.join(index_url, e["path"])) for g, e in m.codecs.items()}
     codec = {"tokens": loaded["tokens"], "centroids": loaded["pooled"], "first_m": loaded["pooled"], "pooled": loaded["pooled"]}
     doc_ids, codes, lengths = [], {"tokens": [], "centroids": [], "first_m": [], "pooled": []}, {"tokens": [], "centroids": [], "first_m": []}
     for s in m.shards:
@@ -199,7 +199,7 @@ def test_eval_job_writes_table_json_and_sweep_plot(runs, tmp_path, capsys):
         pytest.skip("run once")
     import json
 
-    from jobs.evaluate import main as eval_main
+    from mvr.jobs.evaluate import main as eval_main
 
     out = tmp_path / "eval.json"
     dataset = runs["dataset_dir"]

@@ -22,11 +22,11 @@ import pytest
 import requests
 
 from helpers import REFERENCE_NDCG10, ndcg10, read_jsonl, read_qrels
-from operators.scoring import SEARCH_MODES
-from pipeline.indexing.ann_build import build_ann
-from pipeline.serving.client import SearchClient, ServiceError
-from pipeline.config import AnnBuildConfig, ServeConfig
-from pipeline.retrieval.searcher import PartitionSearch, Searcher
+from mvr.operators.retrieval.scoring import SEARCH_MODES
+from mvr.pipeline.indexing.ann_build import build_ann
+from mvr.pipeline.serving.client import SearchClient, ServiceError
+from mvr.pipeline.config import AnnBuildConfig, ServeConfig
+from mvr.pipeline.retrieval.searcher import PartitionSearch, Searcher
 
 pytestmark = pytest.mark.ray
 
@@ -55,7 +55,7 @@ def served(msmarco_index, tmp_path_factory, datasets):
     """A copy of the msmarco index with P = 2 partitions of every kind, served on a free port."""
     from ray import serve
 
-    from pipeline.serving.app import deploy
+    from mvr.pipeline.serving.app import deploy
 
     index = str(tmp_path_factory.mktemp("serve") / "msmarco")
     shutil.copytree(msmarco_index, index)
@@ -107,19 +107,25 @@ def test_http_top10_equals_in_process_for_every_mode(served, in_process):
 
 
 def test_filtered_queries_take_one_trip_and_equal_the_search_core(served, in_process):
-    """A filter with the one-trip path (test_filters.py serves filters with two trips): the
-    allowed rows go with the first trip, and the answers are the in-process filtered search's,
-    for a ~50 % filter (ANN among the allowed) and a ~1 % one (exact over the allowed)."""
-    url, queries = served["url"], list(served["queries"].values())[:5]
+    """Every mode, with a filter, answers over HTTP what the in-process search answers (one
+    query plan): a ~50 % filter (ANN among the allowed rows) and a ~1 % one (exact over the
+    allowed); the dense modes' allowed rows go with the first trip (test_filters.py serves
+    filters with two trips)."""
+    url, queries = served["url"], list(served["queries"].values())[:3]
     before = requests.get(url + "/stats", timeout=30).json()["one_trip"]["queries"]
-    for expr, path in (("year < 2005", "ann"), ("bucket = 7", "exact")):
-        for q in queries:
-            r = requests.post(url + "/search", json={"query": q, "k": 10, "filter": expr}, timeout=60)
-            assert r.status_code == 200, r.text
-            (local,) = in_process.search([q], 10, "maxsim", filter=expr)
-            assert r.json()["path"] == local.path == path
-            same_top10(hits(r.json()), local.hits())
-    assert requests.get(url + "/stats", timeout=30).json()["one_trip"]["queries"] >= before + len(queries)
+    for mode in SEARCH_MODES:
+        for expr, path in (("year < 2005", "ann"), ("bucket = 7", "exact")):
+            for q in queries:
+                r = requests.post(url + "/search", json={"query": q, "k": 10, "mode": mode, "filter": expr}, timeout=60)
+                assert r.status_code == 200, r.text
+                (local,) = in_process.search([q], 10, mode, filter=expr)
+                assert r.json()["path"] == local.path == ("bm25" if mode == "bm25" else path), (mode, expr)
+                assert r.json()["allowed_passages"] == local.allowed_passages
+                got, want = hits(r.json()), local.hits()
+                assert len(got) == len(want) and (mode == "bm25" or len(got) == 10), (mode, expr, len(got))
+                if got:
+                    same_top10(got, want)
+    assert requests.get(url + "/stats", timeout=30).json()["one_trip"]["queries"] >= before + 4 * len(queries)
 
 
 BAD_REQUESTS = [
@@ -218,8 +224,8 @@ def test_the_encoder_isolates_a_failing_text_in_its_batch(served, in_process):
     as a ``QueryNotEncodable`` while its batch-mates get the vectors they get alone."""
     from ray import serve
 
-    from pipeline.serving.app import encoder_app, plan_resources
-    from storage.manifest import load_manifest
+    from mvr.pipeline.serving.app import encoder_app, plan_resources
+    from mvr.storage.manifest import load_manifest
 
     config = served["config"].model_copy(update={"encoder": served["config"].encoder.model_copy(update={"placement": "deployment"})})
     plan = dataclasses.replace(plan_resources(config, 2).encoder, num_cpus=0.01)  # beside the service's own reservations
@@ -231,7 +237,7 @@ def test_the_encoder_isolates_a_failing_text_in_its_batch(served, in_process):
 
 
 def _isolates_a_failing_text(encoder, served, in_process) -> None:
-    from pipeline.serving.query_encoder import QueryNotEncodable
+    from mvr.pipeline.serving.query_encoder import QueryNotEncodable
 
     valid = list(served["queries"].values())[:6]
     expected = {q: e.tokens for q, e in zip(valid, in_process.encode(valid))}
@@ -385,7 +391,7 @@ def test_rebuilt_index_switches_over_without_refusing_queries_then_requires_toke
     bearer token, while a client (sending that token all along) keeps querying: every answer is
     200 and complete; afterwards /stats shows the new version, answers match the new manifest
     in process, and requests without the token get 401."""
-    from pipeline.serving.app import deploy
+    from mvr.pipeline.serving.app import deploy
 
     url, index, token = served["url"], served["index"], "s3cret"
     client = SearchClient(url, token=token)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from operators.scoring import MODES
-from pipeline.config import ServeConfig
-from pipeline.retrieval.layout import default_modes, plan_layout
-from storage.manifest import Manifest
+from mvr.operators.retrieval.scoring import MODES
+from mvr.pipeline.config import ServeConfig
+from mvr.pipeline.retrieval.layout import default_modes, plan_layout
+from mvr.storage.manifest import Manifest
 
 
 def _manifest(ann: dict, bm25: dict | None = None) -> Manifest:
@@ -80,7 +80,7 @@ def test_serve_yaml_is_the_defaults_and_a_partial_file_keeps_the_rest(tmp_path: 
 
 
 def test_error_answers_echo_short_json_safe_excerpts() -> None:
-    from pipeline.serving.errors import ERRORS_SHOWN, excerpt, short_errors
+    from mvr.pipeline.serving.errors import ERRORS_SHOWN, excerpt, short_errors
 
     assert excerpt(42) == 42 and excerpt(0.5) == 0.5 and excerpt(None) is None and excerpt("short") == "short"
     for value in ("x" * 10_000, {"query": "y" * 10_000}, b"\xff" * 1000, 10**4000, [[[]]] * 5000):
@@ -99,7 +99,7 @@ def test_a_partition_in_the_ingress_answers_each_call_with_its_result_or_its_err
     ``LocalPartition``, with the same futures as over a deployment's handle."""
     import asyncio
 
-    from pipeline.retrieval.host import LocalPartition
+    from mvr.pipeline.retrieval.host import LocalPartition
 
     class Host:  # the two outcomes of a PartitionHost trip
         def hits(self, kind: str, k: int) -> tuple[str, int]:

@@ -35,11 +35,11 @@ def _wait_version(url: str, version: int, timeout: float = 300.0) -> None:
 def test_queries_during_add_delete_compact(msmarco_100, tmp_path, datasets):
     from ray import serve
 
-    from pipeline.indexing.compaction import compact
-    from pipeline.config import ServeConfig
-    from pipeline.serving.app import deploy, start_reloader, stop_reloader
-    from pipeline.indexing.updates import add_documents, delete_documents
-    from storage.manifest import load_manifest
+    from mvr.pipeline.indexing.compaction import compact
+    from mvr.pipeline.config import ServeConfig
+    from mvr.pipeline.serving.app import deploy, start_reloader, stop_reloader
+    from mvr.pipeline.indexing.updates import add_documents, delete_documents
+    from mvr.storage.manifest import load_manifest
 
     index = str(tmp_path / "index")
     shutil.copytree(msmarco_100, index)

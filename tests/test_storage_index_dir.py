@@ -8,19 +8,19 @@ import os
 
 import pytest
 
-from storage import index_dir
-from storage.index_dir import IndexTargetError, check_target, check_writable, clear, foreign_entries
+from mvr.storage import index_dir
+from mvr.storage.index_dir import IndexTargetError, check_target, check_writable, clear, foreign_entries
 
 
 def test_entry_names_match_the_modules_that_write_them():
-    from storage.bm25_partitions import BM25_DIR
-    from storage.catalog import CATALOG_FILE, REJECTS_FILE
-    from storage.codec_file import CODECS_DIR
-    from storage.manifest import MANIFEST_FILE
-    from storage.partitions import ANN_DIR
+    from mvr.storage.bm25_partitions import BM25_DIR
+    from mvr.storage.catalog import CATALOG_FILE, REJECTS_FILE
+    from mvr.storage.codec_file import CODECS_DIR
+    from mvr.storage.manifest import MANIFEST_FILE
+    from mvr.storage.partitions import ANN_DIR
 
     assert (index_dir.MANIFEST_FILE, index_dir.REJECTS_FILE, index_dir.CATALOG_FILE) == (MANIFEST_FILE, REJECTS_FILE, CATALOG_FILE)
-    from storage.manifest import SHARD_LISTS_DIR
+    from mvr.storage.manifest import SHARD_LISTS_DIR
 
     assert index_dir.CODECS_DIR == CODECS_DIR and index_dir.SHARD_LISTS_DIR == SHARD_LISTS_DIR
     assert (index_dir.ANN_DIR, index_dir.BM25_DIR) == (ANN_DIR, BM25_DIR)

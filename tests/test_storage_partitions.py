@@ -7,13 +7,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from operators import codecs
-from operators.ann import make_index
-from storage.manifest import Manifest, ShardEntry
-from storage.schema import codes_to_arrow, shard_schema
-from storage.shards import write_shard
-from storage.integrity import IntegrityError
-from storage.partitions import ShardSlice, load_partition, plan_partitions, read_passages, write_partition
+from mvr.operators import codecs
+from mvr.operators.ann.factory import make_index
+from mvr.storage.manifest import Manifest, ShardEntry
+from mvr.storage.schema import codes_to_arrow, shard_schema
+from mvr.storage.shards import write_shard
+from mvr.storage.integrity import IntegrityError
+from mvr.storage.partitions import ShardSlice, load_partition, plan_partitions, read_passages, write_partition
 
 
 def manifest(rows: list[int]) -> Manifest:

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from operators.validation import Document, parse_rows
-from storage import fs
-from storage.corpus import CorpusError, find_files, parquet_fields, plan_blocks, read_block
+from mvr.operators.encode.validation import Document, parse_rows
+from mvr.storage import fs
+from mvr.storage.corpus import CorpusError, find_files, parquet_fields, plan_blocks, read_block
 
 
 @pytest.fixture

@@ -5,14 +5,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from storage import fs
-from storage.index_dir import remove_orphan_shards
-from storage.manifest import Manifest, ShardEntry, commit_manifest, load_manifest
-from operators import codecs
-from storage.schema import arrow_to_codes, codes_to_arrow, shard_schema
-from storage.shards import committed_in_block, covered_seqs, open_codes, read_shard, seq_ranges, sha256_of, shard_dim, write_shard
-from storage.integrity import IntegrityError
-from storage.verify import codes_file
+from mvr.storage import fs
+from mvr.storage.index_dir import remove_orphan_shards
+from mvr.storage.manifest import Manifest, ShardEntry, commit_manifest, load_manifest
+from mvr.operators import codecs
+from mvr.storage.schema import arrow_to_codes, codes_to_arrow, shard_schema
+from mvr.storage.shards import committed_in_block, covered_seqs, open_codes, read_shard, seq_ranges, sha256_of, shard_dim, write_shard
+from mvr.storage.integrity import IntegrityError
+from mvr.storage.verify import codes_file
 
 
 @pytest.fixture
@@ -108,7 +108,7 @@ def test_seq_ranges_roundtrip():
 
 
 def test_an_index_of_schema_version_1_is_refused_with_how_to_rebuild(index_url):
-    from storage.manifest import OldSchemaError, read_manifest
+    from mvr.storage.manifest import OldSchemaError, read_manifest
 
     v1 = {"format": "mvr-index", "version": 3, "schema_version": 1, "config": {}, "model": {}, "input": {}, "counts": {}, "dim": 384,
           "shards": [{"path": "shards/a.parquet", "rows": 2, "tokens": 9, "bytes": 10, "sha256": "0" * 64, "block_id": "b", "seq_ranges": [[0, 1]]}]}
@@ -118,9 +118,9 @@ def test_an_index_of_schema_version_1_is_refused_with_how_to_rebuild(index_url):
 
 
 def test_the_shard_list_is_checked_and_old_lists_are_dropped(tmp_path):
-    from storage.manifest import read_manifest
-    from storage.retention import collect
-    from storage.integrity import IntegrityError
+    from mvr.storage.manifest import read_manifest
+    from mvr.storage.retention import collect
+    from mvr.storage.integrity import IntegrityError
 
     url = str(tmp_path)
     table, _, _ = _table(3)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 
-from storage import staging
-from storage.corpus import InputBlock
+from mvr.storage import staging
+from mvr.storage.corpus import InputBlock
 
 
 def test_scan_record_holds_an_unencodable_id_escaped(tmp_path):

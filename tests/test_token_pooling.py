@@ -1,4 +1,4 @@
-"""Token pooling (operators/token_pooling.py) on real token vectors of msmarco-sample passages
+"""Token pooling (operators/encode/token_pooling.py) on real token vectors of msmarco-sample passages
 (packaged MiniLM, L2-normalised as stored), against an independent Ward clustering written
 here (naive agglomeration with the Lance–Williams update, no scipy): the same clusters, each
 stored as its renormalised mean, in text order; counts, refusals and the identity at 1."""
@@ -10,14 +10,14 @@ import json
 import numpy as np
 import pytest
 
-from operators.compress import l2_normalize
-from operators.token_pooling import check_pool_factor, pool_passages, pool_tokens, pooled_count
+from mvr.operators.encode.compress import l2_normalize
+from mvr.operators.encode.token_pooling import check_pool_factor, pool_passages, pool_tokens, pooled_count
 
 
 @pytest.fixture(scope="module")
 def passages(datasets) -> list[np.ndarray]:
     """Unit token vectors of 6 msmarco-sample passages (the first 6 lines of the corpus)."""
-    from operators.encoder import TokenEncoder
+    from mvr.operators.encode.encoder import TokenEncoder
 
     lines = (datasets / "msmarco-sample" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[:6]
     texts = [(r["title"] + " " + r["text"]).strip() for r in map(json.loads, lines)]

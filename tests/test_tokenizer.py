@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from operators.tokenizer import PassageTokenizer
+from mvr.operators.encode.tokenizer import PassageTokenizer
 
 
 def test_short_document_matches_plain_truncated_tokenization(minilm_tokenizer):
@@ -92,7 +92,7 @@ def test_text_prefixes_skiplist_and_expansion_attention(minilm_tokenizer):
 def test_added_marker_token_as_pylate_saves_it():
     """PyLate's "[Q] " / "[D] " prefixes are tokens it adds to the vocabulary; a tokenizer
     saved with them resolves the marker to the added id."""
-    from operators.checkpoint import load_tokenizer
+    from mvr.operators.encode.checkpoint import load_tokenizer
 
     tok = load_tokenizer("minilm")
     tok.add_tokens(["[Q] ", "[D] "])

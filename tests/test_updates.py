@@ -38,11 +38,11 @@ def _write(path: Path, docs: list[dict]) -> str:
 def updated(tmp_path_factory, datasets):
     """(live index after index A, build-ann, add B, delete, update; from-scratch index of the
     final documents; deleted ids; updated ids; queries)."""
-    from jobs import delete as delete_job
-    from pipeline.indexing.ann_build import build_ann
-    from pipeline.config import AnnBuildConfig, IndexConfig
-    from pipeline.indexing.corpus_job import index_corpus
-    from pipeline.indexing.updates import add_documents
+    from mvr.jobs import delete as delete_job
+    from mvr.pipeline.indexing.ann_build import build_ann
+    from mvr.pipeline.config import AnnBuildConfig, IndexConfig
+    from mvr.pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.indexing.updates import add_documents
 
     root = tmp_path_factory.mktemp("updates")
     docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")[:N_DOCS]
@@ -79,9 +79,9 @@ _RESULTS: dict = {}  # (index, version, exact) -> top-10s: an index version's an
 
 
 def _top10(index: str, queries: dict[str, str], exact: bool) -> dict[str, list[tuple[str, float]]]:
-    from pipeline.config import SearchConfig
-    from pipeline.retrieval.searcher import Searcher
-    from storage.manifest import load_manifest
+    from mvr.pipeline.config import SearchConfig
+    from mvr.pipeline.retrieval.searcher import Searcher
+    from mvr.storage.manifest import load_manifest
 
     key = (index, load_manifest(index).version, exact)
     if key not in _RESULTS:
@@ -104,8 +104,8 @@ def _same_ties_aside(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> 
 
 
 def test_versions_counts_and_catalog(updated):
-    from storage.catalog import Catalog
-    from storage.manifest import list_versions, load_manifest
+    from mvr.storage.catalog import Catalog
+    from mvr.storage.manifest import list_versions, load_manifest
 
     live, scratch, deleted, changed_ids, changed, _ = updated
     m, s = load_manifest(live), load_manifest(scratch)
@@ -135,7 +135,7 @@ def test_exact_top10_equals_from_scratch(updated):
 
 
 def test_ann_within_tolerance_of_from_scratch(updated):
-    from storage.manifest import load_manifest
+    from mvr.storage.manifest import load_manifest
 
     live, scratch, deleted, _, _, queries = updated
     entry = load_manifest(live).ann["tokens"]
@@ -149,13 +149,13 @@ def test_ann_within_tolerance_of_from_scratch(updated):
 
 
 def test_compaction_keeps_the_answers_and_old_readers(updated):
-    from jobs import compact as compact_job
-    from pipeline.config import SearchConfig
-    from pipeline.retrieval.searcher import Searcher
-    from storage.manifest import load_manifest, read_manifest
-    from storage.partitions import exact_partition
-    from storage.codec_file import load_codecs
-    from storage.verify import verify_index
+    from mvr.jobs import compact as compact_job
+    from mvr.pipeline.config import SearchConfig
+    from mvr.pipeline.retrieval.searcher import Searcher
+    from mvr.storage.manifest import load_manifest, read_manifest
+    from mvr.storage.partitions import exact_partition
+    from mvr.storage.codec_file import load_codecs
+    from mvr.storage.verify import verify_index
 
     live, scratch, deleted, _, _, queries = updated
     before = load_manifest(live)
@@ -178,8 +178,8 @@ def test_compaction_keeps_the_answers_and_old_readers(updated):
 
 
 def test_rerunning_an_add_changes_nothing(updated, tmp_path):
-    from pipeline.indexing.updates import add_documents
-    from storage.manifest import load_manifest
+    from mvr.pipeline.indexing.updates import add_documents
+    from mvr.storage.manifest import load_manifest
 
     live, _, _, _, changed, _ = updated
     before = load_manifest(live).version

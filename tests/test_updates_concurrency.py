@@ -39,7 +39,7 @@ def _add(index: str, corpus: str, address: str, pause: float | None = None, barr
         env["MVR_PAUSE_BEFORE_COMMIT"] = str(pause)
     if barrier is not None:
         env["MVR_COMMIT_BARRIER"] = barrier
-    return subprocess.Popen([sys.executable, "-m", "jobs.add", index, corpus], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen([sys.executable, "-m", "mvr.jobs.add", index, corpus], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def small(msmarco_100, tmp_path, datasets, ray_address):
 
 
 def _doc_ids_present(index: str, ids: list[str]) -> set[str]:
-    from storage.catalog import Catalog
+    from mvr.storage.catalog import Catalog
 
     cat = Catalog(index)
     try:
@@ -61,8 +61,8 @@ def _doc_ids_present(index: str, ids: list[str]) -> set[str]:
 
 
 def test_two_concurrent_adds_both_land(small, tmp_path):
-    from storage.manifest import load_manifest
-    from storage.verify import verify_index
+    from mvr.storage.manifest import load_manifest
+    from mvr.storage.verify import verify_index
 
     index, docs, address = small
     before = load_manifest(index).version
@@ -81,7 +81,7 @@ def test_two_concurrent_adds_both_land(small, tmp_path):
     assert m.counts["indexed_documents"] == 180 and m.counts["passages"] == m.ann["tokens"]["passages"] == m.ann["pooled"]["passages"]
     assert verify_index(index).ok
     # the documents of both writers are found by search through the ANN partitions
-    from pipeline.retrieval.searcher import Searcher
+    from mvr.pipeline.retrieval.searcher import Searcher
 
     s = Searcher(index, ["maxsim"])
     for d in (first[0], second[-1]):
@@ -89,10 +89,10 @@ def test_two_concurrent_adds_both_land(small, tmp_path):
 
 
 def test_a_writer_killed_before_its_commit_leaves_the_previous_version(small, tmp_path):
-    from pipeline.retrieval.searcher import Searcher
-    from storage.manifest import load_manifest
-    from storage.retention import collect
-    from storage.verify import verify_index
+    from mvr.pipeline.retrieval.searcher import Searcher
+    from mvr.storage.manifest import load_manifest
+    from mvr.storage.retention import collect
+    from mvr.storage.verify import verify_index
 
     index, docs, address = small
     before = load_manifest(index)

@@ -2,7 +2,7 @@
 
 import json
 
-from operators.validation import Document, Reject, is_tsv_header, parse_jsonl_line, parse_rows, parse_tsv_line
+from mvr.operators.encode.validation import Document, Reject, is_tsv_header, parse_jsonl_line, parse_rows, parse_tsv_line
 
 
 def test_jsonl_valid_and_int_id():

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.manifest import load_manifest
-from storage.integrity import IntegrityError, require_intact
-from storage.verify import expected_files, shard_files, verify_index
+from mvr.storage.manifest import load_manifest
+from mvr.storage.integrity import IntegrityError, require_intact
+from mvr.storage.verify import expected_files, shard_files, verify_index
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ def index_copy(msmarco_100, tmp_path) -> str:
 
 
 def test_intact_index_passes(msmarco_100, capsys):
-    from jobs.verify import main
+    from mvr.jobs.verify import main
 
     m = load_manifest(msmarco_100)
     files = expected_files(m)
@@ -46,7 +46,7 @@ def test_intact_index_passes(msmarco_100, capsys):
 
 
 def test_each_damaged_file_is_named(index_copy, capsys):
-    from jobs.verify import main
+    from mvr.jobs.verify import main
 
     m = load_manifest(index_copy)
     corrupt, truncate = m.shards[0].path, m.shards[1].path
@@ -97,7 +97,7 @@ def test_each_damaged_file_is_named(index_copy, capsys):
 
 
 def test_missing_catalog_and_no_manifest(index_copy, tmp_path, capsys):
-    from jobs.verify import main
+    from mvr.jobs.verify import main
 
     os.remove(os.path.join(index_copy, "catalog.duckdb"))
     report = verify_index(index_copy)
@@ -109,9 +109,9 @@ def test_missing_catalog_and_no_manifest(index_copy, tmp_path, capsys):
 def test_ann_and_bm25_builds_refuse_a_corrupted_shard(index_copy):
     """The builds check the shards they read against the manifest first: a damaged shard fails
     the build with its name, and the manifest keeps its previous, intact entries."""
-    from pipeline.indexing.ann_build import build_ann
-    from pipeline.indexing.bm25_build import build_bm25
-    from pipeline.config import AnnBuildConfig, BM25BuildConfig
+    from mvr.pipeline.indexing.ann_build import build_ann
+    from mvr.pipeline.indexing.bm25_build import build_bm25
+    from mvr.pipeline.config import AnnBuildConfig, BM25BuildConfig
 
     before = load_manifest(index_copy)
     bad = before.shards[1].path
@@ -128,7 +128,7 @@ def test_ann_and_bm25_builds_refuse_a_corrupted_shard(index_copy):
 def _search(index: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "search", index, "what is a lobster roll", "-k", "3", *args],
+        [sys.executable, "-m", "mvr.jobs.cli", "search", index, "what is a lobster roll", "-k", "3", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
 
@@ -145,8 +145,8 @@ def test_search_refuses_damaged_shards_and_partition_files(index_copy):
     """Search checks what it opens against the manifest: a shard's size and sha256 on the exact
     path (it reads whole shards), an ANN or BM25 partition file's size; ``mvr search`` exits
     with an ``error:`` line naming the file and ``mvr verify``, no traceback."""
-    from pipeline.config import SearchConfig
-    from pipeline.retrieval.searcher import Searcher
+    from mvr.pipeline.config import SearchConfig
+    from mvr.pipeline.retrieval.searcher import Searcher
 
     m = load_manifest(index_copy)
     flipped, truncated = m.shards[0].path, m.shards[2].path
@@ -190,8 +190,8 @@ def test_search_refuses_a_damaged_codec_or_codes_file(index_copy):
     loads it; a codes file is memory-mapped, so its size is compared when it is opened (its
     sha256 is ``mvr verify``'s). Both refusals name the file; ``mvr search`` prints one
     ``error:`` line."""
-    from pipeline.config import SearchConfig
-    from pipeline.retrieval.searcher import Searcher
+    from mvr.pipeline.config import SearchConfig
+    from mvr.pipeline.retrieval.searcher import Searcher
 
     m = load_manifest(index_copy)
     codes = os.path.join(index_copy, m.shards[1].codes)
@@ -217,7 +217,7 @@ def test_search_refuses_a_damaged_codec_or_codes_file(index_copy):
 def test_undecodable_shard_is_an_integrity_error(index_copy):
     """A shard whose bytes are not Parquet, read without a size or checksum (the ANN build's
     reader): an IntegrityError naming the file, not a pyarrow traceback."""
-    from storage.shards import read_shard
+    from mvr.storage.shards import read_shard
 
     m = load_manifest(index_copy)
     p = os.path.join(index_copy, m.shards[0].path)

@@ -3,7 +3,8 @@
 A codec maps (n, dim_in) float vectors to (n, bytes_per_vector) uint8 codes and back to
 (n, dim_out) float32 vectors, a whole batch at a time (no Python loop per vector). It is
 trained once on a sample (``train(name, sample, seed=…)``), serialised to bytes
-(``to_bytes`` / ``from_bytes``; ``save`` / ``load`` for a local file) and then encodes and
+(``to_bytes(codec)`` / ``from_bytes``, module ``serial``; files: ``storage/codec_file.py``)
+and then encodes and
 decodes any number of batches. Names (the registry, ``FAMILIES``):
 
 | name | bytes / vector | what it stores |
@@ -27,7 +28,7 @@ Encoding in blocks of any size gives the same codes. Nearest-centroid search use
 (BLAS), so a vector equidistant (to rounding) from two centroids may get either id on
 another machine or BLAS build; FAISS's GPU k-means is not bit-identical to its CPU one.
 
-File format (``to_bytes``): ``MVRCODEC`` magic, uint32 format version, uint64 header length,
+File format (``to_bytes(codec)``): ``MVRCODEC`` magic, uint32 format version, uint64 header length,
 a JSON header (sorted keys: name, dimensions, bytes per vector, per stage its family and
 parameters, and each array's dtype, shape, offset and size), the arrays' little-endian bytes
 back to back, and a sha256 of everything before it (32 bytes). A truncated or corrupted file
@@ -40,28 +41,16 @@ Modules: ``base`` (the ``Codec`` / ``Transform`` interface), ``scalar`` (float16
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from operators.codecs.base import BLOCK, HELDOUT_FRACTION, UNIT_TOLERANCE, Codec, CodecFileError, Transform, default_centroids, id_dtype, is_unit
-from operators.codecs.quantizers import PCA, PQ, Composed
-from operators.codecs.registry import AUTO, EXAMPLES, FAMILIES, TRANSFORMS, UNTRAINED, bytes_per_vector, parse_name, resolve_name, train
-from operators.codecs.residual import Residual
-from operators.codecs.scalar import Float16, Int8
-from operators.codecs.serial import FORMAT_VERSION, MAGIC
-
-
-def load(path: str | Path) -> Codec:
-    """The codec saved at ``path`` (``Codec.save``)."""
-    return Codec.load(path)
-
-
-def from_bytes(data: bytes, source: str = "<bytes>") -> Codec:
-    """The codec ``Codec.to_bytes`` wrote (``source`` names it in errors)."""
-    return Codec.from_bytes(data, source)
+from mvr.operators.codecs.base import BLOCK, HELDOUT_FRACTION, UNIT_TOLERANCE, Codec, CodecFileError, Transform, default_centroids, id_dtype, is_unit
+from mvr.operators.codecs.quantizers import PCA, PQ, Composed
+from mvr.operators.codecs.registry import AUTO, EXAMPLES, FAMILIES, TRANSFORMS, UNTRAINED, bytes_per_vector, parse_name, resolve_name, train
+from mvr.operators.codecs.residual import Residual
+from mvr.operators.codecs.scalar import Float16, Int8
+from mvr.operators.codecs.serial import FORMAT_VERSION, MAGIC, from_bytes, to_bytes
 
 
 __all__ = [
     "AUTO", "BLOCK", "EXAMPLES", "FAMILIES", "FORMAT_VERSION", "HELDOUT_FRACTION", "MAGIC", "TRANSFORMS", "UNIT_TOLERANCE", "UNTRAINED",
     "Codec", "CodecFileError", "Composed", "Float16", "Int8", "PCA", "PQ", "Residual", "Transform",
-    "bytes_per_vector", "default_centroids", "from_bytes", "id_dtype", "is_unit", "load", "parse_name", "resolve_name", "train",
+    "bytes_per_vector", "default_centroids", "from_bytes", "id_dtype", "is_unit", "parse_name", "resolve_name", "to_bytes", "train",
 ]

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 import numpy as np
 
-from operators.packed import Packed
+from mvr.operators.packed import Packed
 
 BLOCK = 1 << 15  # rows encoded / decoded at a time: bounds the temporaries of a batch
 HELDOUT_FRACTION = 0.05  # share of a residual codec's sample kept out of k-means to fit its buckets
@@ -165,31 +164,6 @@ class Codec(ABC):
     @classmethod
     @abstractmethod
     def _from_state(cls, params: dict[str, Any], arrays: dict[str, np.ndarray]) -> "Codec": ...
-
-    def to_bytes(self) -> bytes:
-        """The codec as one deterministic byte string (see the module docstring)."""
-        from operators.codecs.serial import serialise
-
-        return serialise(self)
-
-    @staticmethod
-    def from_bytes(data: bytes, source: str = "<bytes>") -> "Codec":
-        """The codec ``to_bytes`` wrote; ``CodecFileError`` naming ``source`` when ``data`` is
-        truncated, corrupted or not a codec."""
-        from operators.codecs.serial import deserialise
-
-        return deserialise(bytes(data), source)
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_bytes(self.to_bytes())
-
-    @staticmethod
-    def load(path: str | Path) -> "Codec":
-        try:
-            data = Path(path).read_bytes()
-        except OSError as e:
-            raise CodecFileError(f"codec file {path}: cannot be read ({e})") from None
-        return Codec.from_bytes(data, str(path))
 
 
 class Transform(ABC):

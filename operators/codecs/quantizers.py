@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from operators.codecs.base import Codec, Transform, _f32, _normalize, is_unit
+from mvr.operators.codecs.base import Codec, Transform, _f32, _normalize, is_unit
 
 
 class PQ(Codec):

@@ -6,10 +6,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from operators.codecs.base import Codec
-from operators.codecs.quantizers import PCA, PQ, Composed
-from operators.codecs.residual import Residual
-from operators.codecs.scalar import Float16, Int8
+from mvr.operators.codecs.base import Codec
+from mvr.operators.codecs.quantizers import PCA, PQ, Composed
+from mvr.operators.codecs.residual import Residual
+from mvr.operators.codecs.scalar import Float16, Int8
 
 
 FAMILIES: dict[str, type] = {c.family: c for c in (Float16, Int8, Residual, PQ)}

@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from operators.codecs.base import BLOCK, HELDOUT_FRACTION, Codec, _use_gpu, default_centroids, id_dtype, is_unit
+from mvr.operators.codecs.base import BLOCK, HELDOUT_FRACTION, Codec, _use_gpu, default_centroids, id_dtype, is_unit
 
 
 # k-means iterations of the residual codebook: ColBERTv2's and PLAID's own (kmeans_niters = 4).

@@ -9,9 +9,9 @@ import struct
 
 import numpy as np
 
-from operators.codecs.base import Codec, CodecFileError
-from operators.codecs.quantizers import Composed
-from operators.codecs.registry import FAMILIES, TRANSFORMS
+from mvr.operators.codecs.base import Codec, CodecFileError
+from mvr.operators.codecs.quantizers import Composed
+from mvr.operators.codecs.registry import FAMILIES, TRANSFORMS
 
 MAGIC = b"MVRCODEC"
 FORMAT_VERSION = 1
@@ -88,3 +88,14 @@ def deserialise(data: bytes, source: str) -> Codec:
     if (codec.name, codec.dim_in, codec.dim_out, codec.bytes_per_vector) != (header["name"], header["dim_in"], header["dim_out"], header["bytes_per_vector"]):
         raise bad(f"header says {header['name']} ({header['dim_in']} → {header['dim_out']}, {header['bytes_per_vector']} B), the content is {codec!r}")
     return codec
+
+
+def to_bytes(codec: Codec) -> bytes:
+    """The codec as one deterministic byte string (the format above)."""
+    return serialise(codec)
+
+
+def from_bytes(data: bytes, source: str = "<bytes>") -> Codec:
+    """The codec ``to_bytes`` wrote; ``CodecFileError`` naming ``source`` when ``data`` is
+    truncated, corrupted or not a codec."""
+    return deserialise(bytes(data), source)

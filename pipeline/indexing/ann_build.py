@@ -17,16 +17,17 @@ import numpy as np
 import ray
 from tqdm import tqdm
 
-from operators.ann import ADD_BATCH, load_index, make_index, set_build_threads
-from pipeline.indexing.bm25_build import build_bm25, is_current, partitions_for
-from pipeline.config import AnnBuildConfig, BM25BuildConfig
-from pipeline.ray_runtime import init_ray, task_result
-from storage.codec_file import load_codecs
-from storage.manifest import Manifest, ShardEntry, commit_update, load_manifest, shard_lookup
-from storage.retention import collect
-from storage.integrity import ExpectedFile, require_intact
-from storage.verify import codes_file
-from storage.partitions import INDEX_SUBDIR, PartitionPlan, ShardSlice, build_dir, local_copy, plan_partitions, read_passages, write_partition
+from mvr.operators.ann.base import ADD_BATCH, set_build_threads
+from mvr.operators.ann.factory import load_index, make_index
+from mvr.pipeline.indexing.bm25_build import build_bm25, is_current, partitions_for
+from mvr.pipeline.config import AnnBuildConfig, BM25BuildConfig
+from mvr.pipeline.ray_runtime import init_ray, task_result
+from mvr.storage.codec_file import load_codecs
+from mvr.storage.manifest import Manifest, ShardEntry, commit_update, load_manifest, shard_lookup
+from mvr.storage.retention import collect
+from mvr.storage.integrity import ExpectedFile, require_intact
+from mvr.storage.verify import codes_file
+from mvr.storage.partitions import INDEX_SUBDIR, PartitionPlan, ShardSlice, build_dir, local_copy, plan_partitions, read_passages, write_partition
 
 
 def build_partition(

@@ -2,7 +2,7 @@
 passage ranges as the ANN partitions, two rounds of Ray tasks. Round one: each task reads
 its passages' text and counts its term statistics. The driver sums them into the
 collection's statistics. Round two: each task builds its partition with the collection's
-statistics (so the scores do not depend on P, ``operators/bm25.py``) and writes it through
+statistics (so the scores do not depend on P, ``operators/retrieval/bm25.py``) and writes it through
 storage/. The manifest is committed once every task has finished."""
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Any, Callable
 import ray
 from tqdm import tqdm
 
-from operators.bm25 import Analyzer, BM25Partition, TermStats
-from pipeline.config import BM25BuildConfig, BM25Config
-from pipeline.ray_runtime import init_ray, task_cpus, task_result
-from storage.bm25_partitions import build_dir, read_passage_texts, write_bm25_partition
-from storage.manifest import Manifest, commit_update, load_manifest
-from storage.retention import collect
-from storage.partitions import PartitionPlan, ShardSlice, plan_partitions
-from storage.integrity import ExpectedFile, require_intact
-from storage.verify import shard_files
+from mvr.operators.retrieval.bm25 import Analyzer, BM25Partition, TermStats
+from mvr.pipeline.config import BM25BuildConfig, BM25Config
+from mvr.pipeline.ray_runtime import init_ray, task_cpus, task_result
+from mvr.storage.bm25_partitions import build_dir, read_passage_texts, write_bm25_partition
+from mvr.storage.manifest import Manifest, commit_update, load_manifest
+from mvr.storage.retention import collect
+from mvr.storage.partitions import PartitionPlan, ShardSlice, plan_partitions
+from mvr.storage.integrity import ExpectedFile, require_intact
+from mvr.storage.verify import shard_files
 
 
 def _plan(plan: dict) -> PartitionPlan:

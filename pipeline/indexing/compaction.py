@@ -29,17 +29,17 @@ from typing import Any, Callable
 import numpy as np
 import ray
 
-from pipeline.indexing.ann_build import _task_resources, build_partition
-from pipeline.indexing.bm25_build import build_bm25_entry
-from pipeline.config import AnnBuildConfig, BM25Config
-from pipeline.ray_runtime import init_ray, task_cpus, task_result
-from pipeline.indexing.updates import CATALOGS_DIR, UpdateResult, target_passages
-from storage.catalog import build_catalog
-from storage.manifest import Manifest, ShardEntry, ShardList, commit_update, shard_lookup, shard_paths, shard_rows
-from storage.partitions import build_dir, plan_partitions
-from storage.retention import collect
-from storage.shards import rewrite_shard
-from storage.tombstones import read_tombstones
+from mvr.pipeline.indexing.ann_build import _task_resources, build_partition
+from mvr.pipeline.indexing.bm25_build import build_bm25_entry
+from mvr.pipeline.config import AnnBuildConfig, BM25Config
+from mvr.pipeline.ray_runtime import init_ray, task_cpus, task_result
+from mvr.pipeline.indexing.updates import CATALOGS_DIR, UpdateResult, target_passages
+from mvr.storage.catalog import build_catalog
+from mvr.storage.manifest import Manifest, ShardEntry, ShardList, commit_update, shard_lookup, shard_paths, shard_rows
+from mvr.storage.partitions import build_dir, plan_partitions
+from mvr.storage.retention import collect
+from mvr.storage.shards import rewrite_shard
+from mvr.storage.tombstones import read_tombstones
 
 COMPACTED_DIR = "compacted"
 RETRAIN_CHURN = 0.25
@@ -65,7 +65,7 @@ def compact(index_url: str, log: Callable[[str], None] = print, retrain: bool | 
             m.ann[kind], report[kind] = _rebuild_kind(index_url, m, kind, entry, len(dead), tag, retrain, log)
         if m.bm25:
             bounds = sorted({total} | {int(p["first_passage"]) for e in m.ann.values() for p in e["partitions"]} | {0})
-            from storage.partitions import plan_ranges
+            from mvr.storage.partitions import plan_ranges
 
             m.bm25 = build_bm25_entry(index_url, m, BM25Config.model_validate(m.bm25["config"]), plan_ranges(m, bounds) if total else [], log=log)
         m.catalog = f"{CATALOGS_DIR}/{m.version + 1:012d}-{uuid.uuid4().hex[:6]}.duckdb"
@@ -76,7 +76,7 @@ def compact(index_url: str, log: Callable[[str], None] = print, retrain: bool | 
     try:
         m = commit_update(index_url, change, "compact", lambda m: f"{report.get('dead', 0)} dead passages removed", log=log)
     except NothingToCompact:
-        from storage.manifest import load_manifest
+        from mvr.storage.manifest import load_manifest
 
         m = load_manifest(index_url)
         log(f"{index_url} (version {m.version}) has nothing to compact")

@@ -23,16 +23,16 @@ import numpy as np
 import ray
 from tqdm import tqdm
 
-from operators.checkpoint import detect_format, fingerprint, load_tokenizer, output_dim, resolve_model_path
-from operators import codecs
-from pipeline.config import IndexConfig
-from pipeline.ray_runtime import EncodePlan, init_ray, plan_encode, task_result
-from pipeline.indexing.encode_stage import EncodeCompress, EncodeSample, compress_encoded, encode_task
-from pipeline.indexing.stages import read_tokenize, sample_vectors, scan_block, select_sample, train_codecs, write_shards
-from storage import catalog, codec_file, fs, index_dir, staging
-from storage.corpus import CorpusError, InputBlock, plan_blocks
-from storage.manifest import Manifest, ShardEntry, commit_manifest, read_manifest
-from storage.shards import committed_records
+from mvr.operators.encode.checkpoint import ModelRecord, resolve_model
+from mvr.operators import codecs
+from mvr.pipeline.config import IndexConfig
+from mvr.pipeline.ray_runtime import EncodePlan, init_ray, plan_encode, task_result
+from mvr.pipeline.indexing.encode_stage import EncodeCompress, EncodeSample, compress_encoded, encode_task
+from mvr.pipeline.indexing.stages import read_tokenize, sample_vectors, scan_block, select_sample, train_codecs, write_shards
+from mvr.storage import catalog, codec_file, fs, index_dir, staging
+from mvr.storage.corpus import CorpusError, InputBlock, plan_blocks
+from mvr.storage.manifest import Manifest, ShardEntry, commit_manifest, read_manifest
+from mvr.storage.shards import committed_records
 
 
 class IndexExistsError(RuntimeError):
@@ -177,15 +177,6 @@ def _refuse_empty(corpus_url: str, index_url: str, blocks: list[InputBlock], cre
     raise CorpusError(f"no passage to index: {detail}; nothing was committed")
 
 
-def _check_model(name: str) -> None:
-    """Load the model's tokenizer on the driver before any Ray work, so a model that cannot be
-    loaded (a hub id offline, a damaged directory) fails at once, naming the model."""
-    try:
-        load_tokenizer(name)
-    except Exception as exc:
-        raise ValueError(f"cannot load the tokenizer of model {name!r}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from exc
-
-
 def index_corpus(
     corpus_url: str,
     index_url: str,
@@ -205,7 +196,7 @@ def index_corpus(
         log(f"{index_url} is up to date (manifest version {prepared.blocks.version})")
         return IndexResult(prepared.blocks, True, time.time() - t0)
     blocks: list[InputBlock] = prepared.blocks
-    _check_model(config.model.name)
+    model = resolve_model(config.model.name)  # once: checked, loadable, its format, fingerprint and dimension
     init_ray()
     placement = plan_encode(config.runtime)
     log(f"{len(blocks)} input blocks; encode: {placement}")
@@ -230,7 +221,7 @@ def index_corpus(
             codec_file.stage(index_url, codecs_given)
         codec_files = dict(codecs_given)
     else:
-        codec_files, kept = _codecs(index_url, blocks, config, placement, log)
+        codec_files, kept = _codecs(index_url, blocks, config, model, placement, log)
     t1 = time.time()
 
     # Pass 2: passages → token ids → vectors → codes → shards (or the sample pass's kept
@@ -250,7 +241,7 @@ def index_corpus(
     ds.materialize()
     staging.clear_encoded(index_url)
     log(f"{'compressed the kept vectors' if kept else 'encoded'} and wrote passages in {time.time() - t1:.1f} s")
-    return IndexResult(_commit(corpus_url, index_url, config, blocks, key, codec_files, log, encode), False, time.time() - t0)
+    return IndexResult(_commit(corpus_url, index_url, config, model, blocks, key, codec_files, log, encode), False, time.time() - t0)
 
 
 def _encode_record(placement: EncodePlan, config: IndexConfig) -> dict:
@@ -259,7 +250,7 @@ def _encode_record(placement: EncodePlan, config: IndexConfig) -> dict:
     encode stage resolves them), the actors (or tasks) and the GPUs each reserves."""
     import torch
 
-    from operators.encoder import pick_dtype
+    from mvr.operators.encode.encoder import pick_dtype
 
     device = placement.device(config.model.device)
     dtype = str(pick_dtype(config.model.dtype, torch.device(device))).removeprefix("torch.")
@@ -332,7 +323,9 @@ def sample_passages(documents: int) -> int:
     return min(documents, 1 + int(16 * math.sqrt(120 * documents)))
 
 
-def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, placement, log: Callable[[str], None]) -> tuple[dict[str, bytes], list[str]]:
+def _codecs(
+    index_url: str, blocks: list[InputBlock], config: IndexConfig, model: ModelRecord, placement, log: Callable[[str], None]
+) -> tuple[dict[str, bytes], list[str]]:
     """(the index's codec files ({group: bytes}, ``storage/codec_file.py``), the files of the
     encoded batches the sample pass kept, or [] when pass 2 must encode). The codecs are those an
     interrupted run of this job trained and staged (its shards were written with them), else
@@ -353,8 +346,8 @@ def _codecs(index_url: str, blocks: list[InputBlock], config: IndexConfig, place
     t0 = time.time()
     wanted = {"tokens": c.codec, "pooled": c.pooled_codec}
     if all(n in codecs.UNTRAINED for n in wanted.values()):
-        dim = c.projection_dim or output_dim(config.model.name)
-        files = {g: codecs.train(n, np.full((1, dim), dim**-0.5, np.float32)).to_bytes() for g, n in wanted.items()}
+        dim = c.projection_dim or model.dim
+        files = {g: codecs.to_bytes(codecs.train(n, np.full((1, dim), dim**-0.5, np.float32))) for g, n in wanted.items()}
         codec_file.stage(index_url, files)
         log(f"codecs {', '.join(f'{g} {n}' for g, n in wanted.items())}: no training needed ({dim} dimensions)")
         return files, []
@@ -405,7 +398,8 @@ def _kept_batches(index_url: str, passages: int, log: Callable[[str], None]) -> 
 
 
 def _commit(
-    corpus_url: str, index_url: str, config: IndexConfig, blocks: list[InputBlock], key: dict, codec_files: dict[str, bytes], log, encode: Optional[dict] = None
+    corpus_url: str, index_url: str, config: IndexConfig, model: ModelRecord, blocks: list[InputBlock], key: dict, codec_files: dict[str, bytes], log,
+    encode: Optional[dict] = None,
 ) -> Manifest:
     """Rejects, catalog, reconciliation, then the manifest (the commit point); ``encode``:
     where the passages were encoded (``_encode_record``), kept as ``model.encode``."""
@@ -423,11 +417,10 @@ def _commit(
         problems.append(f"indexed {indexed} + rejected {rejected} != input rows {scan['input_rows']}")
     if problems:
         raise RuntimeError("index does not reconcile with its input, not committing: " + "; ".join(problems))
-    path = resolve_model_path(config.model.name)
     codec_entries = codec_file.commit(index_url, codec_files, config.compress.codec_sample_vectors, config.compress.codec_seed)
     manifest = Manifest(
         config=config.model_dump(mode="json"),
-        model={"name": config.model.name, "path": path, "format": detect_format(path), "fingerprint": fingerprint(path), **({"encode": encode} if encode else {})},
+        model=model.record(**({"encode": encode} if encode else {})),
         input={"url": corpus_url, "fingerprint": key["input"], "blocks": len(blocks), "key": key},
         counts={
             "input_rows": scan["input_rows"],

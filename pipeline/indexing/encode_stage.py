@@ -19,14 +19,14 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
-from operators import codecs
-from operators.compress import Compressor, l2_normalize, projection_matrix
-from operators.encoder import TokenEncoder, set_threads
-from operators.packed import Packed
-from operators.token_pooling import pool_passages
-from operators.tokenizer import PassageTokenizer
-from storage import staging
-from storage.schema import codes_to_arrow, packed_to_arrow, shard_schema
+from mvr.operators import codecs
+from mvr.operators.encode.compress import Compressor, l2_normalize, projection_matrix
+from mvr.operators.encode.encoder import TokenEncoder, set_threads
+from mvr.operators.packed import Packed
+from mvr.operators.encode.token_pooling import pool_passages
+from mvr.operators.encode.tokenizer import PassageTokenizer
+from mvr.storage import staging
+from mvr.storage.schema import codes_to_arrow, packed_to_arrow, shard_schema
 
 
 def list_column(column: pa.ChunkedArray) -> list[np.ndarray]:
@@ -69,7 +69,7 @@ def vector_keys(block_ids: np.ndarray, seqs: np.ndarray, lengths: np.ndarray, se
     """A fixed pseudo-random number in [0, 1) for each vector j of each passage (block, seq)
     with ``lengths`` vectors, the same on every worker: ``stages.sample_keys`` of the passage
     (with another seed than the passage draw) spread over its vectors by a multiplicative hash."""
-    from pipeline.indexing.stages import sample_keys
+    from mvr.pipeline.indexing.stages import sample_keys
 
     base = (sample_keys(block_ids, seqs, seed + 1) * float(1 << 53)).astype(np.uint64)
     j = np.arange(int(lengths.sum()), dtype=np.uint64) - np.repeat(np.cumsum(lengths) - lengths, lengths).astype(np.uint64)

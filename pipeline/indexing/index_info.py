@@ -6,10 +6,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from storage import fs
-from storage.catalog import Catalog
-from storage.codec_file import KIND_GROUP
-from storage.manifest import Manifest, load_manifest
+from mvr.storage import fs
+from mvr.storage.catalog import Catalog
+from mvr.storage.codec_file import KIND_GROUP
+from mvr.storage.manifest import Manifest, load_manifest
 
 # vector kind → codes-file column (storage/schema.py); the order ``mvr stats`` prints them in
 KIND_COLUMNS = {"tokens": "tokens", "first-m": "first_m", "centroids": "centroids", "pooled": "pooled"}

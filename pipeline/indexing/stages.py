@@ -14,16 +14,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
 
-from operators import codecs
-from operators.ann import set_build_threads
-from operators.checkpoint import load_tokenizer
-from operators.packed import Packed
-from operators.tokenizer import PassageTokenizer
-from operators.validation import Document, Reject, parse_rows
-from storage import staging
-from storage.corpus import InputBlock, parquet_fields, read_block, read_tsv_header
-from storage.schema import PASSAGE_FIELDS, arrow_to_packed
-from storage.shards import committed_in_block, covered_seqs, write_shard
+from mvr.operators import codecs
+from mvr.operators.ann.base import set_build_threads
+from mvr.operators.encode.checkpoint import load_tokenizer
+from mvr.operators.packed import Packed
+from mvr.operators.encode.tokenizer import PassageTokenizer
+from mvr.operators.encode.validation import Document, Reject, parse_rows
+from mvr.storage import staging
+from mvr.storage.corpus import InputBlock, parquet_fields, read_block, read_tsv_header
+from mvr.storage.schema import PASSAGE_FIELDS, arrow_to_packed
+from mvr.storage.shards import committed_in_block, covered_seqs, write_shard
 
 PASSAGE_SCHEMA = pa.schema(PASSAGE_FIELDS + [pa.field("input_ids", pa.list_(pa.int32()))])
 
@@ -145,7 +145,7 @@ def train_codecs(names: dict[str, str], sample: np.ndarray, seed: int, n_vectors
     reserves: on 2 cores, pca-64+residual-2 on 65,536 vectors took 8.7 s on one, 5.0 s on two)."""
     if threads:
         set_build_threads(threads)
-    return {g: codecs.train(name, sample, seed=seed, n_vectors=n_vectors).to_bytes() for g, name in names.items()}
+    return {g: codecs.to_bytes(codecs.train(name, sample, seed=seed, n_vectors=n_vectors)) for g, name in names.items()}
 
 
 def write_shards(batch: pa.Table, index_url: str) -> pa.Table:

@@ -39,18 +39,19 @@ import numpy as np
 import pyarrow as pa
 import ray
 
-from operators.ann import ADD_BATCH, load_index, set_build_threads
-from pipeline.indexing.ann_build import build_partition
-from pipeline.indexing.bm25_build import build_bm25_entry
-from pipeline.config import BM25Config, IndexConfig
-from pipeline.indexing.corpus_job import index_corpus
-from pipeline.ray_runtime import init_ray, task_cpus, task_result
-from storage import codec_file, fs
-from storage.catalog import Catalog, build_catalog
-from storage.codec_file import load_codecs
-from storage.corpus import plan_blocks
-from storage.manifest import Manifest, ShardEntry, ShardList, commit_update, load_manifest, shard_lookup, shard_paths, shard_rows
-from storage.partitions import (
+from mvr.operators.ann.base import ADD_BATCH, set_build_threads
+from mvr.operators.ann.factory import load_index
+from mvr.pipeline.indexing.ann_build import build_partition
+from mvr.pipeline.indexing.bm25_build import build_bm25_entry
+from mvr.pipeline.config import BM25Config, IndexConfig
+from mvr.pipeline.indexing.corpus_job import index_corpus
+from mvr.pipeline.ray_runtime import init_ray, task_cpus, task_result
+from mvr.storage import codec_file, fs
+from mvr.storage.catalog import Catalog, build_catalog
+from mvr.storage.codec_file import load_codecs
+from mvr.storage.corpus import plan_blocks
+from mvr.storage.manifest import Manifest, ShardEntry, ShardList, commit_update, load_manifest, shard_lookup, shard_paths, shard_rows
+from mvr.storage.partitions import (
     INDEX_SUBDIR,
     PartitionPlan,
     local_copy,
@@ -62,10 +63,10 @@ from storage.partitions import (
     ShardSlice,
     write_partition,
 )
-from storage.retention import collect
-from storage.tombstones import read_tombstones, write_tombstones
-from storage.integrity import ExpectedFile, require_intact
-from storage.verify import codes_file
+from mvr.storage.retention import collect
+from mvr.storage.tombstones import read_tombstones, write_tombstones
+from mvr.storage.integrity import ExpectedFile, require_intact
+from mvr.storage.verify import codes_file
 
 ADDS_DIR = "adds"
 CATALOGS_DIR = "catalogs"
@@ -318,7 +319,7 @@ class NothingToDelete(RuntimeError):
 
 
 def _where_doc_ids(catalog: Catalog, where: str) -> list[str]:
-    """The documents a filter expression selects (``operators/filter_expr.py``)."""
+    """The documents a filter expression selects (``operators/retrieval/filters.py``)."""
     select = getattr(catalog, "filter_doc_ids", None)
     if select is None:
         raise ValueError("this mvr has no metadata filters yet: delete by --ids")

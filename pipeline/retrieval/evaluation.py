@@ -16,13 +16,13 @@ import numpy as np
 from ir_measures import R, RR, nDCG
 from tqdm import tqdm
 
-from operators.query import EncodedQuery
-from pipeline.config import EvalConfig
-from pipeline.retrieval.plan import SearchResult
-from pipeline.retrieval.request import Restriction
-from pipeline.retrieval.searcher import Searcher
-from pipeline.plots import png_bytes, pyplot
-from storage.beir import TestCollection, read_collection
+from mvr.operators.encode.query import EncodedQuery
+from mvr.pipeline.config import EvalConfig
+from mvr.pipeline.retrieval.plan import SearchResult
+from mvr.pipeline.retrieval.request import Restriction
+from mvr.pipeline.retrieval.searcher import Searcher
+from mvr.pipeline.plots import png_bytes, pyplot
+from mvr.storage.beir import TestCollection, read_collection
 
 MEASURES = {"nDCG@10": nDCG @ 10, "RR@10": RR @ 10, "R@100": R @ 100}
 

@@ -18,20 +18,20 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from operators.ann import set_build_threads
-from operators.bm25 import BM25Partition
-from operators.candidates import first_trip
-from operators.compress import l2_normalize
-from operators.fusion import ScoredPassages, side_by_side
-from operators.partition import Hits, Partition, PartitionResult, Scored
-from operators.query import EncodedQuery
-from operators.ranking import Ranked
-from operators.scoring import MODE_VECTORS, QueryVectors, first_stage_vectors
-from pipeline.retrieval.layout import ShardSpec
-from storage.bm25_partitions import load_bm25_partition
-from storage.codec_file import load_codecs
-from storage.manifest import Manifest
-from storage.partitions import exact_partition, load_partition
+from mvr.operators.ann.base import set_build_threads
+from mvr.operators.retrieval.bm25 import BM25Partition
+from mvr.operators.retrieval.candidates import first_trip
+from mvr.operators.encode.compress import l2_normalize
+from mvr.operators.retrieval.fusion import ScoredPassages, side_by_side
+from mvr.operators.retrieval.partition import Hits, Partition, PartitionResult, Scored
+from mvr.operators.encode.query import EncodedQuery
+from mvr.operators.retrieval.ranking import Ranked
+from mvr.operators.retrieval.scoring import MODE_VECTORS, QueryVectors, first_stage_vectors
+from mvr.pipeline.retrieval.layout import ShardSpec
+from mvr.storage.bm25_partitions import load_bm25_partition
+from mvr.storage.codec_file import load_codecs
+from mvr.storage.manifest import Manifest
+from mvr.storage.partitions import exact_partition, load_partition
 
 # The trips a host answers (``PartitionHost.many`` runs any of them).
 TRIP_METHODS = frozenset({"first_trip", "hits", "rank", "rank_batch", "bm25_rank", "hybrid"})
@@ -106,7 +106,7 @@ class PartitionHost:
         self, mode: str, kind: str, query: QueryVectors, k_prime: int, knobs: dict[str, Any], share: tuple[int, int], allowed: Optional[np.ndarray] = None
     ) -> tuple[Hits, Scored]:
         """``hits`` and, in the same trip, the exact scores of this partition's likely share of
-        the candidates (``operators.candidates.first_trip``), so most queries need no ``rank``."""
+        the candidates (``operators.retrieval.candidates.first_trip``), so most queries need no ``rank``."""
         return first_trip(self._part(kind), mode, query, k_prime, knobs, share, allowed)
 
     def rank(self, mode: str, kind: str, query: QueryVectors, rows: Optional[np.ndarray], k: int, allowed: Optional[np.ndarray] = None) -> PartitionResult:
@@ -131,7 +131,7 @@ class PartitionHost:
     def hybrid(
         self, mode: str, kind: str, query: QueryVectors, terms: list[str], rows: Optional[np.ndarray], n_best: int, allowed: Optional[np.ndarray] = None
     ) -> ScoredPassages:
-        """Mode hybrid, second trip: this slice's part of the union (``operators.fusion.
+        """Mode hybrid, second trip: this slice's part of the union (``operators.retrieval.fusion.
         side_by_side``): its dense n-best among the candidate ``rows`` (None: every passage)
         and its BM25 n-best, each with both exact scores, both among the ``allowed`` rows."""
         part = self._part(kind)

@@ -19,9 +19,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from operators.scoring import MODE_VECTORS, MODES, check_search_mode
-from storage.bm25_partitions import tiling
-from storage.manifest import Manifest
+from mvr.operators.retrieval.scoring import MODE_VECTORS, MODES, check_search_mode
+from mvr.storage.bm25_partitions import tiling
+from mvr.storage.manifest import Manifest
 
 
 @dataclass(frozen=True)

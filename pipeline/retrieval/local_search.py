@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pipeline.retrieval.plan import SearchResult
+from mvr.pipeline.retrieval.plan import SearchResult
 
-from pipeline.retrieval.searcher import Searcher
-from storage.catalog import Catalog
+from mvr.pipeline.retrieval.searcher import Searcher
+from mvr.storage.catalog import Catalog
 
 
 def response_body(result: SearchResult, catalog: Catalog, version: int) -> dict[str, Any]:

@@ -7,7 +7,7 @@ For a query and mode (its settings checked by ``pipeline/retrieval/request.py``)
    k' nearest indexed vectors mapped to its passages (``hits``), or, with few hosts behind a
    network hop, the same and the exact scores of its likely share of the candidates in one
    trip (``first_trip``); the hits are merged as if one index held every vector
-   (``operators.candidates.CandidateRounds``), k' growing while too few passages were hit;
+   (``operators.retrieval.candidates.CandidateRounds``), k' growing while too few passages were hit;
 2. **rescore** where the vectors are: each host ranks its candidates exactly (``rank``; not
    asked again when the first trip scored them all), or for ``hybrid`` returns its part of the
    union with both exact scores (``hybrid``), or for ``bm25`` its top documents
@@ -34,16 +34,16 @@ from typing import Any, Awaitable, Callable, Coroutine, Generator, Optional, Seq
 
 import numpy as np
 
-from operators.bm25 import Analyzer
-from operators.candidates import CandidateRounds, FirstStage, local_share
-from operators.fusion import HybridParams, ScoredPassages, fuse
-from operators.partition import Hits, PartitionResult, Scored
-from operators.query import EncodedQuery
-from operators.ranking import Ranked, merge
-from operators.scoring import MODES, first_stage_vectors
-from pipeline.config import BM25Config, SearchConfig
-from pipeline.retrieval.layout import ServedMode, ServingLayout
-from pipeline.retrieval.request import Restriction, filtered_exact, request_settings
+from mvr.operators.retrieval.bm25 import Analyzer
+from mvr.operators.retrieval.candidates import CandidateRounds, FirstStage, local_share
+from mvr.operators.retrieval.fusion import HybridParams, ScoredPassages, fuse
+from mvr.operators.retrieval.partition import Hits, PartitionResult, Scored
+from mvr.operators.encode.query import EncodedQuery
+from mvr.operators.retrieval.ranking import Ranked, merge
+from mvr.operators.retrieval.scoring import MODES, first_stage_vectors
+from mvr.pipeline.config import BM25Config, SearchConfig
+from mvr.pipeline.retrieval.layout import ServedMode, ServingLayout
+from mvr.pipeline.retrieval.request import Restriction, filtered_exact, request_settings
 
 Calls = dict[int, tuple[str, tuple]]
 T = TypeVar("T")
@@ -200,7 +200,7 @@ class QueryPlan:
     async def hybrid_parts(
         self, query: EncodedQuery, params: HybridParams, fs: FirstStage, restriction: Optional[Restriction] = None
     ) -> tuple[list[ScoredPassages], str, int]:
-        """Each answering host's part of the hybrid union (``operators.fusion.side_by_side``;
+        """Each answering host's part of the hybrid union (``operators.retrieval.fusion.side_by_side``;
         ``fuse`` them for any fusion setting), the dense side's path and the hosts asked."""
         served = self.layout.modes[params.dense]
         c = await self._candidates(params.dense, served, query, params.n_best, fs, restriction, one_trip=False)

@@ -6,18 +6,19 @@ same reason, in the same words, wherever it comes from."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import numpy as np
 from pydantic import ValidationError
 
-from operators.candidates import FirstStage
-from operators.fusion import HybridParams
-from operators.partition import allowed_rows
-from operators.scoring import check_search_mode
-from pipeline.config import FirstStageConfig, HybridConfig, SearchConfig
-from storage.catalog import Catalog
+from mvr.operators.retrieval.candidates import FirstStage
+from mvr.operators.retrieval.fusion import HybridParams
+from mvr.operators.retrieval.partition import allowed_rows
+from mvr.operators.retrieval.scoring import check_search_mode
+from mvr.pipeline.config import FirstStageConfig, HybridConfig, SearchConfig
+from mvr.storage.catalog import Catalog
 
 MAX_K = 1000
 MAX_QUERY_CHARS = 4096
@@ -48,6 +49,31 @@ def resolve_restriction(catalog: Catalog, filter: Optional[str] = None, doc_ids:
     if filter is None and doc_ids is None:
         return None
     return Restriction(catalog.allowed_passages(filter, doc_ids), filter, tuple(doc_ids) if doc_ids is not None else None)
+
+
+class RestrictionCache:
+    """The ``Restriction``s of the last ``kept`` filters (a run of queries usually repeats
+    one), least recently used dropped first: ``get(key)`` / ``put(key, restriction)`` with
+    ``key(filter, doc_ids)``."""
+
+    def __init__(self, kept: int = 16) -> None:
+        self.kept = kept
+        self._held: "OrderedDict[tuple, Optional[Restriction]]" = OrderedDict()
+
+    @staticmethod
+    def key(filter: Optional[str], doc_ids: Optional[Sequence[str]]) -> tuple:
+        return (filter, tuple(doc_ids) if doc_ids is not None else None)
+
+    def get(self, key: tuple) -> Optional[Restriction]:
+        hit = self._held.get(key)
+        if hit is not None:
+            self._held.move_to_end(key)
+        return hit
+
+    def put(self, key: tuple, restriction: Optional[Restriction]) -> None:
+        self._held[key] = restriction
+        while len(self._held) > self.kept:
+            self._held.popitem(last=False)
 
 
 def filtered_exact(n_allowed: int, fs: FirstStage, k: int) -> bool:

@@ -6,7 +6,7 @@ A dense mode is answered by its ANN partitions when the manifest lists them (``m
 build-ann``), and otherwise, or with ``SearchConfig.exact``, by brute force over every passage
 (the exact reference); ``SearchResult.path`` says which. ``bm25`` is answered by the BM25
 partitions (exact: their scores are the collection's); ``hybrid`` by a dense mode's
-partitions and the BM25 partitions over the same passages (``operators/fusion.py``).
+partitions and the BM25 partitions over the same passages (``operators/retrieval/fusion.py``).
 
 A metadata filter (``filter`` expression and / or ``doc_ids``, docs/filters.md) becomes the
 sorted global numbers of the passages it allows (the catalog, ``Restriction``), each host's
@@ -15,28 +15,27 @@ share of them its allowed rows on every trip."""
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from operators.codecs import Codec
-from operators.compress import projection_matrix
-from operators.encoder import TokenEncoder
-from operators.candidates import FirstStage
-from operators.fusion import HybridParams, ScoredPassages
-from operators.partition import Partition
-from operators.query import EncodedQuery, QueryEncoder
-from operators.scoring import MODE_VECTORS, MODES, check_search_mode
-from operators.tokenizer import PassageTokenizer
-from pipeline.config import IndexConfig, SearchConfig
-from pipeline.retrieval.host import LocalPartition, PartitionHost
-from pipeline.retrieval.layout import ServedMode, ServingLayout, ShardSpec, plan_layout
-from pipeline.retrieval.plan import Calls, QueryPlan, SearchResult, run_trips
-from pipeline.retrieval.request import Restriction, request_settings, resolve_restriction, validate_request
-from storage.catalog import Catalog
-from storage.codec_file import load_codecs
-from storage.manifest import Manifest, load_manifest
+from mvr.operators.codecs import Codec
+from mvr.operators.encode.compress import projection_matrix
+from mvr.operators.encode.encoder import TokenEncoder
+from mvr.operators.retrieval.candidates import FirstStage
+from mvr.operators.retrieval.fusion import HybridParams, ScoredPassages
+from mvr.operators.retrieval.partition import Partition
+from mvr.operators.encode.query import EncodedQuery, QueryEncoder
+from mvr.operators.retrieval.scoring import MODE_VECTORS, MODES, check_search_mode
+from mvr.operators.encode.tokenizer import PassageTokenizer
+from mvr.pipeline.config import IndexConfig, SearchConfig
+from mvr.pipeline.retrieval.host import LocalPartition, PartitionHost
+from mvr.pipeline.retrieval.layout import ServedMode, ServingLayout, ShardSpec, plan_layout
+from mvr.pipeline.retrieval.plan import Calls, QueryPlan, SearchResult, run_trips
+from mvr.pipeline.retrieval.request import Restriction, RestrictionCache, request_settings, resolve_restriction, validate_request
+from mvr.storage.catalog import Catalog
+from mvr.storage.codec_file import load_codecs
+from mvr.storage.manifest import Manifest, load_manifest
 
 
 def index_query_encoder(index_url: str, manifest: Manifest, encoder: Optional[TokenEncoder] = None) -> QueryEncoder:
@@ -65,8 +64,6 @@ class Searcher:
     and fusion knobs, or exact. ``paths`` tells, per mode, how it is answered ("ann",
     "exact", "bm25", or the dense path of a hybrid)."""
 
-    RESTRICTIONS_KEPT = 16  # filters remembered (a run of queries usually repeats one)
-
     def __init__(self, index_url: str, modes: Sequence[str] = MODES, config: Optional[SearchConfig] = None, encoder: Optional[TokenEncoder] = None) -> None:
         for m in modes:
             check_search_mode(m)
@@ -79,7 +76,7 @@ class Searcher:
         self.paths = {m: s.path for m, s in self.layout.modes.items()}
         self.query_encoder = load_query_encoder(self.manifest.config, encoder, load_codecs(index_url, self.manifest.codecs))
         self._catalog: Optional[Catalog] = None
-        self._restrictions: "OrderedDict[tuple, Restriction]" = OrderedDict()
+        self._restrictions = RestrictionCache()
 
     def _trip(self, calls: Calls) -> dict[int, Any]:
         return {i: self.hosts[i].run(method, *args) for i, (method, args) in calls.items()}
@@ -108,21 +105,23 @@ class Searcher:
         """``resolve_restriction`` over this version's catalog, the last few remembered."""
         if filter is None and doc_ids is None:
             return None
-        key = (filter, tuple(doc_ids) if doc_ids is not None else None)
+        key = RestrictionCache.key(filter, doc_ids)
         hit = self._restrictions.get(key)
         if hit is None:
             hit = resolve_restriction(self.catalog, filter, doc_ids)
-            self._restrictions[key] = hit
-            while len(self._restrictions) > self.RESTRICTIONS_KEPT:
-                self._restrictions.popitem(last=False)
-        else:
-            self._restrictions.move_to_end(key)
+            self._restrictions.put(key, hit)
         return hit
 
     def close(self) -> None:
         if self._catalog is not None:
             self._catalog.close()
             self._catalog = None
+
+    def __enter__(self) -> "Searcher":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def check(self, query: str, k: int, mode: str) -> None:
         validate_request(query, k, mode)

@@ -23,7 +23,6 @@ syntax by the request model (422), then against the catalog's columns and turned
 allowed passages here (422 for an unknown column or a type mismatch; the last few kept)."""
 
 import asyncio
-from collections import OrderedDict
 import logging
 import time
 from typing import Any, Optional
@@ -31,22 +30,22 @@ from typing import Any, Optional
 from fastapi import FastAPI, HTTPException
 from ray import serve
 
-from operators.filter_expr import FilterError
-from operators.query import EncodedQuery
-from pipeline.config import ServeConfig
-from pipeline.retrieval.host import LocalPartition, PartitionHost
-from pipeline.retrieval.layout import ServingLayout
-from pipeline.retrieval.local_search import response_body
-from pipeline.retrieval.plan import Calls, NoPartitionAnswered, QueryPlan, run_trips_async
-from pipeline.retrieval.request import Restriction, resolve_restriction
-from pipeline.serving import errors
-from pipeline.serving.errors import MESSAGE_CHARS, QueryRefused, excerpt
-from pipeline.serving.fanout import CoalescedHandle
-from pipeline.serving.guard import RequestGuard
-from pipeline.serving.query_encoder import BatchedQueryEncoder, QueryNotEncodable
-from pipeline.serving.wire import BatchRequest, BatchResponse, SearchRequest, SearchResponse
-from storage.catalog import Catalog
-from storage.manifest import Manifest, read_manifest
+from mvr.operators.retrieval.filters import FilterError
+from mvr.operators.encode.query import EncodedQuery
+from mvr.pipeline.config import ServeConfig
+from mvr.pipeline.retrieval.host import LocalPartition, PartitionHost
+from mvr.pipeline.retrieval.layout import ServingLayout
+from mvr.pipeline.retrieval.local_search import response_body
+from mvr.pipeline.retrieval.plan import Calls, NoPartitionAnswered, QueryPlan, run_trips_async
+from mvr.pipeline.retrieval.request import Restriction, RestrictionCache, resolve_restriction
+from mvr.pipeline.serving import errors
+from mvr.pipeline.serving.errors import MESSAGE_CHARS, QueryRefused, excerpt
+from mvr.pipeline.serving.fanout import CoalescedHandle
+from mvr.pipeline.serving.guard import RequestGuard
+from mvr.pipeline.serving.query_encoder import BatchedQueryEncoder, QueryNotEncodable
+from mvr.pipeline.serving.wire import BatchRequest, BatchResponse, SearchRequest, SearchResponse
+from mvr.storage.catalog import Catalog
+from mvr.storage.manifest import Manifest, read_manifest
 
 log = logging.getLogger("ray.serve")
 
@@ -121,25 +120,21 @@ class SearchService:
         app.state.max_body_bytes = config.max_body_bytes
         self.started = time.time()
         self.one_trip = {"queries": 0, "asked_again": 0}  # queries answered by the one-trip path, and those needing a second trip
-        self._restrictions: "OrderedDict[tuple, Restriction]" = OrderedDict()
-
-    RESTRICTIONS_KEPT = 16
+        self._restrictions = RestrictionCache()
 
     async def restriction(self, filter: Optional[str], doc_ids: Optional[list[str]]) -> Optional[Restriction]:
         """The passages a request's filter allows (None without one), from the catalog of the
         served version; 422 naming the problem for an invalid filter."""
         if filter is None and doc_ids is None:
             return None
-        key = (filter, tuple(doc_ids) if doc_ids is not None else None)
+        key = RestrictionCache.key(filter, doc_ids)
         hit = self._restrictions.get(key)
         if hit is None:
             try:
                 hit = await asyncio.to_thread(resolve_restriction, self.catalog, filter, doc_ids)
             except FilterError as e:
                 raise HTTPException(422, excerpt(str(e), MESSAGE_CHARS)) from None
-            self._restrictions[key] = hit
-            while len(self._restrictions) > self.RESTRICTIONS_KEPT:
-                self._restrictions.popitem(last=False)
+            self._restrictions.put(key, hit)
         return hit
 
     async def _trip(self, calls: dict[int, Any], timeout: Optional[float]) -> dict[int, Any]:

@@ -30,14 +30,14 @@ from typing import Any, Callable, Optional
 import ray
 from ray import serve
 
-from pipeline.config import ServeConfig
-from pipeline.ray_runtime import init_ray
-from pipeline.serving.api import SearchService
-from pipeline.serving.guard import token_digest
-from pipeline.serving.query_encoder import QueryEncoderServer
-from pipeline.serving.partition import IndexVersion, PartitionServer
-from pipeline.retrieval.layout import ServingLayout, default_modes, plan_layout
-from storage.manifest import Manifest, load_manifest
+from mvr.pipeline.config import ServeConfig
+from mvr.pipeline.ray_runtime import init_ray
+from mvr.pipeline.serving.api import SearchService
+from mvr.pipeline.serving.guard import token_digest
+from mvr.pipeline.serving.query_encoder import QueryEncoderServer
+from mvr.pipeline.serving.partition import IndexVersion, PartitionServer
+from mvr.pipeline.retrieval.layout import ServingLayout, default_modes, plan_layout
+from mvr.storage.manifest import Manifest, load_manifest
 
 
 # Serve's low-latency settings (what RAY_SERVE_THROUGHPUT_OPTIMIZED sets for replicas): user
@@ -304,7 +304,7 @@ class Reloader:
 
     def reload(self) -> dict[str, Any]:
         """Deploy the latest version if it is newer; {"from", "to", "changed", "seconds"}."""
-        from storage.manifest import read_manifest
+        from mvr.storage.manifest import read_manifest
 
         with self.lock:
             before = self.serving

@@ -74,3 +74,9 @@ class SearchClient:
 
     def close(self) -> None:
         self.session.close()
+
+    def __enter__(self) -> "SearchClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -9,7 +9,7 @@ import hmac
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pipeline.config import ServeConfig
+from mvr.pipeline.config import ServeConfig
 
 
 def token_digest(token: str) -> str:

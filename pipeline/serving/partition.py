@@ -4,7 +4,7 @@ ingress that holds their handles. Apart from the query encoder
 (``pipeline/serving/query_encoder.py``) and the HTTP ingress (``pipeline/serving/api.py``):
 their replicas import neither the model code nor the HTTP ingress, so the ``IndexVersion``
 replica that each version switch starts imports in 2.2 s instead of 4.7 s (docs/serve.md);
-torch comes in only with the scoring kernels a partition loads (``operators/kernels.py``).
+torch comes in only with the scoring kernels a partition loads (``operators/retrieval/kernels.py``).
 The apps are built and deployed by ``pipeline/serving/app.py``."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any, Optional
 import ray
 from ray import serve
 
-from operators.kernels import use_cuda
-from pipeline.retrieval.host import PartitionHost
-from pipeline.retrieval.layout import ShardSpec
-from storage.manifest import Manifest
+from mvr.operators.retrieval.kernels import use_cuda
+from mvr.pipeline.retrieval.host import PartitionHost
+from mvr.pipeline.retrieval.layout import ShardSpec
+from mvr.storage.manifest import Manifest
 
 
 class ServedPartition(PartitionHost):

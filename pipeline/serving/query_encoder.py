@@ -12,9 +12,9 @@ from typing import Any, Optional
 import numpy as np
 from ray import serve
 
-from operators.query import EncodedQuery
-from pipeline.retrieval.searcher import index_query_encoder
-from storage.manifest import Manifest
+from mvr.operators.encode.query import EncodedQuery
+from mvr.pipeline.retrieval.searcher import index_query_encoder
+from mvr.storage.manifest import Manifest
 
 
 class QueryNotEncodable(ValueError):

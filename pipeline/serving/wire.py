@@ -9,9 +9,9 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
-from operators.filter_expr import MAX_DOC_IDS, parse as parse_filter
-from operators.scoring import SEARCH_MODES
-from pipeline.retrieval.request import MAX_K, MAX_QUERY_CHARS, validate_request
+from mvr.operators.retrieval.filters import MAX_DOC_IDS, parse as parse_filter
+from mvr.operators.retrieval.scoring import SEARCH_MODES
+from mvr.pipeline.retrieval.request import MAX_K, MAX_QUERY_CHARS, validate_request
 
 
 # Upper bounds of the integer knobs a request may send (lower bounds and defaults are the

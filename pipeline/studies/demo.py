@@ -16,16 +16,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from pipeline.indexing.ann_build import build_ann
-from pipeline.serving.client import SearchClient
-from pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
-from pipeline.studies.demo_corpus import DEFAULT_LIMIT, build_demo_corpus
-from pipeline.indexing.corpus_job import IndexResult, index_corpus
-from pipeline.ray_runtime import init_ray, ray_logs_dir
-from pipeline.serving.app import deploy, shutdown
-from storage import fs
-from storage.jsonl import write_jsonl
-from storage.manifest import load_manifest
+from mvr.pipeline.indexing.ann_build import build_ann
+from mvr.pipeline.serving.client import SearchClient
+from mvr.pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
+from mvr.pipeline.studies.demo_corpus import DEFAULT_LIMIT, build_demo_corpus
+from mvr.pipeline.indexing.corpus_job import IndexResult, index_corpus
+from mvr.pipeline.ray_runtime import init_ray, ray_logs_dir
+from mvr.pipeline.serving.app import deploy, shutdown
+from mvr.storage import fs
+from mvr.storage.jsonl import write_jsonl
+from mvr.storage.manifest import load_manifest
 
 DEMO_QUERIES: tuple[str, ...] = (
     "how do I parse JSON from a string",

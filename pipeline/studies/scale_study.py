@@ -32,24 +32,24 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from operators.bm25 import Analyzer, BM25Partition, TermStats, top_rows
-from operators.codecs import Codec
-from operators.query import EncodedQuery
-from operators.ranking import Ranked, top_documents
-from operators.scoring import MODE_VECTORS, score
-from operators.stored_vectors import StoredVectors
-from pipeline.config import IndexConfig, ScaleStudyConfig
-from pipeline.retrieval.evaluation import quality
-from pipeline.retrieval.plan import SearchResult
-from pipeline.retrieval.searcher import load_query_encoder
-from pipeline.plots import png_bytes, pyplot
-from storage import fs
-from storage.beir import TestCollection, read_collection
-from storage.bm25_partitions import read_passage_texts
-from storage.jsonl import write_jsonl
-from storage.codec_file import load_codecs
-from storage.manifest import Manifest, load_manifest
-from storage.partitions import ShardSlice, read_passages
+from mvr.operators.retrieval.bm25 import Analyzer, BM25Partition, TermStats, top_rows
+from mvr.operators.codecs import Codec
+from mvr.operators.encode.query import EncodedQuery
+from mvr.operators.retrieval.ranking import Ranked, top_documents
+from mvr.operators.retrieval.scoring import MODE_VECTORS, score
+from mvr.operators.retrieval.stored_vectors import StoredVectors
+from mvr.pipeline.config import IndexConfig, ScaleStudyConfig
+from mvr.pipeline.retrieval.evaluation import quality
+from mvr.pipeline.retrieval.plan import SearchResult
+from mvr.pipeline.retrieval.searcher import load_query_encoder
+from mvr.pipeline.plots import png_bytes, pyplot
+from mvr.storage import fs
+from mvr.storage.beir import TestCollection, read_collection
+from mvr.storage.bm25_partitions import read_passage_texts
+from mvr.storage.jsonl import write_jsonl
+from mvr.storage.codec_file import load_codecs
+from mvr.storage.manifest import Manifest, load_manifest
+from mvr.storage.partitions import ShardSlice, read_passages
 
 K = 100  # documents ranked a query (nDCG@10, RR@10 and R@100 are measured on them)
 DENSE_MULTI = ("maxsim", "first-m", "softmax-centroid")
@@ -226,7 +226,7 @@ def resolve_index(corpus: str, config: ScaleStudyConfig, prebuilt: Mapping[str, 
         return given[_key(corpus)]
     if not config.workdir:
         raise ValueError(f"no index given for {corpus} and no workdir to build it in (--workdir)")
-    from pipeline.indexing.corpus_job import index_corpus  # Ray Data; only when something is indexed
+    from mvr.pipeline.indexing.corpus_job import index_corpus  # Ray Data; only when something is indexed
 
     digest = hashlib.sha1(_key(corpus).encode()).hexdigest()[:8]
     url = fs.join(config.workdir, "indexes", f"{corpus_name(corpus)}-{digest}")

@@ -5,7 +5,7 @@ rescores), their document ids, and optionally an ANN index over those vectors. A
 1. ``hits``: each query vector's k' nearest indexed vectors, mapped to the partition's
    passages (the best score of each query vector and passage);
 2. ``rank``: exact rescoring of the candidate passages chosen from every partition's hits
-   (``operators/candidates.py``) and the partition's top-k documents.
+   (``operators/retrieval/candidates.py``) and the partition's top-k documents.
 
 Without an ANN index the partition is exact: ``rank`` scores every passage (brute force).
 
@@ -24,12 +24,12 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from operators import scoring
-from operators.ann import AnnIndex
-from operators.packed import Packed
-from operators.ranking import Ranked, top_documents
-from operators.stored_vectors import StoredVectors
-from operators.kernels import get_torch
+from mvr.operators.retrieval import scoring
+from mvr.operators.ann.base import AnnIndex
+from mvr.operators.packed import Packed
+from mvr.operators.retrieval.ranking import Ranked, top_documents
+from mvr.operators.retrieval.stored_vectors import StoredVectors
+from mvr.operators.retrieval.kernels import get_torch
 
 
 @dataclass
@@ -63,7 +63,7 @@ class PartitionResult:
 @dataclass
 class Scored:
     """Exact scores of some of a partition's passages, rescored ahead of the candidate merge
-    (``operators.candidates.first_trip``): ``rows`` (n,) int64 ascending, ``scores`` (n,)
+    (``operators.retrieval.candidates.first_trip``): ``rows`` (n,) int64 ascending, ``scores`` (n,)
     float32, and the rows' ``doc_ids`` (n,) object and ``passage_idx`` (n,) int32."""
 
     rows: np.ndarray

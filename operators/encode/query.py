@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 import numpy as np
 
-from operators.codecs import Codec
-from operators.compress import l2_normalize, pooled
-from operators.tokenizer import PassageTokenizer
+from mvr.operators.codecs import Codec
+from mvr.operators.encode.compress import l2_normalize, pooled
+from mvr.operators.encode.tokenizer import PassageTokenizer
 
 if TYPE_CHECKING:  # the model (torch, transformers) is not loaded by what only reads EncodedQuery
-    from operators.encoder import TokenEncoder
+    from mvr.operators.encode.encoder import TokenEncoder
 
 
 @dataclass

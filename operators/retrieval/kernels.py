@@ -39,7 +39,7 @@ CUDA_MIN_MACS = 1 << 24  # multiply-adds r·d·m (16.8 M: ~32 query vectors × 6
 
 def get_torch() -> Optional[Any]:
     """torch, imported on first use (so that ``mvr --help`` and the codec module import no
-    torch); ``operators.partition`` calls it at import, so a partition replica (or a process
+    torch); ``operators.retrieval.partition`` calls it at import, so a partition replica (or a process
     under a memory limit, tests/test_partition_memory.py) pays for it when it loads. None when
     torch does not import."""
     global _torch_module, _torch_tried

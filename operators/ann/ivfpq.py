@@ -32,7 +32,6 @@ CPU before it is searched or saved."""
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from typing import Any, Optional
@@ -40,42 +39,22 @@ from typing import Any, Optional
 import faiss
 import numpy as np
 
-from operators.ann import (
+from mvr.operators.ann.base import AnnIndex, check_params, check_positive_int, check_vectors
+from mvr.operators.ann.defaults import (
     BRUTE_FORCE_BELOW,
-    AnnIndex,
-    check_params,
-    check_positive_int,
-    check_vectors,
+    MAX_M,
+    MIN_POINTS_PER_CENTROID,
+    default_m,
+    default_nbits,
+    default_nlist,
     default_probes,
-    nearest_power_of_two,
     training_sample_size,
 )
 
 INDEX_FILE = "index.faiss"
-MIN_POINTS_PER_CENTROID = 39  # FAISS warns below this many training points a centroid
-SUBVECTOR_DIMS = 8  # dims a sub-quantizer codes by default (ColBERT: 128 dims in 16 bytes)
-MAX_M = 96
 PQ_POINTS_PER_CODE = 64
 PQ_ITERATIONS = 10  # GPU IVFPQ supports at most 96 bytes a code (with float16 lookup tables)
 PARAMS = {"brute_force", "nlist", "m", "nbits", "training_sample_size", "nprobe", "use_gpu", "seed"}
-
-
-def default_m(dim: int) -> int:
-    """Sub-quantizers for ``dim``: the divisor m ≤ 96 whose sub-vector width dim/m is closest
-    to 8 on a log scale (ties → more sub-quantizers)."""
-    divisors = [m for m in range(1, min(dim, MAX_M) + 1) if dim % m == 0]
-    return min(divisors, key=lambda m: (abs(math.log2(dim / m / SUBVECTOR_DIMS)), -m))
-
-
-def default_nlist(n_vectors: int) -> int:
-    """4·sqrt(n) to the nearest power of two, at most the largest power of two ≤ n/39."""
-    cap = 1 << max(0, int(math.floor(math.log2(max(n_vectors / MIN_POINTS_PER_CENTROID, 1.0)))))
-    return max(1, min(nearest_power_of_two(4 * math.sqrt(max(n_vectors, 1))), cap))
-
-
-def default_nbits(sample_size: int) -> int:
-    """8 bits a code, fewer when the sample has < 39 points for each of the 2^nbits codes."""
-    return int(min(8, max(1, math.floor(math.log2(max(sample_size, 1) / MIN_POINTS_PER_CENTROID)))))
 
 
 def default_params(dim: int, n_vectors: int) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,3 +255,55 @@ def load_tokenizer(name: str = DEFAULT_MODEL):
     path = resolve_model_path(name)
     fmt = detect_format(path) if Path(path).is_dir() else "plain"
     return AutoTokenizer.from_pretrained(module_dirs(path, fmt)[0])
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def check_model_name(name: str) -> None:
+    """ValueError, before any work, for a model that is neither the packaged default, nor a
+    checkpoint directory, nor a Hugging Face hub id (``name`` or ``namespace/name``)."""
+    if name == DEFAULT_MODEL:
+        return
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not any((path / f).exists() for f in ("config.json", "modules.json")):
+            raise ValueError(f"model {name}: not a checkpoint directory (no config.json or modules.json)")
+        return
+    if path.exists():
+        raise ValueError(f"model {name}: not a directory")
+    if name.startswith(("/", ".", "~")) or not _HUB_ID.match(name):
+        raise ValueError(f"model {name}: no such directory")
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """A model resolved once at the start of a job and carried through it: the ``name`` the
+    configuration gives, the ``path`` it resolves to, its ``format`` (plain, sentence-
+    transformers, colbert), its ``fingerprint`` (sha256 of its files) and the dimension ``dim``
+    of its token vectors; the manifest's ``model`` entry is ``record()``."""
+
+    name: str
+    path: str
+    format: str
+    fingerprint: str
+    dim: int
+
+    def record(self, **extra: Any) -> dict[str, Any]:
+        """The manifest's ``model`` entry (``extra``: e.g. where it encoded)."""
+        return {"name": self.name, "path": self.path, "format": self.format, "fingerprint": self.fingerprint, **extra}
+
+
+def resolve_model(name: str) -> ModelRecord:
+    """Resolve ``name`` once: check it, load its tokenizer (a model that cannot be loaded, a
+    hub id offline or a damaged directory, fails here naming it), read its format, fingerprint
+    and output dimension. ValueError naming the model otherwise."""
+    check_model_name(name)
+    try:
+        load_tokenizer(name)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"cannot load the tokenizer of model {name!r}: {first}") from exc
+    path = resolve_model_path(name)
+    fmt = detect_format(path) if Path(path).is_dir() else "plain"
+    return ModelRecord(name, path, fmt, fingerprint(path), output_dim(name))

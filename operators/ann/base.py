@@ -7,9 +7,10 @@ indexes never re-normalise, so unnormalised vectors (k-means centroids) are scor
 plain inner product. Scores are approximate first-stage scores: exact rescoring happens
 elsewhere, where the partition's exact vectors live.
 
-Backends: ``"faiss-ivfpq"`` (``operators/ivfpq.py``) and ``"scann"`` (``operators/scann_index.py``).
-``make_index`` picks a backend's defaults from the data size; ``load_index`` opens any saved
-index. An index is saved to a local directory: ``ann.json`` (backend, dim, ntotal, params)
+Backends: ``"faiss-ivfpq"`` (``operators/ann/ivfpq.py``) and ``"scann"``
+(``operators/ann/scann_index.py``), each importing only this interface and the light
+``defaults``; ``operators/ann/factory.py`` above them: ``make_index`` picks a backend's
+defaults from the data size, ``load_index`` opens any saved index. An index is saved to a local directory: ``ann.json`` (backend, dim, ntotal, params)
 beside the backend's own files."""
 
 from __future__ import annotations
@@ -24,14 +25,9 @@ import numpy as np
 
 META_FILE = "ann.json"
 FORMAT_VERSION = 1
-BACKENDS = ("faiss-ivfpq", "scann")
-# Below this many vectors both backends store the vectors flat and search them exactly: a
-# brute-force pass over < 4096 x dim floats costs well under a millisecond a query, and the
-# quantizers have too few training points to be accurate anyway.
-BRUTE_FORCE_BELOW = 4096
 # Vectors decoded and added to an index at a time when a partition is built or grown
 # (pipeline/indexing/ann_build.py, pipeline/indexing/updates.py); the capacity plan's build-RAM model counts one
-# such block (operators/capacity.py).
+# such block (operators/planning/capacity.py).
 ADD_BATCH = 65_536
 
 
@@ -167,9 +163,12 @@ class AnnIndex(ABC):
 
     @classmethod
     def load(cls, directory: str) -> "AnnIndex":
-        """Open an index saved by ``save``; on ``AnnIndex`` itself, whichever backend wrote it."""
+        """Open an index this backend saved (``operators.ann.factory.load_index`` opens one of
+        any backend)."""
+        if cls is AnnIndex:
+            raise TypeError("AnnIndex.load opens a backend's own index; operators.ann.factory.load_index opens any")
         meta = read_meta(directory)
-        target = _backend_class(meta["backend"]) if cls is AnnIndex else cls
+        target = cls
         if meta["backend"] != target.backend:
             raise ValueError(f"{directory} holds a {meta['backend']} index, not {target.backend}")
         index = target._load(directory, meta)
@@ -201,19 +200,6 @@ def build_threads() -> int:
     return _build_threads
 
 
-def make_index(backend: str, dim: int, n_vectors: int, **params: Any) -> AnnIndex:
-    """New untrained index for about ``n_vectors`` (dim)-dimensional vectors.
-
-    ``params`` override the size-based defaults (see each backend's ``default_params``);
-    an unknown parameter raises ValueError."""
-    return _backend_class(backend).create(dim, n_vectors, **params)
-
-
-def load_index(directory: str) -> AnnIndex:
-    """Open a saved index of any backend (dispatches on ``ann.json``)."""
-    return AnnIndex.load(directory)
-
-
 def read_meta(directory: str) -> dict[str, Any]:
     """Parsed ``ann.json`` of a saved index; ValueError when missing or of another format."""
     path = os.path.join(directory, META_FILE)
@@ -224,19 +210,6 @@ def read_meta(directory: str) -> dict[str, Any]:
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path}: unsupported format_version {meta.get('format_version')!r}")
     return meta
-
-
-def _backend_class(backend: str) -> type:
-    # Imported here: each backend module imports this one, and a FAISS user need not load ScaNN.
-    if backend == "faiss-ivfpq":
-        from operators.ivfpq import FaissIVFPQIndex
-
-        return FaissIVFPQIndex
-    if backend == "scann":
-        from operators.scann_index import ScannIndex
-
-        return ScannIndex
-    raise ValueError(f"unknown ANN backend {backend!r}; choose one of {list(BACKENDS)}")
 
 
 def check_vectors(x: Any, dim: int, what: str) -> np.ndarray:
@@ -272,25 +245,6 @@ def check_positive_int(name: str, value: Any) -> int:
 def empty_results(nq: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """All-missing results: ids (nq, k) = -1, scores (nq, k) = -inf."""
     return np.full((nq, k), -1, dtype=np.int64), np.full((nq, k), -np.inf, dtype=np.float32)
-
-
-def nearest_power_of_two(x: float) -> int:
-    """The power of two nearest to ``x`` on a log scale (x >= 1)."""
-    return 1 << max(0, round(math.log2(max(x, 1.0))))
-
-
-def default_probes(cells: int) -> int:
-    """Cells a query visits by default: 1/64 of them (about 1/64 of the data), at least 8 and
-    at most all. With the search core's over-fetching and exact rescoring this already gives
-    overlap@10 ≥ 0.99 with exact search on the sample collections (docs/search.md); 1/16
-    scanned twice the codes for no gain there."""
-    return int(min(cells, max(8, math.ceil(cells / 64))))
-
-
-def training_sample_size(n_vectors: int, cells: int) -> int:
-    """Vectors to train on: all of them up to 65,536, else enough for 64 per coarse cell
-    (k-means quality saturates well before FAISS's own cap of 256 a centroid)."""
-    return int(min(max(n_vectors, 1), max(65_536, 64 * cells)))
 
 
 def check_params(backend: str, given: dict[str, Any], allowed: set[str]) -> None:

@@ -36,9 +36,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from operators.partition import Partition, allowed_as_rows, in_allowed
-from operators.ranking import Ranked, top_documents
-from operators.scoring import MODES, QueryVectors
+from mvr.operators.retrieval.partition import Partition, allowed_as_rows, in_allowed
+from mvr.operators.retrieval.ranking import Ranked, top_documents
+from mvr.operators.retrieval.scoring import MODES, QueryVectors
 
 FUSIONS = ("weighted", "rrf")
 

@@ -23,8 +23,8 @@ import numpy as np
 import scipy.sparse as sp
 from bm25s import scoring as bm25_scoring
 
-from operators.partition import PartitionResult, in_allowed
-from operators.ranking import Ranked, top_documents
+from mvr.operators.retrieval.partition import PartitionResult, in_allowed
+from mvr.operators.retrieval.ranking import Ranked, top_documents
 
 # methods whose scores need no non-occurrence term (BM25L and BM25+ add one per query term,
 # which would not survive partitioning as simply)
@@ -150,7 +150,7 @@ class BM25Partition:
     def rank(self, terms: Sequence[str], k: int, allowed: Optional[np.ndarray] = None) -> PartitionResult:
         """This partition's top-``k`` documents (a document scores as its best passage) among
         the passages matching at least one query term (and ``allowed``: sorted rows or a bool
-        mask, ``operators.partition.in_allowed``; None: all)."""
+        mask, ``operators.retrieval.partition.in_allowed``; None: all)."""
         t0 = time.perf_counter()
         s = self.scores(terms)
         rows = np.flatnonzero(s > 0)

@@ -14,8 +14,8 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
-from operators.codecs import Codec
-from operators.packed import Packed
+from mvr.operators.codecs import Codec
+from mvr.operators.packed import Packed
 
 DECODE_BLOCK = 4096  # passages decoded at a time by ``blocks``
 # float32 bytes a block of ``scan`` holds (decoded vectors and the caller's similarities):

@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from operators.checkpoint import DEFAULT_MODEL, detect_format, load_state, module_dirs, read_conventions, resolve_model_path, weights_file
+from mvr.operators.encode.checkpoint import DEFAULT_MODEL, detect_format, load_state, module_dirs, read_conventions, resolve_model_path, weights_file
 
 _ACTIVATIONS = {
     "torch.nn.modules.linear.Identity": torch.nn.Identity,

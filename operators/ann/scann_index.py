@@ -39,27 +39,16 @@ Defaults are computed from the number of vectors present at build (the ``n_vecto
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Optional
 
 import numpy as np
 import scann
 
-from operators.ann import (
-    BRUTE_FORCE_BELOW,
-    AnnIndex,
-    check_params,
-    check_positive_int,
-    check_vectors,
-    build_threads,
-    default_probes,
-    training_sample_size,
-)
+from mvr.operators.ann.base import AnnIndex, build_threads, check_params, check_positive_int, check_vectors
+from mvr.operators.ann.defaults import AH_CENTERS, BRUTE_FORCE_BELOW, default_num_leaves, default_probes, training_sample_size
 
 ASSETS_FILE = "scann_assets.pbtxt"
-MIN_PARTITION_SIZE = 50  # ScaNN's tree default min_partition_size
-AH_CENTERS = 16  # lut16 asymmetric hashing: 16 centres a block, needs ≥ 16 training points
 PARAMS = {
     "brute_force",
     "num_leaves",
@@ -73,11 +62,6 @@ PARAMS = {
 PARALLEL_BATCH = 256  # queries a thread when searching in parallel
 UPSERT_BATCH = 256  # vectors an insertion batch after the build
 DEFAULT_REORDER_K = 0  # no reorder stage (module docstring); > 0: AH candidates rescored exactly from a float32 copy
-
-
-def default_num_leaves(n_vectors: int) -> int:
-    """round(sqrt(n)), at least 1 and at most n/50."""
-    return int(max(1, min(round(math.sqrt(max(n_vectors, 1))), n_vectors // MIN_PARTITION_SIZE)))
 
 
 def default_params(dim: int, n_vectors: int, overrides: Optional[dict[str, Any]] = None) -> dict[str, Any]:

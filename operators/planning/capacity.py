@@ -15,14 +15,14 @@ Formats the arithmetic follows (schema v2, ``storage/schema.py``):
   ``manifest.json`` holds nothing per shard or passage: the shard list is a Parquet file beside it;
 - an ANN partition (``storage/partitions.py``) holds ``passages.parquet`` (ids only: passage,
   doc_id, passage_idx) and its index over the *decoded* vectors, of the kind's codec's output
-  dimension (``dim_out``: 192 for the default token codec at dim 384, dim for int8): FAISS IVFPQ (``operators/ivfpq.py``: per vector
+  dimension (``dim_out``: 192 for the default token codec at dim 384, dim for int8): FAISS IVFPQ (``operators/ann/ivfpq.py``: per vector
   an m·nbits/8-byte code and an 8-byte id; coarse centroids nlist·dim·4; PQ centroids
-  2^nbits·dim·4) or ScaNN (``operators/scann_index.py``: per vector one byte per
+  2^nbits·dim·4) or ScaNN (``operators/ann/scann_index.py``: per vector one byte per
   dims_per_block dimensions of AH codes on disk — half that in RAM, lut16 packs two a byte —
   and a 4-byte leaf token, plus the float32 vector only when built with a reorder stage,
   ``reorder_k`` > 0, not the default; leaf centres), both flat
   float32 below 4,096 vectors. One copy of the vectors: the shards' codes;
-- a served partition (``operators/partition.py``, ``operators/stored_vectors.py``) holds per
+- a served partition (``operators/retrieval/partition.py``, ``operators/retrieval/stored_vectors.py``) holds per
   kind its ANN index, the passages' vector offsets (int64, n + 1), doc ids (Python strings)
   and passage_idx (int32) in RAM, and memory-maps its shards' codes files, decoding only the
   candidates it rescores; plus the BM25 partition over the same passages. The plan
@@ -38,16 +38,23 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
-from operators import codecs
-from operators.ann import ADD_BATCH, BRUTE_FORCE_BELOW, nearest_power_of_two, training_sample_size
+from mvr.operators import codecs
+from mvr.operators.ann.base import ADD_BATCH
+from mvr.operators.ann.defaults import (
+    AH_CENTERS,
+    BRUTE_FORCE_BELOW,
+    default_m,
+    default_nbits,
+    default_nlist,
+    default_num_leaves,
+    training_sample_size,
+)
 
 VECTOR_KINDS = ("tokens", "centroids", "first-m", "pooled")
 LIST_KINDS = ("tokens", "centroids", "first-m")  # list<code> columns: an int32 offset a passage each
 ANN_BACKENDS = ("faiss-ivfpq", "scann", "none")
 ROWS_PER_SHARD = 1024  # RuntimeConfig.write_rows_per_shard default
 CODEC_SAMPLE_VECTORS = 65_536  # CompressConfig.codec_sample_vectors default
-FAISS_MAX_M, FAISS_SUBVECTOR_DIMS, FAISS_MIN_POINTS = 96, 8, 39  # operators/ivfpq.py
-SCANN_MIN_PARTITION, SCANN_AH_CENTERS = 50, 16  # operators/scann_index.py
 PY_STR_BYTES, PY_POINTER = 49, 8  # CPython: an ASCII str object is 49 + len bytes; a list slot 8
 SERVE_DTYPE_GONE = (
     "--serve-dtype is gone: schema 2 serves the codes memory-mapped from the shards and decodes only the candidates "
@@ -342,27 +349,15 @@ class Throughput:
 # ----------------------------------------------------------------------------- ANN sizes
 
 
-def faiss_default_m(dim: int) -> int:
-    """operators.ivfpq.default_m: the divisor m ≤ 96 of dim with dim/m closest to 8 (log scale)."""
-    divisors = [m for m in range(1, min(dim, FAISS_MAX_M) + 1) if dim % m == 0]
-    return min(divisors, key=lambda m: (abs(math.log2(dim / m / FAISS_SUBVECTOR_DIMS)), -m))
-
-
-def faiss_default_nlist(n_vectors: float) -> int:
-    """operators.ivfpq.default_nlist: 4·√n to the nearest power of two, at most n/39."""
-    cap = 1 << max(0, int(math.floor(math.log2(max(n_vectors / FAISS_MIN_POINTS, 1.0)))))
-    return max(1, min(nearest_power_of_two(4 * math.sqrt(max(n_vectors, 1))), cap))
-
-
-def faiss_default_nbits(sample_size: float) -> int:
-    """operators.ivfpq.default_nbits: 8, fewer when the sample has < 39 points a code."""
-    return int(min(8, max(1, math.floor(math.log2(max(sample_size, 1) / FAISS_MIN_POINTS)))))
+# the backends' own rules (operators/ann/defaults.py), under the names the plan uses
+faiss_default_m = default_m
+faiss_default_nlist = default_nlist
+faiss_default_nbits = default_nbits
 
 
 def scann_default_num_leaves(n_vectors: float) -> int:
-    """operators.scann_index.default_num_leaves: round(√n), at least 1, at most n/50."""
-    n = int(n_vectors)
-    return int(max(1, min(round(math.sqrt(max(n, 1))), n // SCANN_MIN_PARTITION)))
+    """operators.ann.defaults.default_num_leaves of ``n_vectors`` (a count, given as float)."""
+    return default_num_leaves(int(n_vectors))
 
 
 @dataclass(frozen=True)
@@ -384,7 +379,7 @@ def ann_index_size(
     scann_reorder: bool = False,
 ) -> AnnIndexSize:
     """Bytes of one partition's index over ``n_vectors`` vectors with this codebase's defaults
-    (``operators/ivfpq.py``, ``operators/scann_index.py``) unless ``pq_m`` / ``nbits`` /
+    (``operators/ann/ivfpq.py``, ``operators/ann/scann_index.py``) unless ``pq_m`` / ``nbits`` /
     ``dims_per_block`` / ``scann_reorder`` are given. Fixed parts (quantizers) included."""
     n = float(n_vectors)
     if n < BRUTE_FORCE_BELOW:  # both backends: flat float32, exact
@@ -406,7 +401,7 @@ def ann_index_size(
     if backend == "scann":
         leaves = scann_default_num_leaves(n)
         blocks = math.ceil(dim / dims_per_block)
-        codebook = SCANN_AH_CENTERS * dim * 4 + 100 * blocks
+        codebook = AH_CENTERS * dim * 4 + 100 * blocks
         copy = 4.0 * dim if scann_reorder else 0.0  # dataset.npy: float32 vectors for the reorder stage
         per_file = copy + blocks + 4  # + hashed_dataset.npy + datapoint_to_token.npy
         per_ram = copy + math.ceil(blocks / 2) + 8  # lut16 packs two 4-bit codes a byte; leaf token + datapoint index

@@ -16,8 +16,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from operators.partition import Hits, Partition, Scored
-from operators.scoring import QueryVectors, first_stage_vectors
+from mvr.operators.retrieval.partition import Hits, Partition, Scored
+from mvr.operators.retrieval.scoring import QueryVectors, first_stage_vectors
 
 
 @dataclass

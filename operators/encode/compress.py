@@ -13,7 +13,7 @@ The centroids' space (``CENTROID_SPACES``, the index's ``compress.centroid_space
   0.01–0.04 below in the unit space (docs/search.md).
 
 The query side is the same for both: the pooled query vector, a = softmax_j(q · c_j),
-score = sum_j a_j (q · c_j) (``operators/scoring.py``)."""
+score = sum_j a_j (q · c_j) (``operators/retrieval/scoring.py``)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Capacity planning: the bill of an index of N passages (``mvr plan``), with no FAISS or torch import."""

@@ -1,0 +1,53 @@
+"""The Python API's docstring examples (``mvr/__init__.py``) run as doctests: a real corpus
+indexed, searched in every mode and with filters, added to, deleted from, compacted, its
+stats and files checked, a capacity plan, and a service started, queried through the
+client and stopped."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+import mvr
+
+pytestmark = pytest.mark.ray
+
+
+def _run(name: str) -> doctest.TestResults:
+    finder = doctest.DocTestFinder()
+    tests = [t for t in finder.find(mvr, "mvr") if t.name == name]
+    assert tests and tests[0].examples, f"{name} has no examples"
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    for t in tests:
+        runner.run(t)
+    return runner.summarize(verbose=False)
+
+
+def test_every_public_function_with_examples_is_run_here():
+    with_examples = {t.name for t in doctest.DocTestFinder().find(mvr, "mvr") if t.examples}
+    assert with_examples == {"mvr", "mvr.plan", "mvr.serve"}
+
+
+@pytest.mark.parametrize("name", ["mvr", "mvr.plan"])
+def test_docstring_examples(name, ray_address):
+    result = _run(name)
+    assert result.failed == 0 and result.attempted > 0
+
+
+def test_serve_docstring_example(ray_address):
+    """The service example (port 8765, as a user would write it) in a Serve of its own: Serve
+    is per Ray cluster, so none may be running before, and none is left after."""
+    import socket
+
+    from ray import serve
+
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", 8765)) == 0:
+            pytest.skip("port 8765 is taken on this machine")
+    serve.shutdown()
+    try:
+        result = _run("mvr.serve")
+    finally:
+        serve.shutdown()
+    assert result.failed == 0 and result.attempted > 0
