@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from mvr.jobs.common import ArgumentParser, console, output_console, print_config, run_job
+from mvr.jobs.common import ArgumentParser, check_utf8, console, output_console, print_config, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -18,10 +18,14 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mvr.pipeline.config import IndexConfig
     import mvr
+    from mvr.pipeline.config import IndexConfig
+    from mvr.pipeline.indexing.updates import check_corpus_outside
     from mvr.storage.manifest import load_manifest
 
+    check_utf8("INDEX", args.index)
+    check_utf8("CORPUS", args.corpus)
+    check_corpus_outside(args.corpus, args.index)  # before the index's configuration is printed
     m = load_manifest(args.index)
     print_config(f"mvr add: the configuration of {args.index} (version {m.version}), which the new documents are indexed with", IndexConfig.of_index(m.config))
     result = mvr.add(args.index, args.corpus, force=args.force, log=console.print)

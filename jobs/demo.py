@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         f"{counts['tokens']} token vectors ({indexing}); {len(result.answers)} queries, "
         f"{mean_ms:.0f} ms/query mean in the service; {result.seconds:.1f} s total (service shut down)"
     )
-    out.print(f"try: mvr serve {shlex.quote(result.index_url)}   then   mvr search --url {result.url} \"parse command-line arguments\"")
+    port = f" --port {args.port}" if args.port != ServeConfig().port else ""  # the service the hint starts listens where the URL says
+    out.print(f"try: mvr serve {shlex.quote(result.index_url)}{port}   then   mvr search --url {result.url} \"parse command-line arguments\"")
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mvr.jobs.common import ArgumentParser, add_config_args, console, load_index_config, print_config, run_job
+from mvr.jobs.common import ArgumentParser, add_config_args, check_utf8, console, load_index_config, print_config, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -18,6 +18,8 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_utf8("CORPUS", args.corpus)  # a path whose bytes are not UTF-8: refused, not half-read
+    check_utf8("INDEX", args.index)
     config = load_index_config(args)
     print_config("mvr index: configuration", config)
     import mvr

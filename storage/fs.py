@@ -32,6 +32,19 @@ def is_local(url: str) -> bool:
     return isinstance(resolve(url)[0], LocalFileSystem)
 
 
+def within(url: str, root: str) -> bool:
+    """Whether ``url`` is ``root`` or lies below it (local paths with links resolved; other
+    URLs compared on one file system as written)."""
+    fs_u, u = resolve(url)
+    fs_r, r = resolve(root)
+    if type(fs_u) is not type(fs_r):
+        return False
+    if isinstance(fs_u, LocalFileSystem):
+        u, r = os.path.realpath(u), os.path.realpath(r)
+    u, r = u.rstrip("/"), r.rstrip("/")
+    return u == r or u.startswith(r + "/")
+
+
 def exists(url: str) -> bool:
     fs, path = resolve(url)
     return fs.exists(path)

@@ -84,6 +84,22 @@ def test_invalid_utf8_query_is_refused_before_anything_loads(tmp_path):
     # the query is refused first
     refused(mvr("search", tmp_path / "no-index", b"\xff\xfe"), "query is not valid UTF-8")
     refused(mvr("search", "--url", "http://127.0.0.1:9", b"caf\xe9"), "query is not valid UTF-8")
+    refused(mvr("search", tmp_path / "no-index", "q", "--filter", b"doc_id = '\xff'"), "--filter is not valid UTF-8")
+    refused(mvr("delete", tmp_path / "no-index", "--where", b"doc_id = '\xff'"), "--where is not valid UTF-8")
+    refused(mvr("delete", tmp_path / "no-index", "--where", "doc_id = "), "expected a value")  # syntax before the index
+    refused(mvr("index", os.fsencode(tmp_path) + b"/caf\xe9.jsonl", tmp_path / "idx"), "CORPUS is not valid UTF-8")
+    refused(mvr("add", tmp_path / "no-index", b"caf\xe9.jsonl"), "CORPUS is not valid UTF-8")
+    assert not (tmp_path / "idx").exists()
+
+
+def test_add_refuses_the_index_as_its_own_corpus(tmp_path):
+    """``mvr add INDEX INDEX`` (or a file inside the index, e.g. an add's rejects) is refused
+    before anything is read, naming both."""
+    index = tmp_path / "idx"
+    (index / "adds" / "a1").mkdir(parents=True)
+    refused(mvr("add", index, index), "is the index", "lies inside it")
+    refused(mvr("add", index, index / "adds" / "a1" / "rejects.parquet"), "lies inside it")
+    refused(mvr("add", index, os.path.relpath(index, ROOT) + "/"), "lies inside it")  # the same directory written another way
 
 
 def test_search_names_what_is_missing_or_contradictory():

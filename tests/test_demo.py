@@ -50,3 +50,4 @@ def test_demo_prints_a_results_table_for_each_query(tmp_path):
     summary = re.search(r"demo: (\d+) documents, (\d+) passages, (\d+) token vectors .*?; (\d+) queries", out.replace("\n", " "))
     assert summary and int(summary[1]) == 200 and int(summary[2]) >= 200 and int(summary[4]) == len(DEMO_QUERIES) + 1, out
     assert "service shut down" in out and f"mvr search --url http://127.0.0.1:{port}" in out
+    assert re.search(rf"try: mvr serve \S+ --port {port}\s", out), out  # the hint's service listens where its URL says

@@ -40,6 +40,8 @@ BAD = [
     ('"src = 1', "unterminated quoted column name"),
     ("\x00\x01\x02", "unexpected character '\\x00'"),
     ("year = 1 \ud800", "unexpected character '\\ud800'"),
+    ("src = 'a\ud800'", "not valid Unicode text: a lone surrogate (U+D800) at character 9"),
+    ("src IN ('a', '\udfff')", "not valid Unicode text: a lone surrogate (U+DFFF) at character 15"),
     ("ÿþ\x1b[31m", "unexpected character"),
     ("year = NULL", "write column IS NULL"),
     ("year = 99999999999999999999", "outside the 64-bit range"),
@@ -144,6 +146,8 @@ def test_doc_ids_filter_checks():
         fx.check_doc_ids(["a", 1])
     with pytest.raises(FilterError, match="at most 10000"):
         fx.check_doc_ids([str(i) for i in range(fx.MAX_DOC_IDS + 1)])
+    with pytest.raises(fx.FilterError, match=r"doc_ids\[1\] is not valid Unicode text: a lone surrogate U\+D800 at character 2"):
+        fx.check_doc_ids(["ok", "id\ud800"])
 
 
 def test_reference_evaluator_uses_three_valued_logic():

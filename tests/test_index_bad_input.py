@@ -7,6 +7,7 @@ what an index wrote, and only once the new corpus has a row to index."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
@@ -141,7 +142,8 @@ BOM = b"\xef\xbb\xbf"
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory, datasets):
-    """A directory corpus: a.jsonl, b.tsv, c.parquet, each with good and hostile rows."""
+    """A directory corpus: a.jsonl, b.tsv, c.parquet and a gzip-compressed d.jsonl.gz, each with
+    good and hostile rows."""
     real = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")[:9]
     d = tmp_path_factory.mktemp("hostile")
     row = lambda doc: json.dumps({"_id": doc["_id"], "title": "", "text": doc["text"]}).encode()  # noqa: E731
@@ -163,6 +165,7 @@ def hostile(tmp_path_factory, datasets):
     buf = io.BytesIO()
     pq.write_table(pa.table({"_id": [real[4]["_id"], "pq-bad", real[5]["_id"]], "text": text}), buf)
     (d / "c.parquet").write_bytes(buf.getvalue())
+    (d / "d.jsonl.gz").write_bytes(gzip.compress(b"\n".join([row(real[6]), b'{"_id": "gz-bad", "text": "invalid \xff utf-8"}', row(real[7])]) + b"\n"))
     index = str(tmp_path_factory.mktemp("idx") / "hostile")
     result = index_corpus(str(d), index, IndexConfig(), log=lambda _: None)
     return {"corpus": d, "index": index, "result": result, "real": real}
@@ -170,8 +173,8 @@ def hostile(tmp_path_factory, datasets):
 
 def test_hostile_rows_are_rejects_and_the_others_are_indexed(hostile):
     c = load_manifest(hostile["index"]).counts
-    # 8 JSON lines + 3 TSV rows (the header is not a row) + 3 Parquet rows
-    assert (c["input_rows"], c["indexed_documents"], c["rejected"]) == (14, 7, 7)
+    # 8 JSON lines + 3 TSV rows (the header is not a row) + 3 Parquet rows + 3 gzipped JSON lines
+    assert (c["input_rows"], c["indexed_documents"], c["rejected"]) == (17, 9, 8)
     rejects = pq.read_table(os.path.join(hostile["index"], "rejects.parquet")).to_pylist()
     got = {(os.path.basename(r["source"]), r["line"]): (r["doc_id"], r["reason"].split(":")[0]) for r in rejects}
     assert got == {
@@ -182,13 +185,15 @@ def test_hostile_rows_are_rejects_and_the_others_are_indexed(hostile):
         ("a.jsonl", 6): (None, "JSON nested too deeply"),
         ("b.tsv", 3): (None, "invalid UTF-8"),  # line 3 of the file: the header is line 1
         ("c.parquet", 2): (None, "invalid UTF-8"),
+        ("d.jsonl.gz", 2): (None, "invalid UTF-8"),
     }
     real = hostile["real"]
     cat = Catalog(hostile["index"])
     try:
         ids = {r[0] for r in cat.con.execute("SELECT DISTINCT doc_id FROM passages").fetchall()}
-        assert ids == {real[i]["_id"] for i in range(6)} | {"pair"}  # no BOM in an id, no "_id" header document
-        assert dict(cat.rejects_by_reason()) == {"invalid unicode": 3, "JSON nested too deeply": 2, "invalid UTF-8": 2}
+        assert ids == {real[i]["_id"] for i in range(8)} | {"pair"}  # no BOM in an id, no "_id" header document
+        assert dict(cat.rejects_by_reason()) == {"invalid unicode": 3, "JSON nested too deeply": 2, "invalid UTF-8": 3}
+        assert cat.documents([real[7]["_id"]])[real[7]["_id"]]["text"] == real[7]["text"]  # read through the gzip stream
         assert cat.documents(["pair"])["pair"]["text"] == "a surrogate pair is fine: \U0001F600"
         assert cat.documents([real[2]["_id"]])[real[2]["_id"]]["text"] == real[2]["text"]  # CRLF and empty title dropped
     finally:

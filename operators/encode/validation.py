@@ -91,10 +91,10 @@ def safe_text(s: Optional[str], limit: Optional[int] = None) -> Optional[str]:
         return None
     if limit is not None and len(s) > limit:
         s = s[:limit] + "…"
-    return s.encode("utf-8", "backslashreplace").decode("utf-8") if _surrogate(s) else s
+    return s.encode("utf-8", "backslashreplace").decode("utf-8") if lone_surrogate(s) else s
 
 
-def _surrogate(s: str) -> Optional[str]:
+def lone_surrogate(s: str) -> Optional[str]:
     """Where ``s`` holds a lone surrogate (JSON ``"\\ud800"`` escapes decode to one; UTF-8,
     Arrow and Parquet cannot hold it): "U+D800 at character N", else None."""
     m = None if s.isascii() else _SURROGATE.search(s)
@@ -115,8 +115,8 @@ class _BadMetadata(ValueError):
 def _meta_value(v: Any, depth: int, where: str) -> Any:
     """A metadata value as JSON can hold it (see ``normalize_metadata``)."""
     if v is None or isinstance(v, (bool, str)):
-        if isinstance(v, str) and _surrogate(v):
-            raise _BadMetadata(f"lone surrogate {_surrogate(v)} in {where}")
+        if isinstance(v, str) and lone_surrogate(v):
+            raise _BadMetadata(f"lone surrogate {lone_surrogate(v)} in {where}")
         return v
     if isinstance(v, int):
         return v if -(1 << 63) <= v < (1 << 63) else float(v)  # beyond 64 bits: a float
@@ -141,8 +141,8 @@ def _meta_value(v: Any, depth: int, where: str) -> Any:
             for k, x in v.items():
                 if not isinstance(k, str):
                     raise _BadMetadata(f"a key of {where} is {type(k).__name__}, not a string")
-                if _surrogate(k):
-                    raise _BadMetadata(f"lone surrogate {_surrogate(k)} in a key of {where}")
+                if lone_surrogate(k):
+                    raise _BadMetadata(f"lone surrogate {lone_surrogate(k)} in a key of {where}")
                 out[k] = _meta_value(x, depth + 1, f"{where}.{k[:40]}")
             return out
         return [_meta_value(x, depth + 1, f"{where}[{i}]") for i, x in enumerate(v)]
@@ -186,8 +186,8 @@ def validate_fields(index: int, doc_id: Any, text: Any, title: Any = None, metad
     if bad is not None:
         return bad
     doc_id, text, title = decoded
-    if isinstance(doc_id, str) and _surrogate(doc_id):
-        return Reject(index, safe_text(doc_id, MAX_REJECT_ID_CHARS), f"{INVALID_UNICODE}: lone surrogate {_surrogate(doc_id)} of the id")
+    if isinstance(doc_id, str) and lone_surrogate(doc_id):
+        return Reject(index, safe_text(doc_id, MAX_REJECT_ID_CHARS), f"{INVALID_UNICODE}: lone surrogate {lone_surrogate(doc_id)} of the id")
     if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or (isinstance(doc_id, str) and not doc_id.strip()):
         return Reject(index, None, f"{MISSING_ID}: no non-empty id field ({'/'.join(ID_KEYS)})")
     doc_id = str(doc_id)
@@ -200,7 +200,7 @@ def validate_fields(index: int, doc_id: Any, text: Any, title: Any = None, metad
     if not text.strip():
         return Reject(index, doc_id, f"{EMPTY_TEXT}: text is blank")
     for value, what in ((text, "text"), (title, "title")):
-        where = _surrogate(value) if value else None
+        where = lone_surrogate(value) if value else None
         if where:
             return Reject(index, doc_id, f"{INVALID_UNICODE}: lone surrogate {where} of the {what}")
     try:

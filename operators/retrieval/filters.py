@@ -33,6 +33,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from mvr.operators.encode.validation import lone_surrogate
+
 MAX_FILTER_CHARS = 8192  # characters of one expression
 MAX_DEPTH = 32  # nested parentheses and NOTs
 MAX_IN_LIST = 1024  # values of one IN list
@@ -381,7 +383,11 @@ def parse(source: Any) -> Node:
         raise FilterError(f"an expression must be a string, got {type(source).__name__}")
     if len(source) > MAX_FILTER_CHARS:
         raise FilterError(f"the expression has {len(source)} characters; at most {MAX_FILTER_CHARS} are accepted")
-    return _Parser(source).parse()
+    tree = _Parser(source).parse()
+    if lone_surrogate(source) is not None:  # in a string literal (anywhere else the parser refused it)
+        at = next(i for i, ch in enumerate(source) if "\ud800" <= ch <= "\udfff")
+        raise FilterError(f"the expression is not valid Unicode text: a lone surrogate (U+{ord(source[at]):04X}) at character {at + 1}")
+    return tree
 
 
 # ---------------------------------------------------------------------------------------------
@@ -533,6 +539,10 @@ def check_doc_ids(doc_ids: Any) -> list[str]:
     bad = next((i for i, d in enumerate(doc_ids) if not isinstance(d, str)), None)
     if bad is not None:
         raise FilterError(f"doc_ids[{bad}] is {type(doc_ids[bad]).__name__}, not a string")
+    for i, d in enumerate(doc_ids):
+        where = lone_surrogate(d)
+        if where is not None:
+            raise FilterError(f"doc_ids[{i}] is not valid Unicode text: a lone surrogate {where}")
     return list(dict.fromkeys(doc_ids))
 
 

@@ -91,10 +91,18 @@ def add_id(corpus_url: str, input_fingerprint: str, config: IndexConfig) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
+def check_corpus_outside(corpus_url: str, index_url: str) -> None:
+    """ValueError when the corpus to add is the index itself or lies inside it (its shards or
+    rejects would be read as documents)."""
+    if fs.within(corpus_url, index_url):
+        raise ValueError(f"the corpus {corpus_url} is the index {index_url} or lies inside it: give the documents to add (mvr add INDEX CORPUS)")
+
+
 def add_documents(corpus_url: str, index_url: str, log: Callable[[str], None] = print, force: bool = False) -> UpdateResult:
     """``mvr add INDEX CORPUS`` (module docstring). ``force``: add an input again that an
     earlier add of the same bytes committed."""
     t0 = time.time()
+    check_corpus_outside(corpus_url, index_url)
     base = load_manifest(index_url)
     config = IndexConfig.of_index(base.config)
     blocks, fingerprint = plan_blocks(corpus_url, config.runtime.block_bytes, config.runtime.parquet_rows_per_block)

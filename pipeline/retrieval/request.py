@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from pydantic import ValidationError
 
+from mvr.operators.encode.validation import lone_surrogate
 from mvr.operators.retrieval.candidates import FirstStage
 from mvr.operators.retrieval.fusion import HybridParams
 from mvr.operators.retrieval.partition import allowed_rows
@@ -101,12 +102,9 @@ def check_query_text(query: str) -> None:
     ``"\\ud800"`` escape decodes to one; it is not encodable as UTF-8 and the tokenizer raises)
     and at least one printable character (control and format characters alone, which the
     tokenizer drops, leave an empty query)."""
-    try:
-        query.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError(
-            f"the query is not valid Unicode text: a lone surrogate (U+{ord(query[e.start]):04X}) at character {e.start}"
-        ) from None
+    where = lone_surrogate(query)
+    if where is not None:
+        raise ValueError(f"the query is not valid Unicode text: a lone surrogate {where}")
     if not any(ch.isprintable() and not ch.isspace() for ch in query):
         raise ValueError("the query is empty: it has no printable character")
 

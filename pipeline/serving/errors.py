@@ -71,7 +71,11 @@ async def validation_error(request: Request, exc: RequestValidationError) -> JSO
 
 async def http_error(request: Request, exc: StarletteHTTPException) -> Any:
     """FastAPI's answer, with what made the body unreadable (not UTF-8, nested too deep, a
-    number too long) in place of its generic 400 message."""
+    number too long) in place of its generic 400 message. A 422 raised with a message (a knob
+    out of range, a filter naming an unknown column, a query the encoder refused) is answered
+    in the request models' shape, a list of errors, so a 422 has one shape."""
+    if exc.status_code == 422 and isinstance(exc.detail, str):
+        return JSONResponse({"detail": [{"type": "value_error", "loc": ["body"], "msg": excerpt(exc.detail, MESSAGE_CHARS)}]}, 422)
     if exc.status_code == 400 and exc.__cause__ is not None and exc.detail == "There was an error parsing the body":
         exc = HTTPException(400, f"the body is not readable JSON: {excerpt(str(exc.__cause__), MESSAGE_CHARS)}")
     elif isinstance(exc.detail, str):

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
-from mvr.operators.retrieval.filters import MAX_DOC_IDS, parse as parse_filter
+from mvr.operators.retrieval.filters import MAX_DOC_IDS, check_doc_ids, parse as parse_filter
 from mvr.operators.retrieval.scoring import SEARCH_MODES
 from mvr.pipeline.retrieval.request import MAX_K, MAX_QUERY_CHARS, validate_request
 
@@ -52,6 +52,8 @@ class Filtered(BaseModel):
     def _filter_syntax(self) -> "Filtered":
         if self.filter is not None:
             parse_filter(self.filter)  # FilterError, a ValueError: 422 naming the problem
+        if self.doc_ids is not None:
+            check_doc_ids(self.doc_ids)  # ids that are not text (a lone surrogate): 422 naming the id
         return self
 
 
