@@ -81,8 +81,9 @@ def _source_checkout() -> None:
 
 _source_checkout()
 
-MODES = ("pooled", "maxsim", "first-m", "softmax-centroid")
-"""The dense modes (``Searcher`` loads them by default)."""
+MODES = ("maxsim", "softmax-centroid", "first-m", "pooled")
+"""The dense modes (``Searcher`` loads them by default; ``operators.retrieval.scoring.MODES``,
+written out here so that ``import mvr`` loads nothing)."""
 SEARCH_MODES = (*MODES, "bm25", "hybrid")
 """Every mode a query can ask for (``bm25`` and ``hybrid`` need ``build_bm25`` first)."""
 Log = Optional[Callable[[str], None]]

@@ -54,6 +54,13 @@ def test_help_shows_the_api_and_import_starts_nothing_heavy():
     assert "Examples" in text and ">>> import mvr" in text
 
 
+def test_the_api_names_the_modes_search_knows():
+    import mvr
+    from mvr.operators.retrieval import scoring
+
+    assert (mvr.MODES, mvr.SEARCH_MODES) == (scoring.MODES, scoring.SEARCH_MODES)
+
+
 def test_no_import_circle():
     tool = ROOT.parent / "shared" / "tools" / "import_circles.py"
     if not tool.is_file():
