@@ -26,34 +26,10 @@ import json
 import sys
 from typing import Any
 
-import numpy as np
-
 from mvr.operators.retrieval.scoring import MODES
-from mvr.pipeline.config import SearchConfig
-from mvr.pipeline.retrieval.evaluation import per_query, quality
-from mvr.pipeline.retrieval.searcher import Searcher
+from mvr.pipeline.retrieval.evaluation import exact_quality as measure, paired_se
 from mvr.storage.beir import read_collection
 from mvr.storage.manifest import load_manifest
-
-
-def measure(dataset: str, index: str, modes: tuple[str, ...]) -> dict[str, dict[str, float]]:
-    """{mode: {qid: nDCG@10}} and {mode: nDCG@10} of exact search over ``index``."""
-    collection = read_collection(dataset)
-    judged = collection.judged_queries
-    searcher = Searcher(index, modes=modes, config=SearchConfig(exact=True))
-    encoded = dict(zip(judged, searcher.encode(list(judged.values()))))
-    out: dict[str, Any] = {"per_query": {}, "ndcg10": {}}
-    for mode in modes:
-        results = {q: searcher.search_encoded(e, 10, mode) for q, e in encoded.items()}
-        out["per_query"][mode] = per_query(results, collection)
-        out["ndcg10"][mode] = quality(results, collection)["nDCG@10"]
-    searcher.close()
-    return out
-
-
-def paired_se(a: dict[str, float], b: dict[str, float]) -> float:
-    d = np.array([a[q] - b[q] for q in b])
-    return float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
 
 
 def run_collection(dataset: str, float_index: str, index: str) -> dict[str, Any]:

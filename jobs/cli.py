@@ -15,6 +15,7 @@ COMMANDS = {
     "build-bm25": ("mvr.jobs.build_bm25", "build BM25 partitions (bm25s) over an index; build-ann also does"),
     "eval": ("mvr.jobs.evaluate", "evaluate search on a BEIR collection (ir-measures, latency, overlap with exact)"),
     "tune-hybrid": ("mvr.jobs.tune_hybrid", "pick the hybrid fusion weight on one half of a collection's queries, report on the other"),
+    "train": ("mvr.jobs.train", "train an encoder for a search mode on Ray Train (its aggregator in the loss); writes a PyLate checkpoint"),
     "scale-study": ("mvr.jobs.scale_study", "quality against index size with distractors and random strings (Reimers & Gurevych)"),
     "verify": ("mvr.jobs.verify", "check every file the manifest lists against its size and sha256; exit 1 naming any bad file"),
     "plan": ("mvr.jobs.plan", "capacity plan: storage, RAM a partition, partitions for a RAM budget, encode hours (arithmetic, reads nothing)"),

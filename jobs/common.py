@@ -111,7 +111,27 @@ def _line(text: str) -> None:
 
 def describe(exc: BaseException) -> str:
     """One line naming the root cause of ``exc``: through Ray's wrappers (a task's or actor's
-    error, Ray Data's user-code error) to the user-facing exception, its message first."""
+    error, Ray Data's user-code error) to the user-facing exception, its message first; a full
+    disk (or quota), however it was wrapped, as what to do about it."""
+    line = _root_cause(exc)
+    full = _NO_SPACE.search(line)
+    if full is None:
+        return line
+    what = full.group("what").lower()
+    if full.group("path"):
+        return f"{what} writing {full.group('path')}: free space there and run the command again"
+    if re.sub(r"^\[Errno \d+\] ", "", line).lower() != what:
+        what += f" ({line})"
+    return f"{what}: free space and run the command again"
+
+
+# OSError's own line for a full disk or quota ("No space left on device: PATH", or as a remote
+# traceback's text "[Errno 28] No space left on device: 'PATH'"), or any message saying so
+# (pyarrow's, DuckDB's).
+_NO_SPACE = re.compile(r"(?P<what>No space left on device|Disk quota exceeded)(?:: '?(?P<path>[^']+?)'?$)?", re.IGNORECASE)
+
+
+def _root_cause(exc: BaseException) -> str:
     texts: list[str] = []
     current: BaseException | None = exc
     for _ in range(16):
@@ -123,6 +143,10 @@ def describe(exc: BaseException) -> str:
         if nxt is None:
             break
         current = nxt
+    remote = getattr(current, "remote_traceback", None)  # raised elsewhere, kept as its traceback's text (a Serve replica's)
+    found = _last_exception_line(remote) if isinstance(remote, str) else None
+    if found:
+        return found
     if current is not None and not _is_ray_wrapper(current):
         return _message(current)
     for text in texts:  # the user's exception survives only in the remote traceback's text

@@ -22,6 +22,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--exact", action="store_true", help="brute-force search only (the exact reference)")
     p.add_argument("--filter", metavar="EXPR", help="search only the documents this metadata filter selects (docs/filters.md)")
     p.add_argument("--no-overlap", action="store_true", help="skip the exact run that overlap@10 needs")
+    p.add_argument("--baseline", metavar="INDEX2", help="instead: exact search on INDEX2 and INDEX side by side, nDCG@10 per mode with Δ ± s.e. (e.g. a base and a trained checkpoint's indexes)")
     p.add_argument("--sweep", help="comma-separated values of the first-stage knob, e.g. 4,8,16,32,64")
     p.add_argument("--sweep-knob", help="k_prime (default), candidate_cap, probe_fraction, nprobe, leaves_to_search or reorder_k")
     p.add_argument("--json", dest="json_out", help="write the results as JSON here (path or URL)")
@@ -57,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     print_config("mvr eval: configuration", config)
     from rich.table import Table
 
+    if args.baseline:
+        return compare_indexes(args.index, args.baseline, config, args.json_out)
+
     from mvr.pipeline.retrieval.evaluation import evaluate, plot_sweep
 
     result = evaluate(args.index, config, log=console.print, filter=args.filter)
@@ -82,6 +86,29 @@ def run(args: argparse.Namespace) -> int:
     index_version = _index_version(args.index)
     png = (lambda name: plot_sweep(result, config.sweep_knob, name)) if result.sweep else None
     write_outputs(args.json_out, lambda: result.to_json(config, args.index, index_version), args.plot, png)
+    return 0
+
+
+def compare_indexes(index: str, baseline: str, config, json_out: str | None) -> int:
+    """``--baseline``: exact nDCG@10 of every mode on both indexes, Δ = INDEX − INDEX2."""
+    import json
+
+    from rich.table import Table
+
+    from mvr.pipeline.retrieval.evaluation import compare_exact, exact_quality
+    from mvr.storage import fs
+
+    load_index_manifest(baseline)
+    modes = [m for m in config.modes if m != "hybrid"]
+    rows = compare_exact(exact_quality(config.dataset, baseline, modes, config.split), exact_quality(config.dataset, index, modes, config.split), modes)
+    table = Table(title=f"exact nDCG@10 on {config.dataset} ({config.split}): {index} against {baseline}")
+    for c in ("mode", "baseline", "index", "Δ", "± s.e."):
+        table.add_column(c, justify="left" if c == "mode" else "right")
+    for mode, r in rows.items():
+        table.add_row(mode, f"{r['base']:.4f}", f"{r['index']:.4f}", f"{r['delta']:+.4f}", f"{r['se']:.4f}")
+    output_console().print(table)
+    if json_out:
+        fs.write_bytes_atomic(json_out, json.dumps({"index": index, "baseline": baseline, "dataset": config.dataset, "modes": rows}, indent=1).encode())
     return 0
 
 

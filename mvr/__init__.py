@@ -60,12 +60,13 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover - names for the signatures only
     from mvr.operators.planning.capacity import CapacityPlan
-    from mvr.pipeline.config import IndexConfig, SearchConfig, ServeConfig
+    from mvr.pipeline.config import IndexConfig, SearchConfig, ServeConfig, TrainConfig
     from mvr.pipeline.indexing.corpus_job import IndexResult
     from mvr.pipeline.indexing.updates import UpdateResult
     from mvr.pipeline.retrieval.searcher import Searcher
     from mvr.pipeline.serving.app import Deployment
     from mvr.pipeline.serving.client import SearchClient
+    from mvr.pipeline.training.trainer import TrainResult
     from mvr.storage.verify import VerifyReport
 
 
@@ -97,7 +98,7 @@ def __getattr__(name: str) -> Any:
     """The configuration classes and the search types, imported on first use."""
     lazy = {
         "IndexConfig": "mvr.pipeline.config", "SearchConfig": "mvr.pipeline.config", "ServeConfig": "mvr.pipeline.config",
-        "AnnBuildConfig": "mvr.pipeline.config", "BM25BuildConfig": "mvr.pipeline.config",
+        "AnnBuildConfig": "mvr.pipeline.config", "BM25BuildConfig": "mvr.pipeline.config", "TrainConfig": "mvr.pipeline.config",
         "Searcher": "mvr.pipeline.retrieval.searcher", "SearchResult": "mvr.pipeline.retrieval.plan",
         "SearchClient": "mvr.pipeline.serving.client", "FilterError": "mvr.operators.retrieval.filters",
     }
@@ -278,6 +279,24 @@ def compact(index: str, retrain: Optional[bool] = None, log: Log = None) -> "Upd
     return run(index, log=_log(log), retrain=retrain)
 
 
+def train(data: str, out: str, config: "Optional[TrainConfig]" = None, log: Log = None, restart: bool = False) -> "TrainResult":
+    """Train an encoder for a search mode on Ray Train, the mode's aggregator in the loss
+    (``mvr train``, docs/training.md). ``data``: a corpus (unsupervised pairs), a BEIR
+    directory with ``qrels/train.tsv`` or a JSONL of pairs; ``out`` becomes a PyLate /
+    sentence-transformers checkpoint that ``mvr.index(..., config)`` loads as ``model.name``.
+    Called again with the same arguments, a stopped run resumes from its last checkpoint.
+
+    Returns
+    -------
+    TrainResult
+        ``out``, ``steps``, ``pairs``, the last ``metrics`` and ``seconds``.
+    """
+    from mvr.pipeline.config import TrainConfig
+    from mvr.pipeline.training.trainer import train as run
+
+    return run(data, out, config or TrainConfig(), log=_log(log), restart=restart)
+
+
 def stats(index: str) -> dict[str, Any]:
     """Counts, rejects, codecs and bytes a vector of an index (``mvr stats``)."""
     from mvr.pipeline.indexing.index_info import index_stats
@@ -394,6 +413,6 @@ def client(url: str, token: Optional[str] = None, timeout: float = 60.0) -> "Sea
 
 __all__ = [
     "MODES", "SEARCH_MODES", "add", "build_ann", "build_bm25", "client", "compact", "delete", "index", "open", "plan", "serve",
-    "stats", "stop_serving", "verify", "write_demo_corpus",
-    "IndexConfig", "SearchConfig", "ServeConfig", "AnnBuildConfig", "BM25BuildConfig", "Searcher", "SearchResult", "SearchClient", "FilterError",
+    "stats", "stop_serving", "train", "verify", "write_demo_corpus",
+    "IndexConfig", "SearchConfig", "ServeConfig", "AnnBuildConfig", "BM25BuildConfig", "TrainConfig", "Searcher", "SearchResult", "SearchClient", "FilterError",
 ]

@@ -427,6 +427,13 @@ class ServeConfig(_JobConfig):
     encode_timeout_s: float = Field(10.0, gt=0, description="a query not encoded within this is answered 503")
     max_batch_queries: int = Field(256, ge=1, description="queries in one POST /search/batch at most")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="request bodies above this are refused with 413")
+    max_header_bytes: int = Field(
+        16384, ge=1024, description="requests whose headers total more bytes than this (as sent: names, values, separators) are refused with 431"
+    )
+    body_timeout_s: float = Field(
+        10.0, gt=0, description="a request body not received whole within this many seconds of its headers is refused with 408 "
+        "(a slow or stalled client; the ingress slot it held is freed)"
+    )
     cluster_share: float = Field(0.5, gt=0, le=1, description="share of the cluster's CPUs one index version reserves by default, so a new version can start beside it")
     reload_poll_s: Optional[float] = Field(
         None, gt=0, description="check the index for a newer committed version this often and switch to it (None: only on POST /admin/reload)"
@@ -482,3 +489,72 @@ class TuneHybridConfig(_JobConfig):
         if bad or not self.grid:
             raise ValueError(f"every λ of the grid must be within [0, 1], got {bad or 'an empty grid'}")
         return self
+
+
+class TrainDataConfig(_Section):
+    """Where ``mvr train``'s pairs come from (``operators/training/pairs.py``). DATA is a
+    corpus (any input ``mvr index`` reads: unsupervised pairs of ``kinds``), a BEIR directory
+    with ``qrels/train.tsv`` (its judged pairs), or a JSONL file of {"query", "positive"[,
+    "negatives"]} objects."""
+
+    kinds: list[Literal["ict", "title"]] = Field(default_factory=lambda: ["ict", "title"], description="unsupervised pair kinds drawn from a corpus")
+    max_pairs: Optional[int] = Field(None, ge=1, description="a seeded sample of at most this many pairs (None: all)")
+    negatives_from: list[str] = Field(
+        default_factory=list, description="mvr indexes to mine hard negatives with (BM25 or a dense mode): a pair's in the one holding its positive (else the first)"
+    )
+    negatives_mode: Literal["bm25", "maxsim", "softmax-centroid", "first-m", "pooled"] = "bm25"
+    negatives: int = Field(1, ge=0, le=16, description="hard negatives a pair, drawn from the ranking's places skip+1 to depth")
+    negatives_skip: int = Field(2, ge=0, description="top places of the ranking never drawn (likely unjudged positives)")
+    negatives_depth: int = Field(30, ge=2, le=1000)
+    eval_datasets: list[str] = Field(default_factory=list, description="BEIR directories whose queries no training query may equal")
+    eval_split: str = "test"
+    on_overlap: Literal["refuse", "drop"] = Field("refuse", description="a training query equal to an evaluation query: refuse the data, or drop those pairs (and say so)")
+
+
+class TrainLoopConfig(_Section):
+    """The optimisation: AdamW, linear warm-up then linear decay, in-batch negatives plus the
+    mined ones, optionally distilled from the frozen base model's pooled scores."""
+
+    steps: Optional[int] = Field(None, ge=1, description="optimiser steps (None: one pass over the pairs)")
+    batch_size: int = Field(16, ge=2, description="pairs a step a worker (the others' positives are its in-batch negatives)")
+    learning_rate: float = Field(3e-5, gt=0)
+    warmup: float = Field(0.1, ge=0, lt=1, description="share of the steps spent warming up")
+    weight_decay: float = Field(0.01, ge=0)
+    temperature: Optional[float] = Field(None, gt=0, description="scores / temperature before the softmax (None: 1 for maxsim, 0.05 for cosine modes)")
+    distill: float = Field(0.5, ge=0, description="weight of the KL term to the frozen base model's pooled scores (0: none)")
+    checkpoint_every: int = Field(50, ge=1, description="steps between checkpoints (and the last step)")
+    seed: int = 0
+    max_grad_norm: float = Field(1.0, gt=0)
+
+
+class TrainRuntimeConfig(_Section):
+    """The Ray Train worker group: ``workers`` data-parallel workers (DDP), each on a GPU when
+    the cluster has them (mixed precision, bf16), else on ``cpus_per_worker`` CPUs."""
+
+    workers: int = Field(1, ge=1)
+    use_gpu: Optional[bool] = Field(None, description="None: when the cluster has GPUs")
+    cpus_per_worker: Optional[float] = Field(None, gt=0, description="CPUs reserved a worker, and its torch threads (None: 1 reserved, torch's default threads: all the node's cores)")
+    max_failures: int = Field(3, ge=0, description="worker-group restarts from the last checkpoint before the job fails")
+
+
+class TrainConfig(_JobConfig):
+    """Configuration of ``mvr train DATA OUT``: train ``base``'s encoder with ``objective``'s
+    aggregator in the loss (``operators/retrieval/differentiable.py``); OUT becomes a
+    PyLate / sentence-transformers checkpoint that ``mvr index --model OUT`` loads with the
+    ``tokenizer`` conventions it was trained with."""
+
+    _user_sections = ()
+
+    base: str = Field("minilm", description="the checkpoint to start from (as model.name)")
+    objective: Literal["maxsim", "first-m", "softmax-centroid", "pooled"] = "maxsim"
+    tokenizer: TokenizerConfig = TokenizerConfig(query_marker="[unused0]", document_marker="[unused1]")
+    compress: CompressConfig = CompressConfig()
+    data: TrainDataConfig = TrainDataConfig()
+    train: TrainLoopConfig = TrainLoopConfig()
+    runtime: TrainRuntimeConfig = TrainRuntimeConfig()
+
+    def temperature(self) -> float:
+        """The softmax temperature of the objective's scores."""
+        if self.train.temperature is not None:
+            return self.train.temperature
+        return 1.0 if self.objective == "maxsim" else 0.05

@@ -32,6 +32,11 @@ def init_ray(address: Optional[str] = None, quiet: bool = False) -> None:
         # reports, with "the stack trace below", the error the job raises and reports itself
         # (its full trace stays in Ray Data's log file); MVR_DEBUG=1 keeps it
         logging.getLogger("ray.data.exceptions").setLevel(logging.CRITICAL)
+        # "An exception was raised from a task …, set DataContext.max_errored_blocks": the same
+        # error again, and advice that would commit an index without the failed blocks
+        logging.getLogger("ray.data._internal.execution.streaming_executor_state").addFilter(
+            lambda record: not record.getMessage().startswith("An exception was raised from a task")
+        )
     if quiet:
         importlib.import_module("ray.serve")  # configures its logger on import: the level is set after
 

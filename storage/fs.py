@@ -7,6 +7,7 @@ renamed; an object store's single PUT is atomic already.
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import uuid
@@ -61,18 +62,45 @@ def open_file(url: str, mode: str = "rb", **kwargs: Any):
 
 
 def write_bytes_atomic(url: str, data: bytes) -> None:
-    """Write ``data`` so that readers see either nothing or the whole file."""
+    """Write ``data`` so that readers see either nothing or the whole file. A failed local
+    write leaves no temporary file; a full disk's OSError names ``url``."""
     fs, path = resolve(url)
     parent = posixpath.dirname(path)
     if parent:
         fs.makedirs(parent, exist_ok=True)
     if isinstance(fs, LocalFileSystem):
         tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        with fs.open(tmp, "wb") as f:
-            f.write(data)
-        fs.mv(tmp, path)  # os.replace: atomic on one filesystem
+        try:
+            with fs.open(tmp, "wb") as f:
+                f.write(data)
+            fs.mv(tmp, path)  # os.replace: atomic on one filesystem
+        except OSError as exc:
+            raise _write_failed(exc, tmp, url)
     else:
         fs.pipe_file(path, data)
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # a full disk, a full quota
+
+
+def _write_failed(exc: OSError, tmp: str, url: str) -> OSError:
+    """The error to raise for a local write to ``url`` that failed with ``exc``, once its
+    temporary file ``tmp`` is removed (a full disk keeps none of a failed write's bytes): a
+    full disk's error that names no file (a write's) as one naming ``url``, else ``exc``."""
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+    if no_space(exc) and exc.filename is None:
+        named = OSError(exc.errno, exc.strerror or os.strerror(exc.errno), url)
+        named.__cause__ = exc
+        return named
+    return exc
+
+
+def no_space(exc: BaseException) -> bool:
+    """Whether ``exc`` is a full disk's (or a full quota's) OSError."""
+    return isinstance(exc, OSError) and exc.errno in NO_SPACE
 
 
 class ExclusiveCreateUnsupported(RuntimeError):
@@ -92,10 +120,13 @@ def create_exclusive(url: str, data: bytes) -> None:
         fs.makedirs(parent, exist_ok=True)
     if isinstance(fs, LocalFileSystem):
         tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise _write_failed(exc, tmp, url)
         try:
             os.link(tmp, path)
         finally:

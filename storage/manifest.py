@@ -203,8 +203,11 @@ def read_manifest(index_url: str, version: Optional[int] = None) -> Optional[Man
         m = _parse(index_url, url, fs.read_bytes(url))
     else:
         url = manifest_url(index_url)
-        if not fs.exists(url):
-            return None
+        if not fs.exists(url):  # none, or a first commit whose pointer a full disk refused
+            first = list_versions(index_url)[:1]
+            if not first:
+                return None
+            url = version_url(index_url, first[0])
         m = _parse(index_url, url, fs.read_bytes(url))
         while fs.exists(version_url(index_url, m.version + 1)):  # committed after the pointer was written
             m = _parse(index_url, version_url(index_url, m.version + 1), fs.read_bytes(version_url(index_url, m.version + 1)))
@@ -281,7 +284,8 @@ def commit_manifest(index_url: str, manifest: Manifest, based_on: Optional[int] 
     changed; None for a new index; -1, the default, for ``manifest.version`` as read): its
     shard list file first (named by its content, so never rewritten), then the exclusive
     create of ``versions/{N}.json`` (the commit point: ``CommitConflict`` when another writer
-    created it first, and nothing of this commit is visible), then ``manifest.json``."""
+    created it first, and nothing of this commit is visible), then ``manifest.json`` (a
+    pointer only: a full disk that refuses it after the commit point fails nothing)."""
     base = manifest.version if based_on == -1 else based_on
     manifest.version = (base or 0) + 1
     data = shard_list_bytes(manifest.shards)
@@ -297,7 +301,11 @@ def commit_manifest(index_url: str, manifest: Manifest, based_on: Optional[int] 
         fs.create_exclusive(version_url(index_url, manifest.version), body)
     except FileExistsError:
         raise CommitConflict(f"version {manifest.version} of {index_url} was committed by another writer") from None
-    fs.write_bytes_atomic(manifest_url(index_url), body)
+    try:
+        fs.write_bytes_atomic(manifest_url(index_url), body)
+    except OSError as exc:  # committed all the same: readers follow the versions past a stale pointer
+        if not fs.no_space(exc):
+            raise
     return manifest
 
 

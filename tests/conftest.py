@@ -157,8 +157,9 @@ SLOW_FIXTURES = {"msmarco_index", "dbpedia_index", "cranfield_index", "msmarco_1
 # workers in collection order, so the long ones start first and the short ones fill the gaps
 # (longest-processing-time first); the rest keep their file order.
 LONGEST_FIRST = (
-    "test_cluster_jobs", "test_filters", "test_hybrid", "test_serve", "test_serve_live", "test_updates", "test_resume",
-    "test_search_ann", "test_api", "test_demo", "test_updates_concurrency", "test_partition_memory", "test_capacity_plan", "test_cli_errors",
+    "test_cluster_jobs", "test_train", "test_filters", "test_hybrid", "test_serve", "test_serve_live", "test_updates", "test_resume",
+    "test_search_ann", "test_api", "test_demo", "test_updates_concurrency", "test_openapi_contract", "test_full_disk", "test_deploy_damaged",
+    "test_slow_clients", "test_partition_memory", "test_capacity_plan", "test_cli_errors",
 )
 
 

@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import ir_measures
 from ir_measures import nDCG
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def mvr(*args: str | os.PathLike, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The ``mvr`` command, run as a user runs it (argv may hold bytes that are not UTF-8;
+    ``env``: added to this process's environment, MVR_DEBUG left out)."""
+    argv = [sys.executable, "-m", "mvr.jobs.cli", *(a if isinstance(a, bytes) else str(a) for a in args)]
+    e = {k: v for k, v in os.environ.items() if k != "MVR_DEBUG"}
+    e.update(env or {})
+    return subprocess.run(argv, cwd=ROOT, env=e, capture_output=True, timeout=timeout)
+
 
 # Float references of exact search with the packaged all-MiniLM-L6-v2 weights at the default
 # settings: ../shared/datasets/README.md's figures, except

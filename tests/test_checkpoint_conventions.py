@@ -370,3 +370,43 @@ def test_index_and_search_use_the_checkpoint_conventions(references, tmp_path):
         _assert_same([stored[f"d{i}"] for i in range(len(DOCUMENTS))], documents, f"{name} stored document", info["conventions"], [""] * len(DOCUMENTS))
         encoded = index_query_encoder(str(index), m)(QUERIES)
         _assert_same([q.tokens for q in encoded], queries, f"{name} search query", info["conventions"], [""] * len(QUERIES))
+
+
+@pytest.mark.slow
+@pytest.mark.peers
+@pytest.mark.timeout(1800)
+def test_pylate_loads_what_mvr_train_wrote(peer_python, datasets, tmp_path, ray_address):
+    """A checkpoint ``mvr train`` wrote (two steps on msmarco-sample passages) loads in PyLate
+    with the conventions it was trained with, and PyLate encodes queries and documents as mvr
+    does (the same tokens, the same vectors within float tolerance)."""
+    import mvr
+    from mvr.operators.encode.compress import Compressor
+    from mvr.operators.encode.encoder import TokenEncoder
+    from mvr.operators.encode.query import QueryEncoder
+    from mvr.operators.encode.tokenizer import PassageTokenizer
+    from mvr.pipeline.config import TrainConfig
+
+    corpus = tmp_path / "corpus.jsonl"
+    rows = [json.loads(line) for _, line in zip(range(100), (datasets / "msmarco-sample" / "corpus.jsonl").open())]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = tmp_path / "model"
+    mvr.train(str(corpus), str(model), TrainConfig.model_validate({"train": {"steps": 2, "batch_size": 4}}))
+    work = tmp_path / "pylate"
+    work.mkdir()
+    (work / "texts.json").write_text(json.dumps({"queries": QUERIES, "documents": DOCUMENTS}))
+    out = subprocess.run([peer_python, str(ROOT / "tests" / "peers" / "reference_vectors.py"), "pylate-load", str(model), str(work)], capture_output=True, text=True, env=_peer_env(), cwd=work, timeout=600)
+    assert out.returncode == 0, f"PyLate could not load mvr train's checkpoint:\n{out.stderr[-4000:]}"
+    z = np.load(work / "loaded.npz")
+    info = json.loads((work / "loaded.json").read_text())
+    assert info["query_prefix"] == "[unused0]" and info["document_prefix"] == "[unused1]" and info["document_length"] == 256
+
+    config = IndexConfig.from_yaml(None, **{"model.name": str(model)})
+    assert config.tokenizer.conventions_source == PYLATE_SOURCE
+    encoder = TokenEncoder(str(model), "cpu", "float32")
+    tokenizer = PassageTokenizer(encoder.tokenizer, **config.tokenizer.model_dump())
+    got_q = [q.tokens for q in QueryEncoder(encoder, tokenizer)(QUERIES, batch_size=2)]
+    _assert_same(got_q, [z[f"q{i}"] for i in range(len(QUERIES))], "query", info, tokenizer.queries(QUERIES))
+    passages = [p for p in tokenizer.split([str(i) for i in range(len(DOCUMENTS))], [""] * len(DOCUMENTS), DOCUMENTS) if p.passage_idx == 0]
+    ids = [p.input_ids for p in passages]
+    got_d = Compressor()(encoder.encode(ids, 2, tokenizer.pad_id), [tokenizer.keep_mask(i) for i in ids])["tokens"]
+    _assert_same(got_d, [z[f"d{i}"] for i in range(len(DOCUMENTS))], "document", info, [i.tolist() for i in ids])

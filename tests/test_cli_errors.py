@@ -15,15 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def mvr(*args: str | os.PathLike, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """The ``mvr`` command, run as a user runs it (argv may hold bytes that are not UTF-8)."""
-    argv = [sys.executable, "-m", "mvr.jobs.cli", *(a if isinstance(a, bytes) else str(a) for a in args)]
-    e = {k: v for k, v in os.environ.items() if k != "MVR_DEBUG"}
-    e.update(env or {})
-    return subprocess.run(argv, cwd=ROOT, env=e, capture_output=True, timeout=timeout)
+from helpers import ROOT, mvr
 
 
 def refused(r: subprocess.CompletedProcess, *texts: str, status: int = 2) -> str:

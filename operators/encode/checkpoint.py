@@ -89,13 +89,15 @@ def detect_format(path: str) -> str:
 
 
 def fingerprint(path: str) -> str:
-    """sha256 over the checkpoint's config and weight files (identifies the exact model)."""
+    """sha256 over the checkpoint's config and weight files (identifies the exact model);
+    hidden files and directories are not the model's."""
     d = Path(path)
     if not d.is_dir():
         return f"hub:{path}"
     h = hashlib.sha256()
     for f in sorted(d.rglob("*")):
-        if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".txt"):
+        hidden = any(part.startswith(".") for part in f.relative_to(d).parts)  # e.g. mvr train's run directory
+        if f.is_file() and not hidden and f.suffix in (".json", ".safetensors", ".bin", ".txt"):
             h.update(str(f.relative_to(d)).encode())
             with open(f, "rb") as fh:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):

@@ -84,26 +84,40 @@ def kmeans_centroids(arrays: Sequence[np.ndarray], k: int, iterations: int = 10,
 
 def _kmeans_batch(arrays: Sequence[np.ndarray], k: int, iterations: int) -> np.ndarray:
     """(B, k, dim) centroids for passages that all have more than k vectors."""
+    x, mask = pad(arrays)  # (B, T, D), (B, T)
+    return kmeans_lloyd(x, mask, k, iterations)[1].numpy()
+
+
+def kmeans_lloyd(x: "torch.Tensor", mask: "torch.Tensor", k: int, iterations: int) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Lloyd's k-means of each passage's vectors, batched: ``x`` (B, T, D) float32, ``mask``
+    (B, T) bool, every passage with more than k vectors. Returns (assignments (B, T) int64,
+    -1 at padding; centroids (B, k, D)), computed without gradient: the one k-means of
+    indexing (``kmeans_centroids``) and of training (``operators.retrieval.differentiable``,
+    which takes each centroid again as the mean of its assigned vectors, with gradient)."""
     import torch
 
-    x, mask = pad(arrays)  # (B, T, D), (B, T)
-    lengths = mask.sum(1)
-    steps = torch.arange(k, dtype=torch.float64)
-    init = torch.floor(steps[None, :] * (lengths[:, None].double() - 1) / max(k - 1, 1)).long()  # (B, k)
-    c = torch.gather(x, 1, init[:, :, None].expand(-1, -1, x.shape[2])).clone()  # (B, k, D)
-    x_sq = (x * x).sum(-1)  # (B, T)
-    previous = None
-    for _ in range(iterations):
-        d = x_sq[:, :, None] - 2 * torch.bmm(x, c.transpose(1, 2)) + (c * c).sum(-1)[:, None, :]  # (B, T, k)
-        assign = d.argmin(-1).masked_fill(~mask, -1)  # (B, T); padding assigned nowhere
-        if previous is not None and torch.equal(assign, previous):
-            break
-        previous = assign
-        onehot = (assign[:, :, None] == torch.arange(k)[None, None, :]).float()  # (B, T, k)
-        counts = onehot.sum(1)  # (B, k)
-        sums = torch.bmm(onehot.transpose(1, 2), x)  # (B, k, D)
-        c = torch.where(counts[:, :, None] > 0, sums / counts.clamp(min=1)[:, :, None], c)
-    return c.numpy()
+    with torch.no_grad():
+        x = x.detach()
+        lengths = mask.sum(1)
+        steps = torch.arange(k, dtype=torch.float64, device=x.device)
+        init = torch.floor(steps[None, :] * (lengths[:, None].double() - 1) / max(k - 1, 1)).long()  # (B, k)
+        c = torch.gather(x, 1, init[:, :, None].expand(-1, -1, x.shape[2])).clone()  # (B, k, D)
+        x_sq = (x * x).sum(-1)  # (B, T)
+        previous = None
+        for _ in range(iterations):
+            d = x_sq[:, :, None] - 2 * torch.bmm(x, c.transpose(1, 2)) + (c * c).sum(-1)[:, None, :]  # (B, T, k)
+            assign = d.argmin(-1).masked_fill(~mask, -1)  # (B, T); padding assigned nowhere
+            if previous is not None and torch.equal(assign, previous):
+                break
+            previous = assign
+            onehot = (assign[:, :, None] == torch.arange(k, device=x.device)[None, None, :]).to(x.dtype)  # (B, T, k)
+            counts = onehot.sum(1)  # (B, k)
+            sums = torch.bmm(onehot.transpose(1, 2), x)  # (B, k, D)
+            c = torch.where(counts[:, :, None] > 0, sums / counts.clamp(min=1)[:, :, None], c)
+        if previous is None:  # no iteration: assignments to the initial centroids
+            d = x_sq[:, :, None] - 2 * torch.bmm(x, c.transpose(1, 2)) + (c * c).sum(-1)[:, None, :]
+            previous = d.argmin(-1).masked_fill(~mask, -1)
+    return previous, c
 
 
 CENTROID_SPACES = ("unit", "raw")

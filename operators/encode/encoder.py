@@ -44,28 +44,70 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 class DenseLayer(torch.nn.Module):
     """A sentence-transformers / PyLate ``Dense`` module: activation(linear(x)), plus x (or a
-    bias-free ``residual`` projection of x when the widths differ) with ``use_residual``."""
+    bias-free ``residual`` projection of x when the widths differ) with ``use_residual``.
+    ``config``: the module's ``config.json`` (in_features, out_features, bias,
+    activation_function, use_residual)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, config: dict, source: str = "Dense") -> None:
         super().__init__()
-        cfg = json.loads((directory / "config.json").read_text())
-        act = _ACTIVATIONS.get(cfg.get("activation_function", "torch.nn.modules.linear.Identity"))
+        act = _ACTIVATIONS.get(config.get("activation_function", "torch.nn.modules.linear.Identity"))
         if act is None:
-            raise ValueError(f"{directory}: unsupported Dense activation {cfg.get('activation_function')}")
-        self.linear = torch.nn.Linear(cfg["in_features"], cfg["out_features"], bias=cfg.get("bias", True))
+            raise ValueError(f"{source}: unsupported Dense activation {config.get('activation_function')}")
+        self.config = {"activation_function": "torch.nn.modules.linear.Identity", "bias": True, "use_residual": False} | dict(config)
+        self.linear = torch.nn.Linear(config["in_features"], config["out_features"], bias=config.get("bias", True))
         self.activation = act()
-        self.use_residual = bool(cfg.get("use_residual", False))
-        if self.use_residual and cfg["in_features"] != cfg["out_features"]:
-            self.residual = torch.nn.Linear(cfg["in_features"], cfg["out_features"], bias=False)
+        self.use_residual = bool(config.get("use_residual", False))
+        if self.use_residual and config["in_features"] != config["out_features"]:
+            self.residual = torch.nn.Linear(config["in_features"], config["out_features"], bias=False)
+        self.out_features = int(config["out_features"])
+
+    @classmethod
+    def load(cls, directory: Path) -> "DenseLayer":
+        """The Dense module saved in ``directory`` (config.json and its weights)."""
+        layer = cls(json.loads((directory / "config.json").read_text()), str(directory))
         state = load_state(weights_file(directory))  # type: ignore[arg-type]
-        self.load_state_dict({k: v for k, v in state.items() if k.split(".", 1)[0] in ("linear", "residual")})
-        self.out_features = int(cfg["out_features"])
+        layer.load_state_dict({k: v for k, v in state.items() if k.split(".", 1)[0] in ("linear", "residual")})
+        return layer
+
+    @classmethod
+    def identity(cls, dim: int) -> "DenseLayer":
+        """A bias-free (dim, dim) projection that starts as the identity: the module ``mvr
+        train`` adds to a checkpoint without one, so training starts from the base model's
+        vectors and the checkpoint has PyLate's shape."""
+        layer = cls({"in_features": dim, "out_features": dim, "bias": False})
+        with torch.no_grad():
+            layer.linear.weight.copy_(torch.eye(dim))
+        return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.activation(self.linear(x))
         if self.use_residual:
             y = y + (self.residual(x) if hasattr(self, "residual") else x)
         return y
+
+
+class TokenModel(torch.nn.Module):
+    """The trainable part of an encoder: a Hugging Face backbone and an optional projection
+    (a ColBERT ``linear`` or the Dense modules). ``forward``: (B, T) ids and mask → (B, T,
+    dim) token vectors, not normalised. ``TokenEncoder`` runs it for inference; ``mvr train``
+    trains it (``pipeline/training``)."""
+
+    def __init__(self, backbone: torch.nn.Module, projection: Optional[torch.nn.Module]) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.projection = projection
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        h = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return h if self.projection is None else self.projection(h)
+
+    @property
+    def dim(self) -> int:
+        """The dimension of the token vectors."""
+        if self.projection is None:
+            return int(self.backbone.config.hidden_size)
+        last = self.projection if isinstance(self.projection, torch.nn.Linear) else self.projection[-1]
+        return int(last.out_features)
 
 
 class TokenEncoder:
@@ -81,36 +123,25 @@ class TokenEncoder:
         self.device = pick_device(device)
         self.dtype = pick_dtype(dtype, self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(backbone_dir)
-        self.backbone = AutoModel.from_pretrained(backbone_dir)
-        self.projection: Optional[torch.nn.Module] = None
+        projection: Optional[torch.nn.Module] = None
         if self.format == "colbert":
             state = load_state(weights_file(Path(self.path)))  # type: ignore[arg-type]
             w = state["linear.weight"]
-            self.projection = torch.nn.Linear(w.shape[1], w.shape[0], bias="linear.bias" in state)
-            self.projection.load_state_dict({k[len("linear."):]: v for k, v in state.items() if k.startswith("linear.")})
+            projection = torch.nn.Linear(w.shape[1], w.shape[0], bias="linear.bias" in state)
+            projection.load_state_dict({k[len("linear."):]: v for k, v in state.items() if k.startswith("linear.")})
         elif dense_dirs:
-            self.projection = torch.nn.Sequential(*(DenseLayer(d) for d in dense_dirs))
-        self.backbone.to(self.device, self.dtype).eval()
-        if self.projection is not None:
-            self.projection.to(self.device, self.dtype).eval()
-        self.dim = self.projection_dim()
+            projection = torch.nn.Sequential(*(DenseLayer.load(d) for d in dense_dirs))
+        self.model = TokenModel(AutoModel.from_pretrained(backbone_dir), projection)
+        self.model.to(self.device, self.dtype).eval()
+        self.dim = self.model.dim
         conventions = read_conventions(self.path)
         if conventions is not None and conventions.dim is not None and conventions.dim != self.dim:
             raise ValueError(f"{self.path}: {conventions.source} says dim {conventions.dim}, the weights give {self.dim}")
 
-    def projection_dim(self) -> int:
-        if self.projection is None:
-            return int(self.backbone.config.hidden_size)
-        last = self.projection if isinstance(self.projection, torch.nn.Linear) else self.projection[-1]
-        return int(last.out_features)
-
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """(B, T) ids and mask → (B, T, dim) float32."""
-        h = self.backbone(input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device)).last_hidden_state
-        if self.projection is not None:
-            h = self.projection(h)
-        return h.float()
+        return self.model(input_ids.to(self.device), attention_mask.to(self.device)).float()
 
     def encode(
         self,

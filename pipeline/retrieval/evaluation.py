@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import ir_measures
 import numpy as np
@@ -17,7 +17,7 @@ from ir_measures import R, RR, nDCG
 from tqdm import tqdm
 
 from mvr.operators.encode.query import EncodedQuery
-from mvr.pipeline.config import EvalConfig
+from mvr.pipeline.config import EvalConfig, SearchConfig
 from mvr.pipeline.retrieval.plan import SearchResult
 from mvr.pipeline.retrieval.request import Restriction
 from mvr.pipeline.retrieval.searcher import Searcher
@@ -42,6 +42,43 @@ def per_query(results: dict[str, SearchResult], collection: TestCollection, metr
     run = [ir_measures.ScoredDoc(q, d, s) for q, r in results.items() for d, s in r.hits()]
     values = {m.query_id: float(m.value) for m in ir_measures.iter_calc([MEASURES[metric]], qrels, run)}
     return {q: values.get(q, 0.0) for q in results}
+
+
+def exact_quality(dataset: str, index: str, modes: Sequence[str], split: str = "test") -> dict[str, Any]:
+    """Exact search (every passage scored) of a collection's judged queries under each mode:
+    {"ndcg10": {mode: nDCG@10}, "per_query": {mode: {query_id: nDCG@10}}}."""
+    collection = read_collection(dataset, split)
+    judged = collection.judged_queries
+    out: dict[str, Any] = {"per_query": {}, "ndcg10": {}}
+    with Searcher(index, modes=tuple(modes), config=SearchConfig(exact=True)) as searcher:
+        dense = [m for m in modes if m != "bm25"]
+        encoded = dict(zip(judged, searcher.encode(list(judged.values())))) if dense else {}
+        for mode in modes:
+            queries = {q: EncodedQuery.text_only(t) for q, t in judged.items()} if mode == "bm25" else encoded
+            results = {q: searcher.search_encoded(e, 10, mode) for q, e in queries.items()}
+            out["per_query"][mode] = per_query(results, collection)
+            out["ndcg10"][mode] = quality(results, collection)["nDCG@10"]
+    return out
+
+
+def paired_se(a: dict[str, float], b: dict[str, float]) -> float:
+    """Standard error of the mean per-query difference a − b over b's queries."""
+    d = np.array([a[q] - b[q] for q in b])
+    return float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+
+
+def compare_exact(baseline: dict[str, Any], other: dict[str, Any], modes: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Two ``exact_quality`` results side by side: {mode: {base, index, delta, se}}, delta =
+    other − baseline, se the standard error of the paired per-query difference."""
+    return {
+        mode: {
+            "base": baseline["ndcg10"][mode],
+            "index": other["ndcg10"][mode],
+            "delta": round(other["ndcg10"][mode] - baseline["ndcg10"][mode], 4),
+            "se": round(paired_se(other["per_query"][mode], baseline["per_query"][mode]), 4),
+        }
+        for mode in modes
+    }
 
 
 def overlap_at_10(approx: dict[str, SearchResult], exact: dict[str, SearchResult]) -> float:

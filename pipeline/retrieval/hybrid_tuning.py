@@ -126,8 +126,8 @@ def tune_hybrid(index_url: str, config: TuneHybridConfig, log: Callable[[str], N
     for i, fold in enumerate(folds):
         tune_ids = [q for j, f in enumerate(folds) if j != i for q in f]
         tune_set = subset(collection, tune_ids)
-        grid = [{"lam": float(lam), config.metric: quality({q: run[q] for q in tune_ids}, tune_set)[config.metric]} for lam, run in weighted.items()]
         scores = {float(lam): per_query({q: run[q] for q in tune_ids}, tune_set, config.metric) for lam, run in weighted.items()}
+        grid = [{"lam": lam, config.metric: round(float(np.mean(list(v.values()))), 4)} for lam, v in scores.items()]  # each query scored once
         lam = pick_lam(scores, base.lam, config.rule)
         result.folds.append(Fold(fold, lam, grid))
         hybrid.update({q: weighted[lam][q] for q in fold})

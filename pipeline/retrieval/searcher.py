@@ -187,7 +187,7 @@ class Searcher:
         out = []
         for q in queries:
             t0 = time.perf_counter()
-            (encoded,) = [text_only(q)] if mode == "bm25" else self.encode([q])
+            (encoded,) = [EncodedQuery.text_only(q)] if mode == "bm25" else self.encode([q])
             out.append(self.search_encoded(encoded, k, mode, (time.perf_counter() - t0) * 1e3, restriction, **knobs))
         return out
 
@@ -250,7 +250,3 @@ def search_batch(
         return batch
     return [run_trips(plan.search(q, k, mode, knobs, restriction, ms), trip) for q, ms in zip(queries, encode_ms)]
 
-
-def text_only(text: str) -> EncodedQuery:
-    """A query for ``bm25`` alone: its text, no vectors."""
-    return EncodedQuery.text_only(text)

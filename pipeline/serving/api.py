@@ -15,8 +15,8 @@ A partition that fails or does not answer a trip within ``partition_timeout_s`` 
 of that query: the answer comes from the others, with ``"degraded": true`` and
 ``partitions_answered``. Serve restarts the dead replica meanwhile.
 
-Nothing a client sends gets a 5xx: ``RequestGuard`` (token, body limit for every transfer
-encoding) runs before parsing, the request models refuse what the plan cannot take (422 naming
+Nothing a client sends gets a 5xx: ``RequestGuard`` (header size, token, body limit for every
+transfer encoding, body deadline) runs before parsing, the request models refuse what the plan cannot take (422 naming
 the field), error answers echo at most an excerpt of the input, and a query the encoder fails
 on fails alone (``QueryNotEncodable``). A request's ``filter`` and ``doc_ids`` are checked for
 syntax by the request model (422), then against the catalog's columns and turned into the
@@ -32,6 +32,7 @@ from ray import serve
 
 from mvr.operators.retrieval.filters import FilterError
 from mvr.operators.encode.query import EncodedQuery
+from mvr.operators.retrieval.scoring import MODES, SEARCH_MODES
 from mvr.pipeline.config import ServeConfig
 from mvr.pipeline.retrieval.host import LocalPartition, PartitionHost
 from mvr.pipeline.retrieval.layout import ServingLayout
@@ -39,18 +40,52 @@ from mvr.pipeline.retrieval.local_search import response_body
 from mvr.pipeline.retrieval.plan import Calls, NoPartitionAnswered, QueryPlan, run_trips_async
 from mvr.pipeline.retrieval.request import Restriction, RestrictionCache, resolve_restriction
 from mvr.pipeline.serving import errors
-from mvr.pipeline.serving.errors import MESSAGE_CHARS, QueryRefused, excerpt
+from mvr.pipeline.serving.errors import GUARD_REFUSALS, MESSAGE_CHARS, QueryRefused, excerpt, responses
 from mvr.pipeline.serving.fanout import CoalescedHandle
-from mvr.pipeline.serving.guard import RequestGuard
+from mvr.pipeline.serving.guard import RequestGuard, setting
 from mvr.pipeline.serving.query_encoder import BatchedQueryEncoder, QueryNotEncodable
-from mvr.pipeline.serving.wire import BatchRequest, BatchResponse, SearchRequest, SearchResponse
+from mvr.pipeline.serving.wire import BatchRequest, BatchResponse, Health, Reload, SearchRequest, SearchResponse
 from mvr.storage.catalog import Catalog
 from mvr.storage.manifest import Manifest, read_manifest
 
 log = logging.getLogger("ray.serve")
 
 
-app = FastAPI(
+class ServiceApp(FastAPI):
+    """The ingress's FastAPI app, whose OpenAPI document is the contract of the service as
+    configured (read from the state ``SearchService`` sets, as the guard reads it)."""
+
+    def openapi(self) -> dict[str, Any]:
+        """FastAPI's document with what this service takes: the modes it serves (and the dense
+        modes its hybrid can fuse), a batch's ``maxItems`` (``max_batch_queries``) and, when it
+        has a token, the bearer scheme every operation needs; built once."""
+        if self.openapi_schema is None:
+            schema = super().openapi()
+            models = schema["components"]["schemas"]
+            models["BatchRequest"]["properties"]["queries"]["maxItems"] = setting(self.state, "max_batch_queries")
+            modes, dense = getattr(self.state, "modes", None), getattr(self.state, "hybrid_dense", None)
+            for request in ("SearchRequest", "BatchRequest"):
+                fields = models[request]["properties"]
+                if modes is not None:
+                    fields["mode"]["enum"] = modes
+                if dense is not None:  # a knob of a served hybrid, or none (null) without one
+                    fields["dense"]["anyOf"] = [{**fields["dense"]["anyOf"][0], "enum": dense}, {"type": "null"}] if dense else [{"type": "null"}]
+            if getattr(self.state, "token_sha256", None) is not None:
+                schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+                schema["security"] = [{"bearer": []}]
+        return self.openapi_schema
+
+
+# What every search route may answer besides 200: the guard's refusals, an unreadable body
+# (400), a refused request (422), no encoder or partition answering (503).
+SEARCH_ERRORS = {
+    **GUARD_REFUSALS,
+    400: "the body is not readable JSON: not UTF-8, nested too deep, or an integer of over 4,300 digits",
+    422: "a refused request, each problem named (a field out of its bounds, a mode or filter column this service lacks, a query the encoder cannot take)",
+    503: "the query encoder did not answer within `encode_timeout_s`, or no partition answered within `partition_timeout_s`",
+}
+
+app = ServiceApp(
     title="mvr search",
     description=(
         "Multi-vector retrieval: ColBERT MaxSim, pseudo-query centroids, ME-BERT first-m, pooled; BM25; "
@@ -118,9 +153,22 @@ class SearchService:
         self.plan = QueryPlan(layout, config.search, config.one_trip_max_partitions if index_app is not None else 0)
         app.state.token_sha256 = token_sha256
         app.state.max_body_bytes = config.max_body_bytes
+        app.state.max_batch_queries = config.max_batch_queries
+        app.state.modes = [m for m in SEARCH_MODES if self.takes(m, {})]
+        app.state.hybrid_dense = [m for m in MODES if self.takes("hybrid", {"dense": m})]
+        app.openapi_schema = None  # the contract is this configuration's (ServiceApp.openapi)
+        app.state.max_header_bytes, app.state.body_timeout_s = config.max_header_bytes, config.body_timeout_s
         self.started = time.time()
         self.one_trip = {"queries": 0, "asked_again": 0}  # queries answered by the one-trip path, and those needing a second trip
         self._restrictions = RestrictionCache()
+
+    def takes(self, mode: str, knobs: dict[str, Any]) -> bool:
+        """Whether this service answers ``mode`` with ``knobs`` (the plan's ``settings``)."""
+        try:
+            self.plan.settings(mode, knobs)
+        except ValueError:
+            return False
+        return True
 
     async def restriction(self, filter: Optional[str], doc_ids: Optional[list[str]]) -> Optional[Restriction]:
         """The passages a request's filter allows (None without one), from the catalog of the
@@ -187,14 +235,14 @@ class SearchService:
         out["allowed_passages"] = result.allowed_passages
         return out
 
-    @app.post("/search", response_model=SearchResponse)
+    @app.post("/search", response_model=SearchResponse, responses=responses(SEARCH_ERRORS))
     async def search(self, body: SearchRequest) -> dict[str, Any]:
         """Top-k documents for one query (only documents passing ``filter`` and among
         ``doc_ids`` when given: docs/filters.md)."""
         restriction = await self.restriction(body.filter, body.doc_ids)
         return await self.search_one(body.query, body.k, body.mode, body.knobs(), restriction)
 
-    @app.post("/search/batch", response_model=BatchResponse)
+    @app.post("/search/batch", response_model=BatchResponse, responses=responses({**SEARCH_ERRORS, 413: "the body is over `max_body_bytes`, or more queries than `max_batch_queries`"}))
     async def search_batch(self, body: BatchRequest) -> dict[str, Any]:
         """Many queries at once (encoded in batches, searched side by side), answers in order."""
         if len(body.queries) > self.config.max_batch_queries:
@@ -222,7 +270,8 @@ class SearchService:
             got[-1] = {**self.local_encoder.info(), "placement": "ingress"}
         return got
 
-    @app.post("/admin/reload", status_code=202)
+    @app.post("/admin/reload", status_code=202, response_model=Reload, responses=responses({
+        **GUARD_REFUSALS, 403: "the service runs without a bearer token", 409: "the service has no reloader (deployed without mvr serve)"}))
     async def reload(self) -> dict[str, Any]:
         """Switch to the index's latest committed version, without refusing a query: the new
         version starts beside this one, then the ingress rolls over (poll ``GET /health`` for
@@ -243,7 +292,7 @@ class SearchService:
         newer = latest is not None and latest.version > self.layout.version
         return {"serving": self.layout.version, "latest": latest.version if latest else None, "status": "switching" if newer else "up to date"}
 
-    @app.get("/health")
+    @app.get("/health", response_model=Health, responses=responses({**GUARD_REFUSALS, 503: "the encoder or a partition does not answer (named)"}))
     async def health(self) -> dict[str, Any]:
         """200 when the encoder and every partition answer; 503 naming what does not."""
         got = await self._ping()
@@ -252,7 +301,7 @@ class SearchService:
             raise HTTPException(503, f"not answering: {', '.join(missing)}")
         return {"status": "ok", "version": self.layout.version, "partitions": len(self.fanout)}
 
-    @app.get("/stats")
+    @app.get("/stats", responses=responses(GUARD_REFUSALS))
     async def stats(self) -> dict[str, Any]:
         """Index version, passages, documents, partitions, modes, replicas per deployment."""
         got = await self._ping()

@@ -37,7 +37,9 @@ from mvr.pipeline.serving.guard import token_digest
 from mvr.pipeline.serving.query_encoder import QueryEncoderServer
 from mvr.pipeline.serving.partition import IndexVersion, PartitionServer
 from mvr.pipeline.retrieval.layout import ServingLayout, default_modes, plan_layout
+from mvr.storage.integrity import require_intact
 from mvr.storage.manifest import Manifest, load_manifest
+from mvr.storage.verify import expected_files
 
 
 # Serve's low-latency settings (what RAY_SERVE_THROUGHPUT_OPTIMIZED sets for replicas): user
@@ -54,6 +56,13 @@ REPLICA_ENV = {
 
 # No access log line per call (a query makes 4+ calls), warnings and errors still logged.
 LOGGING = {"enable_access_log": False, "log_level": "WARNING"}
+
+# Replicas a deployment that loads partitions (``Partition{i}``, or the ingress holding them)
+# starts before its deploy fails when each raises (Serve's default: 3 a replica, up to 20):
+# loading the same damaged files again fails again, so the first failure ends the deploy
+# (``start_failure``) rather than a loop of restarts. A replica that dies once it has
+# started is still restarted.
+LOADS_ONCE = {"max_constructor_retry_count": 1}
 
 
 @dataclass(frozen=True)
@@ -141,7 +150,7 @@ def encoder_app(index_url: str, manifest: Manifest, config: ServeConfig, plan: R
 def index_app(layout: ServingLayout, manifest: Manifest, config: ServeConfig, plan: ReplicaPlan) -> serve.Application:
     parts = []
     for shard in layout.shards:
-        parts.append(PartitionServer.options(**plan.options(f"Partition{shard.index}")).bind(layout.index_url, shard, manifest, plan.threads))
+        parts.append(PartitionServer.options(**plan.options(f"Partition{shard.index}"), **LOADS_ONCE).bind(layout.index_url, shard, manifest, plan.threads))
     return IndexVersion.options(logging_config=LOGGING).bind(layout.version, *parts)
 
 
@@ -212,10 +221,11 @@ def deploy(
     refused query) whatever version this app served. ``token``: require it as a bearer token
     (or ``token_sha256``, its digest, as the reloader keeps it)."""
     t0 = time.perf_counter()
-    start_serve(config, address)
     manifest = load_manifest(index_url)
     modes = config.modes or default_modes(manifest)
     layout = plan_layout(index_url, manifest, modes, config.search.exact, config.search.hybrid.dense)
+    check_served_files(index_url, manifest, layout)  # before anything starts
+    start_serve(config, address)
     plan = plan_resources(config, len(layout.shards))
     enc_name, idx_name = app_names(config, manifest, layout, plan)
     targets = []
@@ -232,20 +242,31 @@ def deploy(
             targets.append(serve.RunTarget(build(), name=name, route_prefix=None))
     digest = token_digest(token) if token else token_sha256
     in_ingress = manifest if enc_name is None or idx_name is None else None  # the ingress loads the encoder or the partitions itself
-    ingress = SearchService.options(**plan.searcher.options()).bind(
+    ingress = SearchService.options(**plan.searcher.options(), **(LOADS_ONCE if idx_name is None else {})).bind(
         layout, config, enc_name, idx_name, digest, in_ingress, plan.searcher.threads, (reloader_name(config.app_name), RELOADER_NAMESPACE)
     )
-    if config.app_name not in serve.status().applications:
-        # nothing served yet, so no query to keep answering: the ingress starts beside the
-        # apps it calls (its replicas' start overlaps theirs) and the route opens when all run
-        log(f"{config.app_name}: starting, routing / to index version {layout.version}")
-        serve.run_many([*targets, serve.RunTarget(ingress, name=config.app_name, route_prefix="/")])
-    else:
-        if targets:  # started side by side; returns when both run
-            serve.run_many(targets)
-        # then the ingress rolls over to them: its old replicas still reach the old version
-        log(f"{config.app_name}: routing / to index version {layout.version}")
-        serve.run(ingress, name=config.app_name, route_prefix="/")
+    first = config.app_name not in serve.status().applications
+    started = [t.name for t in targets] + ([config.app_name] if first else [])
+    try:
+        if first:
+            # nothing served yet, so no query to keep answering: the ingress starts beside the
+            # apps it calls (its replicas' start overlaps theirs) and the route opens when all run
+            log(f"{config.app_name}: starting, routing / to index version {layout.version}")
+            serve.run_many([*targets, serve.RunTarget(ingress, name=config.app_name, route_prefix="/")])
+        else:
+            if targets:  # started side by side; returns when both run
+                serve.run_many(targets)
+            # then the ingress rolls over to them: its old replicas still reach the old version
+            log(f"{config.app_name}: routing / to index version {layout.version}")
+            serve.run(ingress, name=config.app_name, route_prefix="/")
+    except RuntimeError as exc:  # an application failed to deploy: what it started goes, what served stays
+        failure = start_failure([*started, config.app_name])  # an ingress holding partitions loads them too
+        for a in started:
+            log(f"{a}: failed to start, deleted")
+            serve.delete(a)
+        if failure is None:
+            raise
+        raise failure from exc
     wait_settled(config.app_name)
     removed = [a for a in serve.status().applications if _owned(config, a) and a not in (config.app_name, enc_name, idx_name)]
     for a in removed:
@@ -253,6 +274,40 @@ def deploy(
         serve.delete(a)
     direct = direct_urls(config, plan.searcher.replicas) if config.direct_ingress else ()
     return Deployment(http_url(config), index_url, layout.version, enc_name, idx_name, layout, plan, time.perf_counter() - t0, removed, direct)
+
+
+def check_served_files(index_url: str, manifest: Manifest, layout: ServingLayout) -> None:
+    """Refuse an index of which a file the layout's hosts (or its ingress) would load is
+    missing or not the size its manifest lists: the ``IntegrityError`` search raises for the
+    same damage, from a stat of each file (``mvr verify`` also compares checksums)."""
+    served = tuple(e["path"].rstrip("/") + "/" for s in layout.shards for e in (*s.kinds.values(), *s.bm25.values()) if e is not None)
+    files = [f for f in expected_files(manifest) if f.group != "rejects" and (not f.group.startswith(("ann ", "bm25")) or f.path.startswith(served))]
+    require_intact(index_url, files, workers=8, sha256=False)
+
+
+class ReplicaStartError(RuntimeError):
+    """A replica of ``deployment`` (of the Serve application ``app``) raised while it started
+    (a partition whose files a size check cannot fault, e.g. changed in place);
+    ``remote_traceback``: its error as Serve reports it (the last line names the cause)."""
+
+    def __init__(self, app: str, deployment: str, remote_traceback: str) -> None:
+        self.app, self.deployment, self.remote_traceback = app, deployment, remote_traceback
+        lines = remote_traceback.strip().splitlines()
+        super().__init__(f"{deployment} of {app} failed to start: {lines[-1] if lines else 'no error reported'}")
+
+    def __reduce__(self):  # pickled as its parts, so it crosses Ray calls (the reloader's)
+        return (type(self), (self.app, self.deployment, self.remote_traceback))
+
+
+def start_failure(apps: list[str]) -> Optional[ReplicaStartError]:
+    """The failure of the first deployment of ``apps`` that Serve gave up starting (one that
+    loads partitions starts a replica once: ``LOADS_ONCE``), or None."""
+    status = serve.status().applications
+    for app in dict.fromkeys(apps):
+        for name, d in (status[app].deployments.items() if app in status else ()):
+            if str(getattr(d.status, "value", d.status)) == "DEPLOY_FAILED" and d.message:
+                return ReplicaStartError(app, name, d.message)
+    return None
 
 
 def direct_urls(config: ServeConfig, replicas: int, timeout_s: float = 30.0) -> tuple[str, ...]:

@@ -1,17 +1,19 @@
 """How the service answers what it refuses: 422 naming each bad field, 400 saying why a body
 is unreadable, each echoing at most an excerpt of what the client sent (never the whole body,
-never text that cannot be written as JSON)."""
+never text that cannot be written as JSON); the two shapes of an error answer (``Refusal``,
+``Invalid``: one a status) and how the OpenAPI schema lists them (``responses``)."""
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Optional, Union
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
@@ -81,6 +83,49 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> Any:
     elif isinstance(exc.detail, str):
         exc = HTTPException(exc.status_code, excerpt(exc.detail, MESSAGE_CHARS), getattr(exc, "headers", None))
     return await http_exception_handler(request, exc)
+
+
+class Refusal(BaseModel):
+    """Every error answer but a 422: what is wrong, in one line."""
+
+    detail: str = Field(description=f"the reason, at most {MESSAGE_CHARS} characters")
+
+
+class FieldError(BaseModel):
+    """One problem of a refused request."""
+
+    type: str = Field(description='pydantic\'s error type ("value_error" for a check of the service\'s own; "more_errors" for the count of those not shown)')
+    loc: list[Union[str, int]] = Field(description='where: ["body", field, …]')
+    msg: str
+    input: Optional[Any] = Field(None, description=f"an excerpt of what was sent, at most {EXCERPT_CHARS} characters")
+    ctx: Optional[dict[str, Any]] = Field(None, description="the bound that was broken, e.g. {\"le\": 10000}")
+
+
+class Invalid(BaseModel):
+    """A 422: the request's problems, at most ``ERRORS_SHOWN`` then a count of the rest."""
+
+    detail: list[FieldError]
+
+
+# The refusals of ``guard.RequestGuard``, on every route, before any parsing.
+GUARD_REFUSALS = {
+    401: "no or a wrong bearer token (`Authorization: Bearer <token>`), when the service has one",
+    408: "the body was not received whole within `body_timeout_s`",
+    413: "the body is over `max_body_bytes`",
+    431: "the headers are over `max_header_bytes`",
+}
+
+
+def responses(statuses: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """FastAPI's ``responses=`` for the error statuses a route answers ({status:
+    description}): a 422 in the ``Invalid`` shape, any other in the ``Refusal`` shape; a 401
+    with its ``WWW-Authenticate`` header."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status, description in sorted(statuses.items()):
+        out[status] = {"model": Invalid if status == 422 else Refusal, "description": description}
+        if status == 401:
+            out[status]["headers"] = {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}}
+    return out
 
 
 class QueryRefused(HTTPException):

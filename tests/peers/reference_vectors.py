@@ -2,6 +2,7 @@
 (pylate, colbert-ai; never mvr's), not by pytest.
 
     python reference_vectors.py {pylate|colbert} TOKENIZER_DIR WORK_DIR
+    python reference_vectors.py pylate-load CHECKPOINT_DIR WORK_DIR
 
 Builds tiny random-weight BERT checkpoints (2 layers, hidden 32, the vocabulary of the
 tokenizer in TOKENIZER_DIR), has the reference library itself save them with non-default
@@ -15,6 +16,9 @@ of WORK_DIR/texts.json with it. For each variant NAME it writes:
                           L2-normalised, exactly the vectors the library returns;
 - WORK_DIR/NAME.json      the conventions the loaded model reports and the token ids it used
                           (for diagnosing a mismatch).
+
+``pylate-load`` loads CHECKPOINT_DIR (written by ``mvr train``) with PyLate and writes
+WORK_DIR/loaded.npz and loaded.json the same way.
 """
 
 from __future__ import annotations
@@ -164,10 +168,21 @@ def run_colbert(tokenizer_dir: str, work: Path, texts: dict) -> None:
         write(work, name, list(q), [x.float().cpu().numpy() for x in d], info)
 
 
+def load_pylate(checkpoint: str, work: Path, texts: dict) -> None:
+    """A checkpoint another program wrote (``mvr train``), loaded as a PyLate user would."""
+    from pylate import models
+
+    loaded = models.ColBERT(checkpoint, device="cpu")
+    q = loaded.encode(texts["queries"], is_query=True, convert_to_numpy=True, batch_size=2)
+    d = loaded.encode(texts["documents"], is_query=False, convert_to_numpy=True, batch_size=2)
+    info = {"query_prefix": loaded.query_prefix, "document_prefix": loaded.document_prefix, "query_length": loaded.query_length, "document_length": loaded.document_length}
+    write(work, "loaded", q, d, info)
+
+
 def main() -> None:
     library, tokenizer_dir, work = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     texts = json.loads((work / "texts.json").read_text())
-    {"pylate": run_pylate, "colbert": run_colbert}[library](tokenizer_dir, work, texts)
+    {"pylate": run_pylate, "colbert": run_colbert, "pylate-load": load_pylate}[library](tokenizer_dir, work, texts)
 
 
 if __name__ == "__main__":

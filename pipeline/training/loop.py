@@ -1,0 +1,216 @@
+"""The training loop each Ray Train worker runs (``train_loop``): the encoder with a Dense
+projection (added as the identity when the base has none), the batches of its rank, the
+objective's differentiable scores in a contrastive loss, AdamW with warm-up and linear
+decay, a checkpoint (a loadable model directory plus the trainer state) every
+``checkpoint_every`` steps and at the last, resumed from the latest one after a failure.
+
+Batches are a function of (seed, step, rank): the pairs in a seeded order a pass, step s of
+rank r taking the pairs (s · workers + r) · batch_size onwards, so a resumed run sees
+exactly the batches the lost one would have."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from mvr.operators.encode.tokenizer import PassageTokenizer
+from mvr.operators.retrieval import differentiable
+from mvr.operators.training.loss import contrastive_loss
+from mvr.pipeline.config import TrainConfig
+from mvr.storage.training_files import TRAINER_STATE, read_pairs, write_model_dir
+
+PROGRESS = "progress.json"  # in the run directory: the workers' pid, step and loss (for users, and the kill test)
+
+
+def pair_indices(n_pairs: int, step: int, rank: int, workers: int, batch_size: int, seed: int) -> np.ndarray:
+    """The pairs (rows) of one step of one rank: (batch_size,) int64."""
+    first = (step * workers + rank) * batch_size
+    return np.asarray([_order(n_pairs, seed, pos // n_pairs)[pos % n_pairs] for pos in range(first, first + batch_size)], dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=2)
+def _order(n_pairs: int, seed: int, epoch: int) -> np.ndarray:
+    """The pairs' order in one pass (a seeded permutation)."""
+    return np.random.default_rng([seed, epoch]).permutation(n_pairs)
+
+
+def total_steps(n_pairs: int, config: TrainConfig) -> int:
+    """``train.steps``, or one pass over the pairs by every worker together."""
+    return config.train.steps or max(1, n_pairs // (config.train.batch_size * config.runtime.workers))
+
+
+def conventions(config: TrainConfig) -> dict[str, Any]:
+    """The conventions the model trains with, as PyLate's config_sentence_transformers keys
+    (``operators.encode.checkpoint.pylate_conventions`` reads them back into the same
+    ``TokenizerConfig`` values)."""
+    t = config.tokenizer
+    if t.query_marker is None or t.document_marker is None:
+        raise ValueError("mvr train needs query_marker and document_marker tokens (PyLate inserts a prefix token in every query and document)")
+    return {
+        "query_prefix": t.query_marker,
+        "document_prefix": t.document_marker,
+        "query_length": t.query_tokens,
+        "document_length": t.passage_tokens,
+        "do_query_expansion": t.query_augmentation,
+        "attend_to_expansion_tokens": t.attend_to_expansion_tokens,
+        "skiplist_words": list(t.skiplist),
+        "prompts": {"query": t.query_text_prefix, "document": t.document_text_prefix},
+        "default_prompt_name": None if not t.query_text_prefix else "query",
+        "similarity_fn_name": "MaxSim",
+    }
+
+
+class Batches:
+    """Texts → padded model inputs with the run's conventions: queries as ``QueryEncoder``
+    makes them, passages as indexing does (truncated to ``passage_tokens``)."""
+
+    def __init__(self, hf_tokenizer, config: TrainConfig, device: torch.device) -> None:
+        settings = config.tokenizer.model_dump(exclude={"checkpoint_conventions", "conventions_source", "conventions_from_checkpoint"})
+        settings["split_long_documents"] = False
+        self.tokenizer = PassageTokenizer(hf_tokenizer, **settings)
+        self.device = device
+
+    def _pad(self, ids: list[np.ndarray], attention: list[np.ndarray], keep: Optional[list[np.ndarray]] = None) -> dict[str, torch.Tensor]:
+        width = max(len(x) for x in ids)
+        out = {
+            "input_ids": torch.full((len(ids), width), self.tokenizer.pad_id, dtype=torch.long),
+            "attention_mask": torch.zeros((len(ids), width), dtype=torch.long),
+            "mask": torch.zeros((len(ids), width), dtype=torch.bool),
+            "keep": torch.zeros((len(ids), width), dtype=torch.bool),
+        }
+        for r, (x, a) in enumerate(zip(ids, attention)):
+            out["input_ids"][r, : len(x)] = torch.from_numpy(x.astype(np.int64))
+            out["attention_mask"][r, : len(x)] = torch.from_numpy(a.astype(np.int64))
+            out["mask"][r, : len(x)] = True
+            out["keep"][r, : len(x)] = torch.from_numpy(keep[r]) if keep is not None else True
+        return {k: v.to(self.device) for k, v in out.items()}
+
+    def queries(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        ids, attention = self.tokenizer.query_inputs(texts)
+        return self._pad(ids, attention)
+
+    def passages(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        passages = self.tokenizer.split([str(i) for i in range(len(texts))], [""] * len(texts), texts)
+        ids = [p.input_ids for p in passages]
+        return self._pad(ids, [np.ones(len(x), np.int32) for x in ids], [self.tokenizer.keep_mask(x) for x in ids])
+
+
+def represent(model: torch.nn.Module, inputs: dict[str, torch.Tensor], config: TrainConfig, centroids: bool) -> differentiable.Representations:
+    raw = model(inputs["input_ids"], inputs["attention_mask"]).float()
+    c = config.compress
+    return differentiable.represent(
+        raw, inputs["mask"], inputs["keep"], c.first_m, c.centroids if centroids else 0, c.kmeans_iterations, c.centroid_space, c.pooling
+    )
+
+
+def load_model(config: TrainConfig, device: torch.device):
+    """(the trainable ``TokenModel`` with a Dense projection, its Hugging Face tokenizer)."""
+    from mvr.operators.encode.encoder import DenseLayer, TokenEncoder
+
+    encoder = TokenEncoder(config.base, device=str(device), dtype="float32")
+    model = encoder.model
+    if model.projection is None:
+        model.projection = torch.nn.Sequential(DenseLayer.identity(model.dim)).to(device)
+    elif not isinstance(model.projection, torch.nn.Sequential):
+        raise ValueError(f"{config.base}: a ColBERT-format checkpoint; mvr train starts from a sentence-transformers / PyLate one")
+    return model, encoder.tokenizer
+
+
+def save_checkpoint(directory: str, model, hf_tokenizer, optimizer, scheduler, step: int, config: TrainConfig, n_pairs: int) -> None:
+    """A loadable model directory plus ``TRAINER_STATE`` (what a resumed run needs)."""
+    trained = {"objective": config.objective, "base": config.base, "step": step, "pairs": n_pairs, "config": config.model_dump(mode="json")}
+    write_model_dir(directory, model.backbone, hf_tokenizer, list(model.projection), conventions(config), trained)
+    torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, str(Path(directory) / TRAINER_STATE))
+
+
+def _restore(model, optimizer, scheduler, directory: str) -> int:
+    """Weights and trainer state from a checkpoint directory; returns its step."""
+    from mvr.operators.encode.encoder import DenseLayer
+    from transformers import AutoModel
+
+    d = Path(directory)
+    model.backbone.load_state_dict(AutoModel.from_pretrained(str(d)).state_dict())
+    for i, layer in enumerate(model.projection, 1):
+        layer.load_state_dict(DenseLayer.load(d / ("1_Dense" if i == 1 else f"{i}_Dense")).state_dict())
+    state = torch.load(str(d / TRAINER_STATE), map_location="cpu", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    return int(state["step"])
+
+
+def _schedule(steps: int, warmup: float):
+    ramp = max(1, int(steps * warmup))
+    return lambda s: min((s + 1) / ramp, max(0.0, (steps - s) / max(1, steps - ramp)))
+
+
+def train_loop(loop_config: dict[str, Any]) -> None:
+    """One Ray Train worker: ``loop_config`` has ``config`` (a TrainConfig dump), ``pairs``
+    (the pairs file) and ``run_dir`` (where progress is written)."""
+    import ray.train
+    import ray.train.torch
+
+    config = TrainConfig.model_validate(loop_config["config"])
+    ctx = ray.train.get_context()
+    rank, workers = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    torch.manual_seed(config.train.seed)
+    if device.type == "cpu" and loop_config.get("torch_threads"):
+        torch.set_num_threads(int(loop_config["torch_threads"]))
+    pairs = read_pairs(loop_config["pairs"]).to_pydict()
+    n_pairs = len(pairs["query"])
+    steps = total_steps(n_pairs, config)
+
+    model, hf_tokenizer = load_model(config, device)
+    teacher = copy.deepcopy(model).eval().requires_grad_(False) if config.train.distill > 0 else None
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.train.learning_rate, weight_decay=config.train.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(steps, config.train.warmup))
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            start = _restore(model, optimizer, scheduler, d)
+    trained = ray.train.torch.prepare_model(model) if workers > 1 else model
+    batches = Batches(hf_tokenizer, config, device)
+    centroids = config.objective == "softmax-centroid"
+    temperature = config.temperature()
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    run_dir = Path(loop_config["run_dir"])
+    t0, seen = time.perf_counter(), 0
+    for step in range(start, steps):
+        idx = pair_indices(n_pairs, step, rank, workers, config.train.batch_size, config.train.seed)
+        queries = [pairs["query"][i] for i in idx]
+        passages = [pairs["positive"][i] for i in idx] + [n for i in idx for n in pairs["negatives"][i]]
+        q_in, p_in = batches.queries(queries), batches.passages(passages)
+        with amp:
+            scores = differentiable.score(config.objective, represent(trained, q_in, config, False), represent(trained, p_in, config, centroids))
+            teacher_scores = None
+            if teacher is not None:
+                with torch.no_grad():
+                    teacher_scores = differentiable.pooled(represent(teacher, q_in, config, False), represent(teacher, p_in, config, False))
+            loss, parts = contrastive_loss(scores, temperature, teacher_scores, distill=config.train.distill)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        seen += len(idx)
+        metrics = {"step": step + 1, "steps": steps, "loss": float(loss.detach()), **parts, "examples_per_s": seen / (time.perf_counter() - t0), "resumed_from": start}
+        if rank == 0:
+            (run_dir / PROGRESS).write_text(json.dumps({**metrics, "pid": os.getpid()}))
+        if (step + 1) % config.train.checkpoint_every == 0 or step + 1 == steps:
+            with tempfile.TemporaryDirectory() as tmp:
+                if rank == 0:
+                    save_checkpoint(tmp, model, hf_tokenizer, optimizer, scheduler, step + 1, config, n_pairs)
+                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp) if rank == 0 else None)
+        elif (step + 1) % 10 == 0:
+            ray.train.report(metrics)

@@ -1,0 +1,146 @@
+"""The parts of ``mvr train`` that need no Ray and no model: the pairs a corpus gives (Inverse
+Cloze Task, title → text) on real text, the evaluation-overlap rule, hard-negative draws, the
+batches of a step (a resumed run sees the lost run's batches), the contrastive loss against a
+direct computation, the conventions a checkpoint is written with (read back by the same
+reader ``mvr index`` uses), and the refusals of a run directory."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import read_jsonl
+from mvr.operators.encode.checkpoint import pylate_conventions
+from mvr.operators.training.loss import contrastive_loss
+from mvr.operators.training.pairs import MIN_WORDS, ict_pair, overlap, pick_negatives, query_key, sentences, title_pair, unsupervised_pairs
+from mvr.pipeline.config import TokenizerConfig, TrainConfig
+from mvr.pipeline.training.data import TrainingDataError, check_overlap, jsonl_pairs
+from mvr.pipeline.training.loop import conventions, pair_indices, total_steps
+from mvr.pipeline.training.trainer import prepare_run
+
+
+@pytest.fixture(scope="module")
+def dbpedia_docs(datasets):
+    return [(d["_id"], d.get("title", ""), d["text"]) for d in read_jsonl(datasets / "dbpedia-sample" / "corpus.jsonl")[:300]]
+
+
+def test_ict_pairs_on_real_text(dbpedia_docs):
+    pairs = [p for p in unsupervised_pairs(dbpedia_docs, seed=0, kinds=["ict"])]
+    assert len(pairs) > 100
+    texts = {doc_id: (title, text) for doc_id, title, text in dbpedia_docs}
+    for p in pairs:
+        title, text = texts[p.positive_id]
+        assert p.query in sentences(text) and len(p.query.split()) >= MIN_WORDS
+        assert p.query not in p.positive  # the sentence is removed from its passage
+        assert p.positive.startswith(title)
+        rest = p.positive[len(title) :].split()
+        assert len(rest) == len(text.split()) - len(p.query.split())  # and nothing else is
+    again = unsupervised_pairs(dbpedia_docs, seed=0, kinds=["ict"])
+    assert again == pairs  # a function of the document and the seed
+    other = unsupervised_pairs(dbpedia_docs, seed=1, kinds=["ict"])
+    assert sum(a.query != b.query for a, b in zip(pairs, other)) > len(pairs) // 4
+
+
+def test_title_pairs_and_refusals():
+    assert title_pair("d", "Keith Urban", "Keith Urban is a country music singer.").query == "Keith Urban"
+    assert title_pair("d", "", "a text of enough words here") is None
+    assert title_pair("d", "T", "too short") is None
+    assert ict_pair("d", "", "One sentence only, with several words.", 0) is None
+    assert ict_pair("d", "", "Tiny. Also tiny.", 0) is None
+
+
+def test_overlap_with_evaluation_queries_is_refused_or_dropped(datasets):
+    rows = [{"query": " keith  URBAN ", "positive": "x", "positive_id": "a", "source": "title", "negatives": []}, {"query": "something else entirely", "positive": "y", "positive_id": "b", "source": "ict", "negatives": []}]
+    assert overlap([r["query"] for r in rows], ["Keith Urban"]) == [" keith  URBAN "]
+    config = TrainConfig.model_validate({"data": {"eval_datasets": [str(datasets / "dbpedia-sample")]}})
+    assert "keith urban" in {query_key(q) for q in read_jsonl_queries(datasets / "dbpedia-sample")}
+    with pytest.raises(TrainingDataError, match="1 training queries are queries of .*dbpedia-sample.*never train on a test query"):
+        check_overlap(rows, config, print)
+    config.data.on_overlap = "drop"
+    said = []
+    assert [r["positive_id"] for r in check_overlap(rows, config, said.append)] == ["b"]
+    assert "their 1 pairs left out" in said[0]
+
+
+def read_jsonl_queries(path) -> list[str]:
+    return [q["text"] for q in read_jsonl(path / "queries.jsonl")]
+
+
+def test_negatives_never_the_positive():
+    rng = np.random.default_rng(0)
+    ranked = [f"d{i}" for i in range(30)]
+    for _ in range(50):
+        got = pick_negatives(ranked, "d5", 3, rng, skip=2)
+        assert len(got) == 3 and "d5" not in got and not {"d0", "d1"} & set(got)
+    assert pick_negatives(["p", "a"], "p", 3, rng) == ["a"]
+
+
+def test_a_resumed_run_sees_the_same_batches():
+    n, batch, workers = 37, 8, 2
+    seen = [pair_indices(n, s, r, workers, batch, seed=3) for s in range(6) for r in range(workers)]
+    again = [pair_indices(n, s, r, workers, batch, seed=3) for s in range(6) for r in range(workers)]
+    assert all((a == b).all() for a, b in zip(seen, again))
+    flat = np.concatenate(seen)
+    first_pass = flat[:n]
+    assert sorted(first_pass.tolist()) == list(range(n))  # every pair once a pass, workers together
+    assert not (pair_indices(n, 0, 0, workers, batch, seed=4) == seen[0]).all()
+    assert total_steps(100, TrainConfig.model_validate({"train": {"batch_size": 10}})) == 10
+
+
+def test_contrastive_loss_against_a_direct_computation():
+    scores = torch.tensor([[3.0, 1.0, 0.5], [0.2, 2.0, 2.5]])
+    loss, parts = contrastive_loss(scores, temperature=0.5)
+    z = scores / 0.5
+    ce = -(z[0, 0] - torch.logsumexp(z[0], 0) + z[1, 1] - torch.logsumexp(z[1], 0)) / 2
+    assert math.isclose(float(loss), float(ce), rel_tol=1e-6) and parts["accuracy"] == 0.5 and parts["kl"] == 0.0
+    teacher = torch.tensor([[0.9, 0.1, 0.0], [0.0, 0.8, 0.3]])
+    loss2, parts2 = contrastive_loss(scores, 0.5, teacher, teacher_temperature=0.05, distill=0.5)
+    p = torch.softmax(teacher / 0.05, -1)
+    kl = (p * (p.log() - torch.log_softmax(z, -1))).sum(-1).mean()
+    assert math.isclose(parts2["kl"], float(kl), rel_tol=1e-5)
+    assert math.isclose(float(loss2), float(ce + 0.5 * kl), rel_tol=1e-5)
+
+
+def test_checkpoint_conventions_read_back_as_trained():
+    config = TrainConfig()
+    written = conventions(config)
+    read = pylate_conventions(json.loads(json.dumps(written)))
+    trained_with = config.tokenizer.model_dump()
+    for key, value in read.items():
+        assert trained_with[key] == value, key
+    with pytest.raises(ValueError, match="needs query_marker and document_marker"):
+        conventions(TrainConfig(tokenizer=TokenizerConfig()))
+
+
+def test_jsonl_pairs_and_their_errors(tmp_path):
+    good = tmp_path / "pairs.jsonl"
+    good.write_text(json.dumps({"query": "q", "positive": "p", "negatives": ["n1"]}) + "\n\n" + json.dumps({"query": "q2", "positive": "p2"}) + "\n")
+    rows = jsonl_pairs(str(good))
+    assert [(r["query"], r["negatives"]) for r in rows] == [("q", ["n1"]), ("q2", [])]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"query": "q", "positive": "p"}) + "\n" + json.dumps({"query": 3, "positive": "p"}) + "\n")
+    with pytest.raises(TrainingDataError, match="bad.jsonl line 2: not a pair object"):
+        jsonl_pairs(str(bad))
+
+
+def test_run_directory_refusals(tmp_path):
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "something").write_text("x")
+    with pytest.raises(TrainingDataError, match="holds no mvr train run"):
+        prepare_run("corpus.jsonl", str(occupied), TrainConfig(), False, print)
+    run = tmp_path / "out" / ".mvr-train"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"data": "other.jsonl", "config": {}}))
+    with pytest.raises(TrainingDataError, match="holds a run of another DATA or configuration"):
+        prepare_run("corpus.jsonl", str(tmp_path / "out"), TrainConfig(), False, print)
+
+
+def test_train_yaml_is_the_defaults():
+    from pathlib import Path
+
+    assert TrainConfig.from_yaml(Path(__file__).resolve().parents[1] / "configs" / "train.yaml") == TrainConfig()
