@@ -1,12 +1,14 @@
 """What ``mvr train`` buys each search mode: the packaged all-MiniLM-L6-v2 trained for each
 objective on unsupervised pairs (Inverse Cloze Task and title → text) of msmarco-sample's
 and dbpedia-sample's corpora, their queries never used (and pairs whose query equals a test
-query of any of the three collections dropped), hard negatives mined with BM25 over the
-base model's index of the pair's own corpus; then exact search, nDCG@10 of every mode, base
+query of any of the three collections dropped), with the hard negatives the configuration
+asks for mined with BM25 over the base model's index of the pair's own corpus (none in the
+documented run: ``benchmarks/train_quality.yaml``); then exact search, nDCG@10 of every mode, base
 against trained, on msmarco-sample, dbpedia-sample and cranfield (whose text was never
 trained on). docs/training.md has the table and the command:
 
-    python benchmarks/train_quality.py --workdir /tmp/trainbench --steps 150 \\
+    python benchmarks/train_quality.py --workdir /tmp/trainbench --steps 170 \\
+        --config benchmarks/train_quality.yaml --tag keep3 \\
         --json docs/train-quality.json --markdown /tmp/trainbench/table.md
 
 Everything built is kept in WORKDIR and reused when the command runs again (indexes with a
@@ -50,26 +52,18 @@ def index_once(corpus: Path, index: Path, model: str, bm25: bool = False) -> str
     return str(index)
 
 
-def train_once(work: Path, objective: str, seed: int, steps: int, batch_size: int, negatives_from: list[str]) -> tuple[str, dict[str, Any]]:
-    """A checkpoint trained for ``objective`` (reused when its run reached ``steps``)."""
+def train_once(work: Path, name: str, config: TrainConfig, negatives_from: list[str]) -> tuple[str, dict[str, Any]]:
+    """A checkpoint trained with ``config`` (reused when its run reached its steps); a
+    BM25 negative a pair unless the configuration asks for none."""
     import mvr
 
-    out = work / f"model-{objective}-s{seed}"
+    steps, batch_size = config.train.steps, config.train.batch_size
+    out = work / f"model-{name}"
     progress = out / ".mvr-train" / "progress.json"
     if (out / "modules.json").exists() and progress.exists() and json.loads(progress.read_text())["step"] == steps:
         return str(out), json.loads(progress.read_text()) | {"reused": True}
-    config = TrainConfig.model_validate(
-        {
-            "objective": objective,
-            "data": {  # one pass over steps × batch_size pairs, each with a BM25 negative
-                "negatives_from": negatives_from,
-                "eval_datasets": [str(DATASETS / c) for c in COLLECTIONS],
-                "on_overlap": "drop",
-                "max_pairs": steps * batch_size,
-            },
-            "train": {"steps": steps, "batch_size": batch_size, "seed": seed},
-        }
-    )
+    if config.data.negatives:
+        config = config.model_copy(update={"data": config.data.model_copy(update={"negatives_from": negatives_from})})
     t0 = time.perf_counter()
     result = mvr.train(str(work / "corpus"), str(out), config, log=log)
     return str(out), result.metrics | {"seconds": round(time.perf_counter() - t0, 1), "pairs": result.pairs}
@@ -123,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--config", help="a TrainConfig YAML the runs start from (the objective, steps, batch size, seed and the data to train on are the benchmark's)")
+    p.add_argument("--tag", default="", help="a name for this configuration's checkpoints and indexes in WORKDIR")
     p.add_argument("--json", dest="json_out")
     p.add_argument("--markdown")
     args = p.parse_args(argv)
@@ -136,12 +132,25 @@ def main(argv: list[str] | None = None) -> int:
     base = {c: exact_quality(str(DATASETS / c), base_index[c], MODES) for c in COLLECTIONS}
     result: dict[str, Any] = {"steps": args.steps, "batch_size": args.batch_size, "seed": args.seed, "base": {c: {"ndcg10": base[c]["ndcg10"]} for c in COLLECTIONS}, "objectives": {}}
     for objective in [o.strip() for o in args.objectives.split(",") if o.strip()]:
-        model, training = train_once(work, objective, args.seed, args.steps, args.batch_size, [base_index[c] for c in TRAINED_ON])
+        config = TrainConfig.from_yaml(
+            args.config,
+            objective=objective,
+            **{
+                "data.eval_datasets": [str(DATASETS / c) for c in COLLECTIONS],
+                "data.on_overlap": "drop",
+                "data.max_pairs": args.steps * args.batch_size,  # one pass over steps × batch_size pairs
+                "train.steps": args.steps,
+                "train.batch_size": args.batch_size,
+                "train.seed": args.seed,
+            },
+        )
+        name = f"{objective}{'-' + args.tag if args.tag else ''}-s{args.seed}"
+        model, training = train_once(work, name, config, [base_index[c] for c in TRAINED_ON])
         rows = {}
         for c in COLLECTIONS:
-            index = index_once(DATASETS / c / "corpus.jsonl", work / f"{objective}-s{args.seed}-{c}", model)
+            index = index_once(DATASETS / c / "corpus.jsonl", work / f"{name}-{c}", model)
             rows[c] = compare_exact(base[c], exact_quality(str(DATASETS / c), index, MODES), MODES)
-        result["objectives"][objective] = {"model": model, "training": training, "collections": rows, "verdict": verdict(objective, rows)}
+        result["objectives"][objective] = {"model": model, "config": config.model_dump(mode="json"), "training": training, "collections": rows, "verdict": verdict(objective, rows)}
         log(markdown(result))
         if args.json_out:
             Path(args.json_out).write_text(json.dumps(result, indent=1))

@@ -12,7 +12,7 @@ import re
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from rich.console import Console
 
@@ -228,15 +228,15 @@ def load_config(cls: Any, path: str | None, **overrides: object):
     from pydantic import ValidationError
 
     where = f"--config {path}" if path else "configuration"
-    if path is not None:
-        _check_yaml(path, cls().model_dump(mode="json", by_alias=True))
-    try:
-        return cls.from_yaml(path, **overrides)
+    loaded = _check_yaml(path, cls().model_dump(mode="json", by_alias=True)) if path is not None else None
+    try:  # the file read once: a pipe (--config <(...)) has nothing left for a second read
+        return cls.from_mapping(loaded, **overrides)
     except ValidationError as exc:
         raise ConfigError(f"{where}: {validation_summary(exc)}") from None
 
 
-def _check_yaml(path: str, defaults: dict) -> None:
+def _check_yaml(path: str, defaults: dict) -> Optional[dict]:
+    """The YAML file's content, checked to be a mapping whose sections are mappings."""
     import yaml
 
     p = Path(path)
@@ -258,6 +258,7 @@ def _check_yaml(path: str, defaults: dict) -> None:
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"--config {path}: the top level must be a mapping of settings (key: value), got {_yaml_type(data)}")
     _check_sections(path, data or {}, defaults, "")
+    return data
 
 
 def _check_sections(path: str, data: dict, defaults: dict, prefix: str) -> None:

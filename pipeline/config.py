@@ -35,10 +35,14 @@ class _JobConfig(_Section):
         """Load a YAML file (or defaults when ``path`` is None) and apply dotted overrides,
         e.g. ``{"model.name": "/models/colbertv2.0"}``; None values are skipped. A file or
         override may give part of a section: the rest keeps its defaults."""
+        return cls.from_mapping(yaml.safe_load(Path(path).read_text()) if path is not None else None, **overrides)
+
+    @classmethod
+    def from_mapping(cls: type[_Job], loaded: Optional[dict], **overrides: object) -> _Job:
+        """``from_yaml`` of a YAML file's parsed content (None: the defaults)."""
         data = cls().model_dump(mode="json", by_alias=True)
         given: dict = {}
-        if path is not None:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if loaded:
             _deep_update(data, copy.deepcopy(loaded))
             if isinstance(loaded, dict):
                 _deep_update(given, copy.deepcopy(loaded))
@@ -513,7 +517,8 @@ class TrainDataConfig(_Section):
 
 class TrainLoopConfig(_Section):
     """The optimisation: AdamW, linear warm-up then linear decay, in-batch negatives plus the
-    mined ones, optionally distilled from the frozen base model's pooled scores."""
+    mined ones, optionally distilled from the frozen base model's pooled scores and held to
+    its scores in the other modes."""
 
     steps: Optional[int] = Field(None, ge=1, description="optimiser steps (None: one pass over the pairs)")
     batch_size: int = Field(16, ge=2, description="pairs a step a worker (the others' positives are its in-batch negatives)")
@@ -522,6 +527,7 @@ class TrainLoopConfig(_Section):
     weight_decay: float = Field(0.01, ge=0)
     temperature: Optional[float] = Field(None, gt=0, description="scores / temperature before the softmax (None: 1 for maxsim, 0.05 for cosine modes)")
     distill: float = Field(0.5, ge=0, description="weight of the KL term to the frozen base model's pooled scores (0: none)")
+    preserve: float = Field(3.0, ge=0, description="weight of the KL terms holding every other mode's scores at the frozen base model's (0: none)")
     checkpoint_every: int = Field(50, ge=1, description="steps between checkpoints (and the last step)")
     seed: int = 0
     max_grad_norm: float = Field(1.0, gt=0)
@@ -541,20 +547,30 @@ class TrainConfig(_JobConfig):
     """Configuration of ``mvr train DATA OUT``: train ``base``'s encoder with ``objective``'s
     aggregator in the loss (``operators/retrieval/differentiable.py``); OUT becomes a
     PyLate / sentence-transformers checkpoint that ``mvr index --model OUT`` loads with the
-    ``tokenizer`` conventions it was trained with."""
+    ``tokenizer`` conventions it was trained with: the base checkpoint's own (a PyLate or
+    ColBERT base keeps its markers and lengths, ``apply_checkpoint_conventions``), mvr's
+    defaults where it publishes none (the packaged MiniLM: no marker tokens, which it never
+    saw in its training), the user's where set."""
 
-    _user_sections = ()
+    _user_sections = ("tokenizer",)
 
     base: str = Field("minilm", description="the checkpoint to start from (as model.name)")
     objective: Literal["maxsim", "first-m", "softmax-centroid", "pooled"] = "maxsim"
-    tokenizer: TokenizerConfig = TokenizerConfig(query_marker="[unused0]", document_marker="[unused1]")
+    tokenizer: TokenizerConfig = TokenizerConfig()
     compress: CompressConfig = CompressConfig()
     data: TrainDataConfig = TrainDataConfig()
     train: TrainLoopConfig = TrainLoopConfig()
     runtime: TrainRuntimeConfig = TrainRuntimeConfig()
 
-    def temperature(self) -> float:
-        """The softmax temperature of the objective's scores."""
+    @model_validator(mode="after")
+    def _checkpoint_conventions(self) -> "TrainConfig":
+        resolved = apply_checkpoint_conventions(self.base, self.tokenizer)
+        if resolved is not self.tokenizer:
+            self.tokenizer = resolved
+        return self
+
+    def temperature(self, mode: Optional[str] = None) -> float:
+        """The softmax temperature of a mode's scores (the objective's by default)."""
         if self.train.temperature is not None:
             return self.train.temperature
-        return 1.0 if self.objective == "maxsim" else 0.05
+        return 1.0 if (mode or self.objective) == "maxsim" else 0.05

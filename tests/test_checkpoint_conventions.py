@@ -90,6 +90,23 @@ def test_pylate_conventions_fill_the_fields_not_set(tmp_path: Path):
     assert IndexConfig(model=ModelConfig(name=_pylate_dir(tmp_path))).tokenizer == t
 
 
+def test_training_keeps_the_base_checkpoints_conventions(tmp_path: Path):
+    """mvr train starts from its base's conventions (a PyLate base keeps its markers and
+    lengths), the user's settings first; a base without a conventions file (the packaged
+    MiniLM) trains with mvr's defaults: no marker tokens."""
+    from mvr.pipeline.config import TrainConfig
+
+    t = TrainConfig(base=_pylate_dir(tmp_path)).tokenizer
+    assert (t.query_marker, t.document_marker, t.query_tokens, t.passage_tokens) == ("[Q] ", "[D] ", 24, 40)
+    assert t.conventions_source == PYLATE_SOURCE
+    yaml_file = tmp_path / "train.yaml"
+    yaml_file.write_text(f"base: {_pylate_dir(tmp_path)}\ntokenizer:\n  passage_tokens: 300\n")
+    t = TrainConfig.from_yaml(yaml_file).tokenizer
+    assert (t.query_marker, t.passage_tokens) == ("[Q] ", 300)
+    t = TrainConfig().tokenizer
+    assert (t.query_marker, t.document_marker, t.conventions_source) == (None, None, None)
+
+
 def test_pylate_defaults_for_missing_keys_and_default_prompt(tmp_path: Path):
     """Keys a PyLate file leaves out (or sets null) take PyLate's defaults; the default prompt
     is text before queries and documents; no expansion means nothing attended to."""
@@ -375,10 +392,12 @@ def test_index_and_search_use_the_checkpoint_conventions(references, tmp_path):
 @pytest.mark.slow
 @pytest.mark.peers
 @pytest.mark.timeout(1800)
-def test_pylate_loads_what_mvr_train_wrote(peer_python, datasets, tmp_path, ray_address):
+@pytest.mark.parametrize("markers", [(None, None), ("[unused0]", "[unused1]")], ids=["no-markers", "markers"])
+def test_pylate_loads_what_mvr_train_wrote(peer_python, datasets, tmp_path, ray_address, markers):
     """A checkpoint ``mvr train`` wrote (two steps on msmarco-sample passages) loads in PyLate
     with the conventions it was trained with, and PyLate encodes queries and documents as mvr
-    does (the same tokens, the same vectors within float tolerance)."""
+    does (the same tokens, the same vectors within float tolerance): without marker tokens
+    (the default: the base model's own conventions) and with ColBERT's."""
     import mvr
     from mvr.operators.encode.compress import Compressor
     from mvr.operators.encode.encoder import TokenEncoder
@@ -390,7 +409,8 @@ def test_pylate_loads_what_mvr_train_wrote(peer_python, datasets, tmp_path, ray_
     rows = [json.loads(line) for _, line in zip(range(100), (datasets / "msmarco-sample" / "corpus.jsonl").open())]
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
     model = tmp_path / "model"
-    mvr.train(str(corpus), str(model), TrainConfig.model_validate({"train": {"steps": 2, "batch_size": 4}}))
+    tokenizer_settings = {"query_marker": markers[0], "document_marker": markers[1]}
+    mvr.train(str(corpus), str(model), TrainConfig.model_validate({"tokenizer": tokenizer_settings, "train": {"steps": 2, "batch_size": 4}}))
     work = tmp_path / "pylate"
     work.mkdir()
     (work / "texts.json").write_text(json.dumps({"queries": QUERIES, "documents": DOCUMENTS}))
@@ -398,10 +418,11 @@ def test_pylate_loads_what_mvr_train_wrote(peer_python, datasets, tmp_path, ray_
     assert out.returncode == 0, f"PyLate could not load mvr train's checkpoint:\n{out.stderr[-4000:]}"
     z = np.load(work / "loaded.npz")
     info = json.loads((work / "loaded.json").read_text())
-    assert info["query_prefix"] == "[unused0]" and info["document_prefix"] == "[unused1]" and info["document_length"] == 256
+    assert (info["query_prefix"], info["document_prefix"], info["document_length"]) == (markers[0] or "", markers[1] or "", 256)
 
     config = IndexConfig.from_yaml(None, **{"model.name": str(model)})
     assert config.tokenizer.conventions_source == PYLATE_SOURCE
+    assert (config.tokenizer.query_marker, config.tokenizer.document_marker) == markers
     encoder = TokenEncoder(str(model), "cpu", "float32")
     tokenizer = PassageTokenizer(encoder.tokenizer, **config.tokenizer.model_dump())
     got_q = [q.tokens for q in QueryEncoder(encoder, tokenizer)(QUERIES, batch_size=2)]

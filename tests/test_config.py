@@ -71,3 +71,19 @@ def test_an_index_written_before_a_setting_existed_keeps_what_it_did():
     assert IndexConfig.of_index(fresh.model_dump(mode="json")) == fresh
     assert fresh.vector_settings()["compress"]["centroid_space"] == "unit"
     assert IndexConfig.of_index(old).vector_settings() != fresh.vector_settings()
+
+
+def test_a_config_from_a_pipe_is_read_once(tmp_path):
+    """``--config <(printf ...)`` is a pipe: the job reads it once (the check and the settings
+    from the same read); a second read would find it empty and fall back to the defaults."""
+    import os
+
+    from mvr.jobs.common import load_config
+
+    read, write = os.pipe()  # what bash's <(...) hands a command: /dev/fd/N of a pipe
+    os.write(write, b"compress:\n  first_m: 4\n")
+    os.close(write)
+    try:
+        assert load_config(IndexConfig, f"/dev/fd/{read}").compress.first_m == 4
+    finally:
+        os.close(read)

@@ -9,23 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from mvr.operators.encode.compress import Compressor, l2_normalize, pooled as np_pooled
+from mvr.operators.encode.compress import Compressor, l2_normalize, pad, pooled as np_pooled
 from mvr.operators.encode.query import EncodedQuery
 from mvr.operators.packed import Packed
 from mvr.operators.retrieval import differentiable
 from mvr.operators.retrieval.scoring import MODES, MODE_VECTORS, score
 
 DIM, K, M = 16, 4, 8
-
-
-def _pad(arrays: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(a) for a in arrays)
-    x = torch.zeros(len(arrays), width, DIM)
-    mask = torch.zeros(len(arrays), width, dtype=torch.bool)
-    for i, a in enumerate(arrays):
-        x[i, : len(a)] = torch.from_numpy(a)
-        mask[i, : len(a)] = True
-    return x, mask
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +38,8 @@ def test_every_mode_equals_index_and_search(batch, space):
         "pooled": np.stack(stored["pooled"]),
     }
     encoded = [EncodedQuery("q", l2_normalize(q), np_pooled([q])[0]) for q in queries]
-    p_raw, p_mask = _pad(passages)
-    q_raw, q_mask = _pad(queries)
+    p_raw, p_mask = pad(passages)
+    q_raw, q_mask = pad(queries)
     p_rep = differentiable.represent(p_raw, p_mask, first_m=M, centroids=K, kmeans_iterations=10, centroid_space=space)
     q_rep = differentiable.represent(q_raw, q_mask, first_m=M)
     for mode in MODES:
@@ -60,8 +50,8 @@ def test_every_mode_equals_index_and_search(batch, space):
 
 def test_gradients_reach_every_vector_a_mode_scores(batch):
     passages, queries = batch
-    p_raw, p_mask = _pad(passages)
-    q_raw, q_mask = _pad(queries)
+    p_raw, p_mask = pad(passages)
+    q_raw, q_mask = pad(queries)
     for mode in MODES:
         p = p_raw.clone().requires_grad_(True)
         q = q_raw.clone().requires_grad_(True)
@@ -76,6 +66,6 @@ def test_gradients_reach_every_vector_a_mode_scores(batch):
 
 def test_unknown_mode_is_refused(batch):
     passages, queries = batch
-    rep = differentiable.represent(*_pad(passages))
+    rep = differentiable.represent(*pad(passages))
     with pytest.raises(ValueError, match="unknown mode 'bm25'"):
         differentiable.score("bm25", rep, rep)

@@ -1,7 +1,7 @@
 """``mvr train`` on Ray Train, end to end on real text with the packaged MiniLM weights:
 
-- a few steps of softmax-centroid training on the unsupervised pairs of a small dbpedia-sample
-  corpus lift softmax-centroid's nDCG@10 on dbpedia-sample's queries (never trained on: the
+- a few steps of first-m training on the unsupervised pairs of a small dbpedia-sample corpus
+  lift first-m's nDCG@10 on dbpedia-sample's queries (never trained on: the
   pairs come from passages, and a pair whose query equals a test query is dropped), measured
   by exact search over indexes ``mvr index`` built with the base and the trained checkpoint;
 - a killed training worker is restarted by Ray Train from the last checkpoint, and a killed
@@ -44,7 +44,7 @@ def test_training_lifts_its_mode_on_queries_it_never_saw(datasets, tmp_path, ray
     dataset = str(datasets / "dbpedia-sample")
     config = TrainConfig.model_validate(
         {
-            "objective": "softmax-centroid",
+            "objective": OBJECTIVE,
             "data": {"eval_datasets": [dataset], "on_overlap": "drop", "max_pairs": 2000},
             "train": {"steps": STEPS, "batch_size": 16, "checkpoint_every": STEPS},
         }
@@ -55,16 +55,18 @@ def test_training_lifts_its_mode_on_queries_it_never_saw(datasets, tmp_path, ray
     for name, model in (("base", "minilm"), ("trained", str(tmp_path / "model"))):
         index = tmp_path / f"index-{name}"
         mvr.index(str(corpus), str(index), IndexConfig.from_yaml(None, **{"model.name": model}))
-        scores[name] = exact_quality(dataset, str(index), ("softmax-centroid", "pooled"))
-    base, trained = scores["base"]["ndcg10"]["softmax-centroid"], scores["trained"]["ndcg10"]["softmax-centroid"]
-    se = paired_se(scores["trained"]["per_query"]["softmax-centroid"], scores["base"]["per_query"]["softmax-centroid"])
-    print(f"softmax-centroid nDCG@10 on dbpedia-sample's queries: base {base:.4f}, trained {trained:.4f} (± {se:.4f}); pooled {scores['base']['ndcg10']['pooled']:.4f} → {scores['trained']['ndcg10']['pooled']:.4f}")
-    assert trained - base >= LIFT and trained - base >= 1.5 * se, (base, trained, se)
+        scores[name] = exact_quality(dataset, str(index), (OBJECTIVE, "pooled"))
+    base, trained = scores["base"]["ndcg10"][OBJECTIVE], scores["trained"]["ndcg10"][OBJECTIVE]
+    se = paired_se(scores["trained"]["per_query"][OBJECTIVE], scores["base"]["per_query"][OBJECTIVE])
+    print(f"{OBJECTIVE} nDCG@10 on dbpedia-sample's queries: base {base:.4f}, trained {trained:.4f} (± {se:.4f}); pooled {scores['base']['ndcg10']['pooled']:.4f} → {scores['trained']['ndcg10']['pooled']:.4f}")
+    assert trained - base >= LIFT and trained - base >= 2 * se, (base, trained, se)
 
 
+OBJECTIVE = "first-m"
 STEPS = 40
 LIFT = 0.03  # the issue's target for a trained objective's own mode
-# measured 2026-11-27: base 0.4827, trained 0.5195 (+0.0368 ± 0.0184 s.e. over 40 queries)
+# measured 2026-11-27 (defaults: no markers, preserve 3): first-m base 0.4161, trained 0.4476
+# (+0.0315 ± 0.0130 s.e. over 40 queries: 2.4 s.e.); pooled 0.5125 → 0.5187
 
 
 def _progress(out: Path) -> dict:

@@ -15,7 +15,7 @@ import torch
 
 from helpers import read_jsonl
 from mvr.operators.encode.checkpoint import pylate_conventions
-from mvr.operators.training.loss import contrastive_loss
+from mvr.operators.training.loss import contrastive_loss, preservation_loss
 from mvr.operators.training.pairs import MIN_WORDS, ict_pair, overlap, pick_negatives, query_key, sentences, title_pair, unsupervised_pairs
 from mvr.pipeline.config import TokenizerConfig, TrainConfig
 from mvr.pipeline.training.data import TrainingDataError, check_overlap, jsonl_pairs
@@ -105,15 +105,33 @@ def test_contrastive_loss_against_a_direct_computation():
     assert math.isclose(float(loss2), float(ce + 0.5 * kl), rel_tol=1e-5)
 
 
-def test_checkpoint_conventions_read_back_as_trained():
-    config = TrainConfig()
+
+def test_preservation_loss_against_a_direct_computation():
+    """Zero when every mode's scores equal the teacher's; else the mean over modes of
+    KL(teacher ‖ student) at each mode's temperature."""
+    a = torch.tensor([[3.0, 1.0, 0.5], [0.2, 2.0, 1.0]])
+    b = torch.tensor([[0.9, 0.1, 0.0], [0.0, 0.8, 0.3]])
+    assert float(preservation_loss([(a, a, 1.0), (b, b, 0.05)])) == pytest.approx(0.0, abs=1e-7)
+
+    def kl(s, t, temperature):
+        p = torch.softmax(t / temperature, -1)
+        return float((p * (p.log() - torch.log_softmax(s / temperature, -1))).sum(-1).mean())
+
+    expected = (kl(a, b, 1.0) + kl(b, a, 0.05)) / 2
+    assert float(preservation_loss([(a, b, 1.0), (b, a, 0.05)])) == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("markers", [(None, None), ("[unused0]", "[unused1]")])
+def test_checkpoint_conventions_read_back_as_trained(markers):
+    """With and without marker tokens (none is PyLate's empty prefix, not a missing one,
+    which PyLate would read as its "[Q] " / "[D] ")."""
+    config = TrainConfig(tokenizer=TokenizerConfig(query_marker=markers[0], document_marker=markers[1]))
     written = conventions(config)
+    assert (written["query_prefix"], written["document_prefix"]) == tuple(m or "" for m in markers)
     read = pylate_conventions(json.loads(json.dumps(written)))
     trained_with = config.tokenizer.model_dump()
     for key, value in read.items():
         assert trained_with[key] == value, key
-    with pytest.raises(ValueError, match="needs query_marker and document_marker"):
-        conventions(TrainConfig(tokenizer=TokenizerConfig()))
 
 
 def test_jsonl_pairs_and_their_errors(tmp_path):

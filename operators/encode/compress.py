@@ -40,17 +40,19 @@ def projection_matrix(in_dim: int, out_dim: int, seed: int) -> np.ndarray:
     return (q * np.sign(np.diag(r))).astype(np.float32)
 
 
-def pad(arrays: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-    """List of (n_i, dim) → (B, T, dim) float32 tensor and (B, T) bool mask."""
+def pad(arrays: Sequence[np.ndarray], fill: float = 0, dtype: Optional["torch.dtype"] = None) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """List of (n_i, ...) arrays → a (B, T, ...) tensor (``dtype``, float32 by default) holding
+    ``fill`` past each array's end, and the (B, T) bool mask of the real positions."""
     import torch
 
+    dtype = dtype or torch.float32
     width = max(len(a) for a in arrays)
-    dim = arrays[0].shape[1]
-    x = torch.zeros((len(arrays), width, dim), dtype=torch.float32)
+    x = torch.full((len(arrays), width, *np.shape(arrays[0])[1:]), fill, dtype=dtype)
     mask = torch.zeros((len(arrays), width), dtype=torch.bool)
+    into, present = x.numpy(), mask.numpy()  # views: numpy casts each array in (read-only ones too)
     for i, a in enumerate(arrays):
-        x[i, : len(a)] = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
-        mask[i, : len(a)] = True
+        into[i, : len(a)] = a
+        present[i, : len(a)] = True
     return x, mask
 
 

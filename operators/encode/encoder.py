@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from mvr.operators.encode.checkpoint import DEFAULT_MODEL, detect_format, load_state, module_dirs, read_conventions, resolve_model_path, weights_file
+from mvr.operators.encode.compress import pad
 
 _ACTIVATIONS = {
     "torch.nn.modules.linear.Identity": torch.nn.Identity,
@@ -158,13 +159,8 @@ class TokenEncoder:
         out: list[Optional[np.ndarray]] = [None] * len(sequences)
         for i in range(0, len(order), batch_size):
             idx = order[i : i + batch_size]
-            width = max(len(sequences[j]) for j in idx)
-            ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-            mask = torch.zeros((len(idx), width), dtype=torch.long)
-            for r, j in enumerate(idx):
-                n = len(sequences[j])
-                ids[r, :n] = torch.from_numpy(np.asarray(sequences[j], dtype=np.int64))
-                mask[r, :n] = 1 if attention is None else torch.from_numpy(np.asarray(attention[j], dtype=np.int64))
+            ids, present = pad([sequences[j] for j in idx], fill=pad_id, dtype=torch.long)
+            mask = present.long() if attention is None else pad([attention[j] for j in idx], dtype=torch.long)[0]
             h = self.forward(ids, mask).cpu().numpy()
             for r, j in enumerate(idx):
                 out[j] = h[r, : len(sequences[j])]

@@ -1,13 +1,27 @@
 """The training loss: each query against every passage of its batch (its positive, the other
 pairs' positives as in-batch negatives, and the mined hard negatives), a softmax over the
 search mode's scores, cross-entropy to the positive; optionally plus a KL term pulling that
-softmax towards a teacher's (self-distillation from the frozen base model)."""
+softmax towards a teacher's (self-distillation from the frozen base model), and one holding
+the other modes' softmaxes at the base model's (``preservation_loss``)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
+
+
+def kl_to(scores: torch.Tensor, temperature: float, teacher_scores: torch.Tensor, teacher_temperature: float) -> torch.Tensor:
+    """KL(teacher ‖ student) of the row softmaxes of (B, P) scores, averaged over the rows."""
+    student = torch.log_softmax(scores.float() / temperature, dim=-1)
+    teacher = torch.log_softmax(teacher_scores.float() / teacher_temperature, dim=-1)
+    return torch.nn.functional.kl_div(student, teacher, log_target=True, reduction="batchmean")
+
+
+def preservation_loss(modes: Sequence[tuple[torch.Tensor, torch.Tensor, float]]) -> torch.Tensor:
+    """Mean over modes of ``kl_to`` each mode's student (B, P) scores from its teacher's, both
+    at the mode's temperature: ``modes`` holds (student, teacher, temperature)."""
+    return torch.stack([kl_to(s, temperature, t, temperature) for s, t, temperature in modes]).mean()
 
 
 def contrastive_loss(
@@ -25,8 +39,7 @@ def contrastive_loss(
     ce = torch.nn.functional.cross_entropy(logits, target)
     kl = torch.zeros((), device=scores.device)
     if teacher_scores is not None and distill > 0:
-        teacher = torch.log_softmax(teacher_scores.float() / teacher_temperature, dim=-1)
-        kl = torch.nn.functional.kl_div(torch.log_softmax(logits, dim=-1), teacher, log_target=True, reduction="batchmean")
+        kl = kl_to(scores, temperature, teacher_scores, teacher_temperature)
     loss = ce + distill * kl
     accuracy = float((logits.argmax(-1) == target).float().mean())
     return loss, {"ce": float(ce.detach()), "kl": float(kl.detach()), "accuracy": accuracy}

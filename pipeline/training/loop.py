@@ -22,9 +22,11 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from mvr.operators.encode.compress import pad
 from mvr.operators.encode.tokenizer import PassageTokenizer
 from mvr.operators.retrieval import differentiable
-from mvr.operators.training.loss import contrastive_loss
+from mvr.operators.retrieval.scoring import MODES
+from mvr.operators.training.loss import contrastive_loss, preservation_loss
 from mvr.pipeline.config import TrainConfig
 from mvr.storage.training_files import TRAINER_STATE, read_pairs, write_model_dir
 
@@ -51,13 +53,12 @@ def total_steps(n_pairs: int, config: TrainConfig) -> int:
 def conventions(config: TrainConfig) -> dict[str, Any]:
     """The conventions the model trains with, as PyLate's config_sentence_transformers keys
     (``operators.encode.checkpoint.pylate_conventions`` reads them back into the same
-    ``TokenizerConfig`` values)."""
+    ``TokenizerConfig`` values): no marker is PyLate's empty prefix (PyLate reads a missing
+    or null one as its "[Q] " / "[D] ")."""
     t = config.tokenizer
-    if t.query_marker is None or t.document_marker is None:
-        raise ValueError("mvr train needs query_marker and document_marker tokens (PyLate inserts a prefix token in every query and document)")
     return {
-        "query_prefix": t.query_marker,
-        "document_prefix": t.document_marker,
+        "query_prefix": t.query_marker or "",
+        "document_prefix": t.document_marker or "",
         "query_length": t.query_tokens,
         "document_length": t.passage_tokens,
         "do_query_expansion": t.query_augmentation,
@@ -80,18 +81,14 @@ class Batches:
         self.device = device
 
     def _pad(self, ids: list[np.ndarray], attention: list[np.ndarray], keep: Optional[list[np.ndarray]] = None) -> dict[str, torch.Tensor]:
-        width = max(len(x) for x in ids)
+        """(n_i,) ids, attention and kept-token masks → (B, T) tensors, ``mask``: real positions."""
+        input_ids, mask = pad(ids, fill=self.tokenizer.pad_id, dtype=torch.long)
         out = {
-            "input_ids": torch.full((len(ids), width), self.tokenizer.pad_id, dtype=torch.long),
-            "attention_mask": torch.zeros((len(ids), width), dtype=torch.long),
-            "mask": torch.zeros((len(ids), width), dtype=torch.bool),
-            "keep": torch.zeros((len(ids), width), dtype=torch.bool),
+            "input_ids": input_ids,
+            "attention_mask": pad(attention, dtype=torch.long)[0],
+            "mask": mask,
+            "keep": pad(keep, fill=False, dtype=torch.bool)[0] if keep is not None else mask,
         }
-        for r, (x, a) in enumerate(zip(ids, attention)):
-            out["input_ids"][r, : len(x)] = torch.from_numpy(x.astype(np.int64))
-            out["attention_mask"][r, : len(x)] = torch.from_numpy(a.astype(np.int64))
-            out["mask"][r, : len(x)] = True
-            out["keep"][r, : len(x)] = torch.from_numpy(keep[r]) if keep is not None else True
         return {k: v.to(self.device) for k, v in out.items()}
 
     def queries(self, texts: list[str]) -> dict[str, torch.Tensor]:
@@ -170,7 +167,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     steps = total_steps(n_pairs, config)
 
     model, hf_tokenizer = load_model(config, device)
-    teacher = copy.deepcopy(model).eval().requires_grad_(False) if config.train.distill > 0 else None
+    needs_teacher = config.train.distill > 0 or config.train.preserve > 0
+    teacher = copy.deepcopy(model).eval().requires_grad_(False) if needs_teacher else None
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.train.learning_rate, weight_decay=config.train.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(steps, config.train.warmup))
@@ -181,7 +179,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             start = _restore(model, optimizer, scheduler, d)
     trained = ray.train.torch.prepare_model(model) if workers > 1 else model
     batches = Batches(hf_tokenizer, config, device)
-    centroids = config.objective == "softmax-centroid"
+    held = [m for m in MODES if m != config.objective] if config.train.preserve > 0 else []  # modes held at the base's scores
+    centroids, teacher_centroids = "softmax-centroid" in [config.objective, *held], "softmax-centroid" in held
     temperature = config.temperature()
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
     run_dir = Path(loop_config["run_dir"])
@@ -192,19 +191,25 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         passages = [pairs["positive"][i] for i in idx] + [n for i in idx for n in pairs["negatives"][i]]
         q_in, p_in = batches.queries(queries), batches.passages(passages)
         with amp:
-            scores = differentiable.score(config.objective, represent(trained, q_in, config, False), represent(trained, p_in, config, centroids))
-            teacher_scores = None
+            q_rep, p_rep = represent(trained, q_in, config, False), represent(trained, p_in, config, centroids)
+            scores = differentiable.score(config.objective, q_rep, p_rep)
+            teacher_scores, extra = None, {}
             if teacher is not None:
                 with torch.no_grad():
-                    teacher_scores = differentiable.pooled(represent(teacher, q_in, config, False), represent(teacher, p_in, config, False))
+                    tq, tp = represent(teacher, q_in, config, False), represent(teacher, p_in, config, teacher_centroids)
+                    teacher_scores = differentiable.pooled(tq, tp)
             loss, parts = contrastive_loss(scores, temperature, teacher_scores, distill=config.train.distill)
+            if held:
+                kept = preservation_loss([(differentiable.score(m, q_rep, p_rep), differentiable.score(m, tq, tp), config.temperature(m)) for m in held])
+                loss = loss + config.train.preserve * kept
+                extra = {"preserve": float(kept.detach())}
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.max_grad_norm)
         optimizer.step()
         scheduler.step()
         seen += len(idx)
-        metrics = {"step": step + 1, "steps": steps, "loss": float(loss.detach()), **parts, "examples_per_s": seen / (time.perf_counter() - t0), "resumed_from": start}
+        metrics = {"step": step + 1, "steps": steps, "loss": float(loss.detach()), **parts, **extra, "examples_per_s": seen / (time.perf_counter() - t0), "resumed_from": start}
         if rank == 0:
             (run_dir / PROGRESS).write_text(json.dumps({**metrics, "pid": os.getpid()}))
         if (step + 1) % config.train.checkpoint_every == 0 or step + 1 == steps:
