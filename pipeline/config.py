@@ -531,6 +531,9 @@ class TrainLoopConfig(_Section):
     checkpoint_every: int = Field(50, ge=1, description="steps between checkpoints (and the last step)")
     seed: int = 0
     max_grad_norm: float = Field(1.0, gt=0)
+    group_by_length: bool = Field(
+        False, description="batches of pairs of similar length (sorted within windows of 50 batches): less padding, more pairs/s (docs/training.md)"
+    )
 
 
 class TrainRuntimeConfig(_Section):

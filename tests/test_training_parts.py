@@ -10,16 +10,18 @@ import json
 import math
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 
 from helpers import read_jsonl
 from mvr.operators.encode.checkpoint import pylate_conventions
 from mvr.operators.training.loss import contrastive_loss, preservation_loss
+from mvr.operators.training.order import BatchOrder, pair_lengths
 from mvr.operators.training.pairs import MIN_WORDS, ict_pair, overlap, pick_negatives, query_key, sentences, title_pair, unsupervised_pairs
 from mvr.pipeline.config import TokenizerConfig, TrainConfig
 from mvr.pipeline.training.data import TrainingDataError, check_overlap, jsonl_pairs
-from mvr.pipeline.training.loop import conventions, pair_indices, total_steps
+from mvr.pipeline.training.loop import conventions, total_steps
 from mvr.pipeline.training.trainer import prepare_run
 
 
@@ -79,16 +81,40 @@ def test_negatives_never_the_positive():
     assert pick_negatives(["p", "a"], "p", 3, rng) == ["a"]
 
 
-def test_a_resumed_run_sees_the_same_batches():
-    n, batch, workers = 37, 8, 2
-    seen = [pair_indices(n, s, r, workers, batch, seed=3) for s in range(6) for r in range(workers)]
-    again = [pair_indices(n, s, r, workers, batch, seed=3) for s in range(6) for r in range(workers)]
-    assert all((a == b).all() for a, b in zip(seen, again))
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_resumed_run_sees_the_same_batches(grouped):
+    n, batch, workers = 37, 4, 2
+    lengths = np.random.default_rng(1).integers(10, 1000, n) if grouped else None
+    order = BatchOrder(n, batch, workers, seed=3, lengths=lengths, window=3)
+    seen = [order.indices(s, r) for s in range(12) for r in range(workers)]
+    again = BatchOrder(n, batch, workers, seed=3, lengths=lengths, window=3)  # a fresh process: nothing cached
+    assert all((a == again.indices(s, r)).all() for (s, r), a in zip([(s, r) for s in range(12) for r in range(workers)], seen))
     flat = np.concatenate(seen)
-    first_pass = flat[:n]
-    assert sorted(first_pass.tolist()) == list(range(n))  # every pair once a pass, workers together
-    assert not (pair_indices(n, 0, 0, workers, batch, seed=4) == seen[0]).all()
+    assert sorted(flat[:n].tolist()) == list(range(n))  # every pair once a pass, workers together
+    assert sorted(flat[n : 2 * n].tolist()) == list(range(n))
+    assert not (BatchOrder(n, batch, workers, seed=4, lengths=lengths, window=3).indices(0, 0) == seen[0]).all()
     assert total_steps(100, TrainConfig.model_validate({"train": {"batch_size": 10}})) == 10
+    if grouped:  # within a window (the first 3 × 4 positions a pass), longest first
+        assert (np.diff(lengths[flat[:12]]) <= 0).all()
+
+
+def test_length_grouping_cuts_the_padding_of_real_pairs(datasets):
+    """On dbpedia-sample's passages (a third with a title as a negative), the padded size of a
+    batch (its longest passage × batch size) over the real characters: grouped batches pad
+    far less."""
+    rows = read_jsonl(datasets / "dbpedia-sample" / "corpus.jsonl")[:1600]
+    table = pa.table({"positive": [r["text"] for r in rows], "negatives": [[r["title"]] if i % 3 == 0 else [] for i, r in enumerate(rows)]})
+    lengths = pair_lengths(table)
+    assert lengths[1] == len(rows[1]["text"]) and lengths[0] == max(len(rows[0]["text"]), len(rows[0]["title"]))
+    words = pair_lengths(table, lambda texts: [len(t.split()) for t in texts], chunk=100)
+    assert words[1] == len(rows[1]["text"].split()) and len(words) == len(rows)
+
+    def padding(order: BatchOrder) -> float:
+        batches = [lengths[order.indices(s, 0)] for s in range(len(rows) // 16)]
+        return sum(b.max() * len(b) for b in batches) / sum(b.sum() for b in batches)
+
+    plain, grouped = padding(BatchOrder(len(rows), 16, 1, 0)), padding(BatchOrder(len(rows), 16, 1, 0, lengths))
+    assert plain > 1.5 and grouped < 1.1, (plain, grouped)
 
 
 def test_contrastive_loss_against_a_direct_computation():

@@ -4,9 +4,9 @@ objective's differentiable scores in a contrastive loss, AdamW with warm-up and 
 decay, a checkpoint (a loadable model directory plus the trainer state) every
 ``checkpoint_every`` steps and at the last, resumed from the latest one after a failure.
 
-Batches are a function of (seed, step, rank): the pairs in a seeded order a pass, step s of
-rank r taking the pairs (s · workers + r) · batch_size onwards, so a resumed run sees
-exactly the batches the lost one would have."""
+Batches are a function of (seed, step, rank) (``operators/training/order.py``: a seeded
+order a pass, grouped by length unless ``train.group_by_length`` is off), so a resumed run
+sees exactly the batches the lost one would have."""
 
 from __future__ import annotations
 
@@ -27,22 +27,11 @@ from mvr.operators.encode.tokenizer import PassageTokenizer
 from mvr.operators.retrieval import differentiable
 from mvr.operators.retrieval.scoring import MODES
 from mvr.operators.training.loss import contrastive_loss, preservation_loss
+from mvr.operators.training.order import BatchOrder, pair_lengths
 from mvr.pipeline.config import TrainConfig
 from mvr.storage.training_files import TRAINER_STATE, read_pairs, write_model_dir
 
 PROGRESS = "progress.json"  # in the run directory: the workers' pid, step and loss (for users, and the kill test)
-
-
-def pair_indices(n_pairs: int, step: int, rank: int, workers: int, batch_size: int, seed: int) -> np.ndarray:
-    """The pairs (rows) of one step of one rank: (batch_size,) int64."""
-    first = (step * workers + rank) * batch_size
-    return np.asarray([_order(n_pairs, seed, pos // n_pairs)[pos % n_pairs] for pos in range(first, first + batch_size)], dtype=np.int64)
-
-
-@functools.lru_cache(maxsize=2)
-def _order(n_pairs: int, seed: int, epoch: int) -> np.ndarray:
-    """The pairs' order in one pass (a seeded permutation)."""
-    return np.random.default_rng([seed, epoch]).permutation(n_pairs)
 
 
 def total_steps(n_pairs: int, config: TrainConfig) -> int:
@@ -99,6 +88,11 @@ class Batches:
         passages = self.tokenizer.split([str(i) for i in range(len(texts))], [""] * len(texts), texts)
         ids = [p.input_ids for p in passages]
         return self._pad(ids, [np.ones(len(x), np.int32) for x in ids], [self.tokenizer.keep_mask(x) for x in ids])
+
+
+def token_counts(hf_tokenizer, max_tokens: int, texts: list[str]) -> list[int]:
+    """Tokens of each text as a passage (special tokens included, truncated to ``max_tokens``)."""
+    return hf_tokenizer(texts, truncation=True, max_length=max_tokens, return_length=True, return_attention_mask=False)["length"]
 
 
 def represent(model: torch.nn.Module, inputs: dict[str, torch.Tensor], config: TrainConfig, centroids: bool) -> differentiable.Representations:
@@ -162,8 +156,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     torch.manual_seed(config.train.seed)
     if device.type == "cpu" and loop_config.get("torch_threads"):
         torch.set_num_threads(int(loop_config["torch_threads"]))
-    pairs = read_pairs(loop_config["pairs"]).to_pydict()
-    n_pairs = len(pairs["query"])
+    table = read_pairs(loop_config["pairs"])
+    pairs, n_pairs = table.to_pydict(), table.num_rows
     steps = total_steps(n_pairs, config)
 
     model, hf_tokenizer = load_model(config, device)
@@ -179,6 +173,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             start = _restore(model, optimizer, scheduler, d)
     trained = ray.train.torch.prepare_model(model) if workers > 1 else model
     batches = Batches(hf_tokenizer, config, device)
+    lengths = pair_lengths(table, functools.partial(token_counts, hf_tokenizer, config.tokenizer.passage_tokens)) if config.train.group_by_length else None
+    order = BatchOrder(n_pairs, config.train.batch_size, workers, config.train.seed, lengths)
     held = [m for m in MODES if m != config.objective] if config.train.preserve > 0 else []  # modes held at the base's scores
     centroids, teacher_centroids = "softmax-centroid" in [config.objective, *held], "softmax-centroid" in held
     temperature = config.temperature()
@@ -186,7 +182,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     run_dir = Path(loop_config["run_dir"])
     t0, seen = time.perf_counter(), 0
     for step in range(start, steps):
-        idx = pair_indices(n_pairs, step, rank, workers, config.train.batch_size, config.train.seed)
+        idx = order.indices(step, rank)
         queries = [pairs["query"][i] for i in idx]
         passages = [pairs["positive"][i] for i in idx] + [n for i in idx for n in pairs["negatives"][i]]
         q_in, p_in = batches.queries(queries), batches.passages(passages)
