@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -23,18 +24,30 @@ PAIR_SCHEMA = pa.schema(
         pa.field("positive_id", pa.string()),
         pa.field("source", pa.string()),
         pa.field("negatives", pa.list_(pa.string())),
+        pa.field("tokens", pa.int32()),  # the pair's longest passage in tokens (null: counted by the workers)
     ]
 )
 TRAINER_STATE = "trainer_state.pt"  # optimiser, schedule and step: in a checkpoint, not in OUT
 DENSE_DIR = "1_Dense"
 
 
-def write_pairs(url: str, rows: list[dict[str, Any]]) -> int:
-    """Write the pairs (dicts of ``PAIR_SCHEMA``'s fields) atomically; returns their number."""
+def pairs_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """The pairs (dicts of ``PAIR_SCHEMA``'s fields; a missing ``tokens`` is null) as a table."""
+    return pa.Table.from_pylist(rows, schema=PAIR_SCHEMA)
+
+
+def with_tokens(table: pa.Table, tokens: np.ndarray) -> pa.Table:
+    """``table`` with its ``tokens`` column set to ``tokens`` ((n_pairs,) ints)."""
+    i = PAIR_SCHEMA.get_field_index("tokens")
+    return table.set_column(i, PAIR_SCHEMA.field(i), pa.array(np.asarray(tokens, np.int32)))
+
+
+def write_pairs(url: str, table: pa.Table) -> int:
+    """Write the pairs (a ``pairs_table``) atomically; returns their number."""
     buf = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(rows, schema=PAIR_SCHEMA), buf)
+    pq.write_table(table, buf)
     fs.write_bytes_atomic(url, buf.getvalue())
-    return len(rows)
+    return table.num_rows
 
 
 def read_pairs(url: str) -> pa.Table:

@@ -21,8 +21,10 @@ from mvr.operators.training.order import BatchOrder, pair_lengths
 from mvr.operators.training.pairs import MIN_WORDS, ict_pair, overlap, pick_negatives, query_key, sentences, title_pair, unsupervised_pairs
 from mvr.pipeline.config import TokenizerConfig, TrainConfig
 from mvr.pipeline.training.data import TrainingDataError, check_overlap, jsonl_pairs
-from mvr.pipeline.training.loop import conventions, total_steps
+from mvr.operators.encode.encoder import load_tokenizer
+from mvr.pipeline.training.loop import conventions, pair_token_lengths, total_steps
 from mvr.pipeline.training.trainer import prepare_run
+from mvr.storage.training_files import read_pairs
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +119,29 @@ def test_length_grouping_cuts_the_padding_of_real_pairs(datasets):
     assert plain > 1.5 and grouped < 1.1, (plain, grouped)
 
 
+def test_the_pairs_file_holds_each_pair_s_token_count(tmp_path, datasets):
+    """Counted once, when a length-grouped run writes its pairs: the longest of a pair's
+    positive and negatives in the base's tokens, as its tokenizer counts one text at a time;
+    a pairs file without the counts (grouping off, or written before them) is counted by the
+    worker alike."""
+    rows = read_jsonl(datasets / "dbpedia-sample" / "corpus.jsonl")[:40]
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps({"query": f"q{i}", "positive": r["text"], "negatives": [rows[i - 1]["text"]] if i % 2 else []}) + "\n" for i, r in enumerate(rows)))
+    config = TrainConfig.model_validate({"train": {"group_by_length": True}})
+    table = read_pairs(str(prepare_run(str(data), str(tmp_path / "grouped"), config, False, print) / "pairs.parquet"))
+    tokenizer = load_tokenizer(config.base)
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, truncation=True, max_length=config.tokenizer.passage_tokens)["input_ids"])
+
+    expected = [max([count(p), *map(count, negatives)]) for p, negatives in zip(table["positive"].to_pylist(), table["negatives"].to_pylist())]
+    assert table["tokens"].to_pylist() == expected and len(set(expected)) > 10
+    plain = config.model_copy(update={"train": config.train.model_copy(update={"group_by_length": False})})
+    uncounted = read_pairs(str(prepare_run(str(data), str(tmp_path / "plain"), plain, False, print) / "pairs.parquet"))
+    assert uncounted["tokens"].null_count == uncounted.num_rows
+    assert pair_token_lengths(uncounted, tokenizer, config).tolist() == expected
+
+
 def test_contrastive_loss_against_a_direct_computation():
     scores = torch.tensor([[3.0, 1.0, 0.5], [0.2, 2.0, 2.5]])
     loss, parts = contrastive_loss(scores, temperature=0.5)
@@ -187,4 +212,7 @@ def test_run_directory_refusals(tmp_path):
 def test_train_yaml_is_the_defaults():
     from pathlib import Path
 
-    assert TrainConfig.from_yaml(Path(__file__).resolve().parents[1] / "configs" / "train.yaml") == TrainConfig()
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    assert TrainConfig.from_yaml(configs / "train.yaml") == TrainConfig()
+    gpu = TrainConfig.from_yaml(configs / "train-gpu.yaml")  # the cluster starting point docs/training.md names
+    assert (gpu.train.batch_size, gpu.data.negatives, gpu.train.group_by_length, gpu.runtime.cpus_per_worker) == (64, 4, True, 8)

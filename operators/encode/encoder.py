@@ -111,6 +111,14 @@ class TokenModel(torch.nn.Module):
         return int(last.out_features)
 
 
+def load_tokenizer(name: str = DEFAULT_MODEL):
+    """The Hugging Face tokenizer of checkpoint ``name``, as ``TokenEncoder`` loads it, without its weights."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(name)
+    return AutoTokenizer.from_pretrained(module_dirs(path, detect_format(path) if Path(path).is_dir() else "plain")[0])
+
+
 class TokenEncoder:
     """Backbone + projection. ``encode`` maps token-id sequences to per-token vectors
     (n_tokens, dim) float32, *not* normalised (the compressors need raw vectors)."""

@@ -95,6 +95,15 @@ def token_counts(hf_tokenizer, max_tokens: int, texts: list[str]) -> list[int]:
     return hf_tokenizer(texts, truncation=True, max_length=max_tokens, return_length=True, return_attention_mask=False)["length"]
 
 
+def pair_token_lengths(table, hf_tokenizer, config: TrainConfig) -> np.ndarray:
+    """(n_pairs,) each pair's longest passage in tokens: the pairs file's ``tokens`` column
+    (counted once, when the run's pairs were written), else counted now."""
+    stored = table.column("tokens")
+    if stored.null_count == 0:
+        return stored.to_numpy()
+    return pair_lengths(table, functools.partial(token_counts, hf_tokenizer, config.tokenizer.passage_tokens))
+
+
 def represent(model: torch.nn.Module, inputs: dict[str, torch.Tensor], config: TrainConfig, centroids: bool) -> differentiable.Representations:
     raw = model(inputs["input_ids"], inputs["attention_mask"]).float()
     c = config.compress
@@ -173,7 +182,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             start = _restore(model, optimizer, scheduler, d)
     trained = ray.train.torch.prepare_model(model) if workers > 1 else model
     batches = Batches(hf_tokenizer, config, device)
-    lengths = pair_lengths(table, functools.partial(token_counts, hf_tokenizer, config.tokenizer.passage_tokens)) if config.train.group_by_length else None
+    lengths = pair_token_lengths(table, hf_tokenizer, config) if config.train.group_by_length else None
     order = BatchOrder(n_pairs, config.train.batch_size, workers, config.train.seed, lengths)
     held = [m for m in MODES if m != config.objective] if config.train.preserve > 0 else []  # modes held at the base's scores
     centroids, teacher_centroids = "softmax-centroid" in [config.objective, *held], "softmax-centroid" in held
@@ -206,6 +215,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         scheduler.step()
         seen += len(idx)
         metrics = {"step": step + 1, "steps": steps, "loss": float(loss.detach()), **parts, **extra, "examples_per_s": seen / (time.perf_counter() - t0), "resumed_from": start}
+        if device.type == "cuda":
+            metrics["gpu_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
         if rank == 0:
             (run_dir / PROGRESS).write_text(json.dumps({**metrics, "pid": os.getpid()}))
         if (step + 1) % config.train.checkpoint_every == 0 or step + 1 == steps:

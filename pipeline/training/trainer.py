@@ -2,7 +2,8 @@
 (``loop.py``) on a Ray Train ``TorchTrainer`` worker group, the last checkpoint's model copied
 into OUT.
 
-OUT's run directory (``.mvr-train/``) holds the pairs, the run's configuration, Ray Train's
+OUT's run directory (``.mvr-train/``) holds the pairs (with each pair's length in tokens
+when batches are length-grouped), the run's configuration, Ray Train's
 checkpoints (the two latest) and ``progress.json``. A worker that dies is restarted by Ray
 Train from the last checkpoint (``runtime.max_failures`` times); a job that dies is resumed
 by running the same command again (same DATA, OUT and configuration): the pairs are reused
@@ -11,6 +12,7 @@ holds a run is refused (``--restart`` starts over)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import time
@@ -18,10 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from mvr.operators.encode.encoder import load_tokenizer
+from mvr.operators.training.order import pair_lengths
 from mvr.pipeline.config import TrainConfig
 from mvr.pipeline.training.data import TrainingDataError, build_pairs
-from mvr.pipeline.training.loop import PROGRESS, total_steps, train_loop
-from mvr.storage.training_files import copy_model_dir, read_pairs, write_pairs
+from mvr.pipeline.training.loop import PROGRESS, token_counts, total_steps, train_loop
+from mvr.storage.training_files import copy_model_dir, pairs_table, read_pairs, with_tokens, write_pairs
 
 RUN_DIR = ".mvr-train"
 RUN_NAME = "run"
@@ -68,8 +72,11 @@ def prepare_run(data_url: str, out: str, config: TrainConfig, restart: bool, log
         log(f"resuming the run in {run_dir}")
         return run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    rows = build_pairs(data_url, config, log)
-    write_pairs(str(run_dir / "pairs.parquet"), rows)
+    table = pairs_table(build_pairs(data_url, config, log))
+    if config.train.group_by_length:  # counted once here, not by every worker at every start
+        count = functools.partial(token_counts, load_tokenizer(config.base), config.tokenizer.passage_tokens)
+        table = with_tokens(table, pair_lengths(table, count))
+    write_pairs(str(run_dir / "pairs.parquet"), table)
     record_file.write_text(json.dumps(record, indent=1))
     return run_dir
 
