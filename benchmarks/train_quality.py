@@ -92,16 +92,20 @@ def prepare_once(work: Path, name: str, config: TrainConfig, negatives_from: lis
 
 
 def train_once(work: Path, name: str, config: TrainConfig, negatives_from: list[str]) -> tuple[str, dict[str, Any]]:
-    """A checkpoint trained with ``config`` (reused when its run reached its steps); a
-    BM25 negative a pair unless the configuration asks for none."""
+    """A checkpoint trained with ``config`` (reused when its run reached its steps with this
+    configuration; refused when WORKDIR holds ``name`` trained with another); a BM25 negative
+    a pair unless the configuration asks for none."""
     import mvr
+    from mvr.pipeline.training.trainer import run_record
 
     steps = config.train.steps
     out = work / f"model-{name}"
-    progress, record = out / ".mvr-train" / "progress.json", out / ".mvr-train" / "benchmark.json"
+    config = with_negatives(config, negatives_from)
+    progress, record, run = (out / ".mvr-train" / f for f in ("progress.json", "benchmark.json", "run.json"))
+    if run.exists() and json.loads(run.read_text()) != run_record(str(work / "corpus"), config):
+        raise SystemExit(f"{out}: trained with another configuration than {name}'s now: give another --tag, or remove it and its indexes ({name}-*)")
     if (out / "modules.json").exists() and progress.exists() and json.loads(progress.read_text())["step"] == steps:
         return str(out), json.loads((record if record.exists() else progress).read_text()) | {"reused": True}
-    config = with_negatives(config, negatives_from)
     t0 = time.perf_counter()
     result = mvr.train(str(work / "corpus"), str(out), config, log=log)
     training = result.metrics | {"seconds": round(time.perf_counter() - t0, 1), "pairs": result.pairs, "device": device_name()}
@@ -230,12 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     own = dict(item.split("=", 1) for item in args.objective_config)
     for objective in [o.strip() for o in args.objectives.split(",") if o.strip()]:
         path = own.get(objective, args.config)
-        steps = ((yaml.safe_load(Path(path).read_text()) or {}).get("train") or {}).get("steps") if objective in own else None
+        loaded = yaml.safe_load(Path(path).read_text()) if path is not None else None
+        steps = ((loaded or {}).get("train") or {}).get("steps") if objective in own else None
         steps = steps or args.steps
         runs = []
         for seed in seeds:
-            config = TrainConfig.from_yaml(
-                path,
+            config = TrainConfig.from_mapping(
+                loaded,
                 objective=objective,
                 **{
                     "data.eval_datasets": [str(DATASETS / c) for c in COLLECTIONS],

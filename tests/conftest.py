@@ -176,6 +176,52 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     items.sort(key=lambda item: rank.get(getattr(item.module, "__name__", ""), len(rank)))
 
 
+class _Cores:
+    """The machine's cores between pytest-xdist's workers: every test holds them shared, and a
+    test marked ``exclusive`` (a latency bound against a baseline it measured itself) holds
+    them alone, from its module's set-up to its teardown, so the other worker's load cannot
+    change between its two windows. Fair: an exclusive test holds the turnstile while it
+    waits, so the other worker's next test waits behind it (a file lock each, ``flock``,
+    released by the kernel if a worker dies). Without xdist, nothing is locked."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+        self.paths = None if run is None else [Path(tempfile.gettempdir()) / f"mvr-tests-{run}.{n}.lock" for n in ("turnstile", "cores")]
+
+    def hold(self, exclusive: bool):
+        import contextlib
+        import fcntl
+
+        @contextlib.contextmanager
+        def held():
+            if self.paths is None:
+                yield
+                return
+            with open(self.paths[0], "a") as turnstile, open(self.paths[1], "a") as cores:
+                fcntl.flock(turnstile, fcntl.LOCK_EX)
+                try:
+                    fcntl.flock(cores, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                finally:
+                    fcntl.flock(turnstile, fcntl.LOCK_UN)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(cores, fcntl.LOCK_UN)
+
+        return held()
+
+
+_CORES = _Cores()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    with _CORES.hold(item.get_closest_marker("exclusive") is not None):
+        yield
+
+
 def pytest_addoption(parser) -> None:
     parser.addoption(
         "--cpu-profile",

@@ -3,7 +3,10 @@ their headers or body slowly, oversized headers, a Content-Length over or under 
 each answered with a 4xx and cut within a stated bound (never a 5xx), while a valid client
 searching meanwhile sees no error and a p95 latency within a stated bound of its own
 baseline, measured first. The bounds are docs/serve.md's ("Slow and malformed clients");
-the bad clients are benchmarks/slow_clients.py's, which measures what many of them cost."""
+the bad clients are benchmarks/slow_clients.py's, which measures what many of them cost. The
+test holds the cores alone under pytest-xdist (``exclusive``): the other worker's load
+changing between its two windows failed it once (p95 151 ms alone, 418 ms beside the bad
+clients, with 56 requests in 10 s against 51 in 5 s; alone on the machine, 81 and 84 ms)."""
 
 from __future__ import annotations
 
@@ -104,6 +107,7 @@ def service(msmarco_100, datasets):
 
 
 @pytest.mark.ray
+@pytest.mark.exclusive  # its p95 bound is against a baseline it measures first: no other test's load between
 def test_slow_and_malformed_clients_are_refused_and_cost_valid_clients_nothing(service):
     url, address, config, queries = service["url"], service["address"], service["config"], service["queries"]
     body = search_body()

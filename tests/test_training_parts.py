@@ -15,13 +15,12 @@ import pytest
 import torch
 
 from helpers import read_jsonl
-from mvr.operators.encode.checkpoint import pylate_conventions
+from mvr.operators.encode.checkpoint import load_tokenizer, pylate_conventions
 from mvr.operators.training.loss import contrastive_loss, preservation_loss
 from mvr.operators.training.order import BatchOrder, pair_lengths
 from mvr.operators.training.pairs import MIN_WORDS, ict_pair, overlap, pick_negatives, query_key, sentences, title_pair, unsupervised_pairs
 from mvr.pipeline.config import TokenizerConfig, TrainConfig
 from mvr.pipeline.training.data import TrainingDataError, check_overlap, jsonl_pairs
-from mvr.operators.encode.encoder import load_tokenizer
 from mvr.pipeline.training.loop import conventions, pair_token_lengths, total_steps
 from mvr.pipeline.training.trainer import prepare_run
 from mvr.storage.training_files import read_pairs

@@ -44,13 +44,19 @@ def load_state(path: Path) -> dict:
     return torch.load(str(path), map_location="cpu", weights_only=True)
 
 
+def locate_model(name: str) -> tuple[str, str]:
+    """(path, format) of checkpoint ``name``: ``resolve_model_path``'s path and
+    ``detect_format``'s format ("plain" for a hub id)."""
+    path = resolve_model_path(name)
+    return path, detect_format(path) if Path(path).is_dir() else "plain"
+
+
 def output_dim(name: str) -> int:
     """The dimension of the token vectors the checkpoint ``name`` makes (``TokenEncoder.dim``),
     read from its small files and a weights file's header, without loading the model: a
     ColBERT checkpoint's ``linear`` projection rows, a sentence-transformers checkpoint's last
     Dense module's ``out_features``, else the backbone's ``hidden_size``."""
-    path = resolve_model_path(name)
-    fmt = detect_format(path) if Path(path).is_dir() else "plain"
+    path, fmt = locate_model(name)
     backbone, dense = module_dirs(path, fmt)
     if fmt == "colbert":
         weights = weights_file(Path(path))
@@ -251,12 +257,10 @@ def read_conventions(name: str) -> Optional[Conventions]:
 
 
 def load_tokenizer(name: str = DEFAULT_MODEL):
-    """The Hugging Face tokenizer of a model, without loading its weights."""
+    """The Hugging Face tokenizer of a model, as ``TokenEncoder`` loads it, without its weights."""
     from transformers import AutoTokenizer
 
-    path = resolve_model_path(name)
-    fmt = detect_format(path) if Path(path).is_dir() else "plain"
-    return AutoTokenizer.from_pretrained(module_dirs(path, fmt)[0])
+    return AutoTokenizer.from_pretrained(module_dirs(*locate_model(name))[0])
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -306,6 +310,5 @@ def resolve_model(name: str) -> ModelRecord:
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"cannot load the tokenizer of model {name!r}: {first}") from exc
-    path = resolve_model_path(name)
-    fmt = detect_format(path) if Path(path).is_dir() else "plain"
+    path, fmt = locate_model(name)
     return ModelRecord(name, path, fmt, fingerprint(path), output_dim(name))

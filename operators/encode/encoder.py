@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from mvr.operators.encode.checkpoint import DEFAULT_MODEL, detect_format, load_state, module_dirs, read_conventions, resolve_model_path, weights_file
+from mvr.operators.encode.checkpoint import DEFAULT_MODEL, load_state, locate_model, module_dirs, read_conventions, weights_file
 from mvr.operators.encode.compress import pad
 
 _ACTIVATIONS = {
@@ -111,14 +111,6 @@ class TokenModel(torch.nn.Module):
         return int(last.out_features)
 
 
-def load_tokenizer(name: str = DEFAULT_MODEL):
-    """The Hugging Face tokenizer of checkpoint ``name``, as ``TokenEncoder`` loads it, without its weights."""
-    from transformers import AutoTokenizer
-
-    path = resolve_model_path(name)
-    return AutoTokenizer.from_pretrained(module_dirs(path, detect_format(path) if Path(path).is_dir() else "plain")[0])
-
-
 class TokenEncoder:
     """Backbone + projection. ``encode`` maps token-id sequences to per-token vectors
     (n_tokens, dim) float32, *not* normalised (the compressors need raw vectors)."""
@@ -126,8 +118,7 @@ class TokenEncoder:
     def __init__(self, name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto") -> None:
         from transformers import AutoModel, AutoTokenizer
 
-        self.path = resolve_model_path(name)
-        self.format = detect_format(self.path) if Path(self.path).is_dir() else "plain"
+        self.path, self.format = locate_model(name)
         backbone_dir, dense_dirs = module_dirs(self.path, self.format)
         self.device = pick_device(device)
         self.dtype = pick_dtype(dtype, self.device)

@@ -28,7 +28,7 @@ class BatchOrder:
     batch_size, workers, seed : int
         Pairs a step a worker, data-parallel workers, the order's seed.
     lengths : (n_pairs,) array, optional
-        A pair's size (characters of its passages); None: no grouping.
+        A pair's size (tokens of its longest passage: ``pair_lengths``); None: no grouping.
     window : int
         Batches sorted together when grouping.
 

@@ -95,13 +95,18 @@ def token_counts(hf_tokenizer, max_tokens: int, texts: list[str]) -> list[int]:
     return hf_tokenizer(texts, truncation=True, max_length=max_tokens, return_length=True, return_attention_mask=False)["length"]
 
 
+def count_pair_tokens(table, hf_tokenizer, config: TrainConfig) -> np.ndarray:
+    """(n_pairs,) each pair's longest passage in tokens, counted with ``hf_tokenizer``."""
+    return pair_lengths(table, functools.partial(token_counts, hf_tokenizer, config.tokenizer.passage_tokens))
+
+
 def pair_token_lengths(table, hf_tokenizer, config: TrainConfig) -> np.ndarray:
     """(n_pairs,) each pair's longest passage in tokens: the pairs file's ``tokens`` column
     (counted once, when the run's pairs were written), else counted now."""
     stored = table.column("tokens")
     if stored.null_count == 0:
         return stored.to_numpy()
-    return pair_lengths(table, functools.partial(token_counts, hf_tokenizer, config.tokenizer.passage_tokens))
+    return count_pair_tokens(table, hf_tokenizer, config)
 
 
 def represent(model: torch.nn.Module, inputs: dict[str, torch.Tensor], config: TrainConfig, centroids: bool) -> differentiable.Representations:

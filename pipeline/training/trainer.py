@@ -12,7 +12,6 @@ holds a run is refused (``--restart`` starts over)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
 import time
@@ -20,11 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from mvr.operators.encode.encoder import load_tokenizer
-from mvr.operators.training.order import pair_lengths
+from mvr.operators.encode.checkpoint import load_tokenizer
 from mvr.pipeline.config import TrainConfig
 from mvr.pipeline.training.data import TrainingDataError, build_pairs
-from mvr.pipeline.training.loop import PROGRESS, token_counts, total_steps, train_loop
+from mvr.pipeline.training.loop import PROGRESS, count_pair_tokens, total_steps, train_loop
 from mvr.storage.training_files import copy_model_dir, pairs_table, read_pairs, with_tokens, write_pairs
 
 RUN_DIR = ".mvr-train"
@@ -49,7 +47,8 @@ def _progress(run_dir: Path) -> dict:
     return json.loads(f.read_text()) if f.exists() else {}
 
 
-def _run_record(data_url: str, config: TrainConfig) -> dict:
+def run_record(data_url: str, config: TrainConfig) -> dict:
+    """What ``OUT/.mvr-train/run.json`` holds of a run: a later run resumes it only if equal."""
     return {"data": data_url, "config": config.model_dump(mode="json", exclude={"runtime"})}
 
 
@@ -64,7 +63,7 @@ def prepare_run(data_url: str, out: str, config: TrainConfig, restart: bool, log
         shutil.rmtree(run_dir)
     if out_dir.is_dir() and any(out_dir.iterdir()) and not run_dir.exists():
         raise TrainingDataError(f"{out}: exists and holds no mvr train run; give a new or empty directory")
-    record = _run_record(data_url, config)
+    record = run_record(data_url, config)
     record_file = run_dir / "run.json"
     if record_file.exists():
         if json.loads(record_file.read_text()) != record:
@@ -74,8 +73,7 @@ def prepare_run(data_url: str, out: str, config: TrainConfig, restart: bool, log
     run_dir.mkdir(parents=True, exist_ok=True)
     table = pairs_table(build_pairs(data_url, config, log))
     if config.train.group_by_length:  # counted once here, not by every worker at every start
-        count = functools.partial(token_counts, load_tokenizer(config.base), config.tokenizer.passage_tokens)
-        table = with_tokens(table, pair_lengths(table, count))
+        table = with_tokens(table, count_pair_tokens(table, load_tokenizer(config.base), config))
     write_pairs(str(run_dir / "pairs.parquet"), table)
     record_file.write_text(json.dumps(record, indent=1))
     return run_dir
