@@ -3,7 +3,7 @@ before it is cut, and what N of them held open cost the valid clients.
 
     python benchmarks/slow_clients.py [--index DIR | --workdir /tmp/mvr-bench] [--clients 2]
         [--seconds 15] [--slowloris 0,10,50,200] [--slow-bodies 16,64] [--hold-s 30]
-        [--body-timeout-s 10] [--json slow_clients.json]
+        [--body-timeout-s 10] [--mixed ROUNDS] [--json slow_clients.json]
 
 Index: ``--index``, or msmarco-sample with ``mvr index`` defaults and FAISS IVFPQ partitions
 (P = 2) in ``--workdir`` (built when missing, as ``benchmarks/serve_load.py`` builds it). The
@@ -24,6 +24,10 @@ service: ``mvr serve``'s defaults (``maxsim`` only), ``body_timeout_s`` from the
    level's row: the valid clients' QPS, p50 / p95 / p99 and failed requests (not 200, or
    degraded), and how many bad connections the service cut meanwhile. Valid and bad
    clients run on the same cores as the service.
+
+3. ``--mixed ROUNDS``: one valid client alone for ``--seconds``, then beside one bad client of
+   each kind at once (``mixed_kinds``), ROUNDS times: p95 beside against 2 x p95 alone
+   + 100 ms (the bound the suite's test once asserted; a measurement needs a quiet machine).
 
 Prints markdown tables and writes them as JSON (``--json``). CPU steal over the run is
 printed: on a shared VM it moves every figure."""
@@ -196,6 +200,40 @@ def kinds(body: bytes) -> dict[str, Callable[[], Schedule]]:
     }
 
 
+def mixed_kinds(body: bytes, trickled: int = 12) -> dict[str, Callable[[], Schedule]]:
+    """One bad client of each kind at once (``--mixed``, and the suite's
+    tests/test_slow_clients.py): a slow but valid request (``trickled`` header bytes 0.5 s
+    apart, then the rest), a slowloris that never finishes, a slow body, a Content-Length
+    over and under the body, a 100 KB header and 5,000 headers."""
+    return {
+        "slow-headers": lambda: slow_headers(body, 0.5, trickled),
+        "slow-headers-unfinished": lambda: slow_headers(body, 0.5),
+        "slow-body": lambda: slow_body(body, 0.5),
+        "long-content-length": lambda: long_content_length(body),
+        "short-content-length": lambda: short_content_length(body),
+        "big-header": lambda: big_header(body, 100_000),
+        "many-headers": lambda: many_headers(body, 5000),
+    }
+
+
+MIXED_P95_FACTOR, MIXED_P95_SLACK_MS = 2.0, 100.0  # --mixed: beside them, p95 <= 2 x alone + 100 ms (docs/serve.md)
+
+
+def mixed(url: str, address: tuple[str, int], queries: list[str], seconds: float, repeats: int) -> list[dict]:
+    """``repeats`` rounds of: one valid client alone for ``seconds`` (its baseline), then for
+    ``seconds`` beside one bad client of each ``mixed_kinds`` (each connecting once). A round:
+    both rows' p50 / p95 and whether p95 stayed within the bound."""
+    rounds = []
+    for _ in range(repeats):
+        alone = level(url, queries, 1, seconds)
+        holders = [Holders(address, kind, make, 1, limit_s=seconds, repeat=False) for kind, make in mixed_kinds(search_body()).items()]
+        beside = level(url, queries, 1, seconds, holders, settle_s=0.0)
+        bound = MIXED_P95_FACTOR * alone["p95"] + MIXED_P95_SLACK_MS
+        rounds.append({"alone": {k: alone[k] for k in ("requests", "p50", "p95")}, "beside": {k: beside[k] for k in ("requests", "p50", "p95")},
+                       "failures": len(alone["failures"]) + len(beside["failures"]), "p95_bound_ms": bound, "within": beside["p95"] <= bound})
+    return rounds
+
+
 class Holders:
     """``n`` bad connections of one kind, held open by one thread (an asyncio loop: the
     load generator's own cost stays small) until ``stop()``: each, once the service cuts it,
@@ -276,6 +314,8 @@ def main() -> None:
     p.add_argument("--slow-bodies", default="16,64", help="slow-body clients, a level each")
     p.add_argument("--hold-s", type=float, default=30.0, help="step 1: how long a bad client waits to be cut")
     p.add_argument("--body-timeout-s", type=float, default=None, help="the service's body_timeout_s (default: ServeConfig's)")
+    p.add_argument("--mixed", type=int, default=0, metavar="ROUNDS",
+                   help="also ROUNDS rounds of one valid client alone, then beside one bad client of each kind (p95 against the bound)")
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args()
 
@@ -328,6 +368,14 @@ def main() -> None:
                   f"{len(row['failures'])} | {row['cut']}{f' ({statuses})' if statuses else ''} |")
             for failure in row["failures"][:3]:
                 print(f"    failure: {failure}")
+        if args.mixed:
+            print(f"\none valid client alone for {args.seconds:g} s, then beside one bad client of each kind "
+                  f"({', '.join(mixed_kinds(body))}); bound: p95 beside <= {MIXED_P95_FACTOR:g} x alone + {MIXED_P95_SLACK_MS:g} ms:\n")
+            print("| round | alone p50 ms | alone p95 ms | beside p50 ms | beside p95 ms | bound ms | within | failed |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+            results["mixed"] = mixed(d.url, address, queries, args.seconds, args.mixed)
+            for i, r in enumerate(results["mixed"], 1):
+                a, b = r["alone"], r["beside"]
+                print(f"| {i} | {ms(a['p50'])} | {ms(a['p95'])} | {ms(b['p50'])} | {ms(b['p95'])} | {ms(r['p95_bound_ms'])} | {'yes' if r['within'] else 'no'} | {r['failures']} |")
     finally:
         shutdown(config)
     results["steal_percent"] = steal.percent()

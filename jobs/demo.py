@@ -6,6 +6,7 @@ with the same ``--workdir`` to reuse the index."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import tempfile
@@ -33,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from mvr.pipeline.studies.demo import quiet_ray, run_demo
 
     serve_config = ServeConfig(port=args.port)
-    check_port_free(serve_config.host, serve_config.port)  # before minutes of indexing, not after
+    if not os.environ.get("RAY_ADDRESS"):  # a local Ray starts here: its HTTP proxy must be able to listen (a joined cluster's may already)
+        check_port_free(serve_config.host, serve_config.port)  # before minutes of indexing, not after
     workdir = args.workdir or tempfile.mkdtemp(prefix="mvr-demo-")
     config = IndexConfig()
     print_config("mvr demo: index configuration", config)

@@ -1,4 +1,6 @@
-"""``mvr stats INDEX``: passages, documents, tokens, the codec, rejects by reason, and the
+"""``mvr stats INDEX``: passages, documents, tokens, the codecs (and the names asked for, e.g.
+``auto``: a corpus too small for a codec's training trains another, docs/codecs.md), rejects
+by reason, and the
 bytes a vector of each kind costs on disk, measured from the files (codes files' column
 buffers and the ANN partitions' index files, over the kind's vector count)."""
 

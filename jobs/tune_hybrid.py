@@ -21,6 +21,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--grid", help="comma-separated λ values to try (default 0, 0.05, ..., 1)")
     p.add_argument("--rule", choices=("one-se", "best"), help="how λ is picked on the tuning queries (default one-se: within one standard error of the best, the nearest the configured λ)")
     p.add_argument("--exact", action="store_true", help="dense side by brute force even where ANN partitions exist")
+    p.add_argument("--batch", type=positive_int, help="queries whose hybrid unions are taken together (default: all; 1: one at a time, the same unions)")
     p.add_argument("--json", dest="json_out", help="write the results as JSON here (path or URL)")
     p.add_argument("--plot", help="write the λ curve (PNG) here (default: next to --json)")
     return p
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     from mvr.pipeline.retrieval.hybrid_tuning import plot_grid, tune_hybrid
 
-    result = tune_hybrid(args.index, config, log=console.print)
+    result = tune_hybrid(args.index, config, log=console.print, batch=args.batch)
     lams = ", ".join(str(f.lam) for f in result.folds)
     table = Table(title=f"{result.collection}: {result.queries} judged queries, each reported with λ tuned on the other fold(s) (λ per fold: {lams})")
     columns = ["method", "nDCG@10", "RR@10", "R@100"] + [f"{config.metric} fold {i + 1}" for i in range(len(result.folds))]

@@ -6,6 +6,8 @@ import dataclasses
 import importlib
 import logging
 import os
+import time
+import traceback
 from dataclasses import dataclass
 from typing import Optional
 
@@ -14,9 +16,19 @@ import ray
 from mvr.pipeline.config import RuntimeConfig
 
 
+# Ray's own error when the raylet of a local cluster it starts has not registered with the GCS
+# within a fixed 30 s (ray/_private/node.py, ``Node.__init__``: no setting changes it)
+RAY_START_TIMEOUT = "The current node timed out during startup"
+RAY_START_ATTEMPTS = 3  # local starts tried when each times out so, before its error is raised
+
+log = logging.getLogger(__name__)
+
+
 def init_ray(address: Optional[str] = None, quiet: bool = False) -> None:
     """Join the cluster named by ``address`` / ``RAY_ADDRESS`` (set under ``ray job submit``),
-    or start an embedded local one. Idempotent (the first call's settings stay).
+    or start an embedded local one. Idempotent (the first call's settings stay). A local
+    start that times out in Ray's own start-up (``RAY_START_TIMEOUT``, under load) is
+    stopped and made again, ``RAY_START_ATTEMPTS`` times in all (``_start_ray``).
 
     ``quiet``: Ray's own output stays in its session's log files (``ray_logs_dir()``): no
     output of workers and actors forwarded here, no Ray Data progress, only errors of Ray's,
@@ -24,7 +36,7 @@ def init_ray(address: Optional[str] = None, quiet: bool = False) -> None:
     if ray.is_initialized():
         return
     level = logging.ERROR if quiet else logging.WARNING
-    ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, logging_level=level, log_to_driver=not quiet)
+    _start_ray(address or os.environ.get("RAY_ADDRESS") or None, level, quiet)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = not quiet
     ctx.print_on_execution_start = False
@@ -42,6 +54,80 @@ def init_ray(address: Optional[str] = None, quiet: bool = False) -> None:
 
         for name in ("ray", "ray.data", "ray.serve"):
             logging.getLogger(name).setLevel(level)
+
+
+def _start_ray(address: Optional[str], level: int, quiet: bool) -> None:
+    """``ray.init``; a local start (``address`` None or "local") that fails with
+    ``RAY_START_TIMEOUT`` (seen under load) is tried again, ``RAY_START_ATTEMPTS`` times in
+    all, each failed attempt's processes stopped first. Other errors, and any error while
+    joining an address, are raised at once."""
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        try:
+            ray.init(address=address, logging_level=level, log_to_driver=not quiet)
+            return
+        except Exception as exc:
+            if address not in (None, "local") or RAY_START_TIMEOUT not in str(exc):
+                raise
+            node = _failed_node(exc)
+            if node is None:  # nothing to stop it with: a second start would run beside it
+                raise
+            _stop_node(node)
+            if attempt == RAY_START_ATTEMPTS:
+                raise
+            log.warning(
+                "Ray's local start timed out (%s); its processes stopped, starting again (attempt %d of %d)",
+                RAY_START_TIMEOUT, attempt + 1, RAY_START_ATTEMPTS,
+            )
+
+
+def _failed_node(exc: BaseException) -> "Optional[ray._private.node.Node]":
+    """The ``ray._private.node.Node`` whose start raised ``exc``: the ``self`` of the
+    ``Node.__init__`` frame in its traceback (the node's processes are in its
+    ``all_processes``), or None when there is none."""
+    init = ray._private.node.Node.__init__.__code__
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code is init:
+            return frame.f_locals.get("self")
+    return None
+
+
+def _stop_node(node: "ray._private.node.Node", timeout_s: float = 10.0) -> None:
+    """Stop the processes a failed local start spawned (its GCS, raylet, dashboard, log
+    monitor, …) and theirs (the raylet's agents and workers, the dashboard's module
+    processes, which outlive it by a second or more), as ``ray.shutdown()`` stops a started
+    node's: they run until this process exits otherwise, and ``ray.shutdown()`` cannot reach
+    them (``ray.init`` never kept the node). Returns when all are gone (killed after
+    ``timeout_s``)."""
+    import psutil
+
+    procs: list[psutil.Process] = []
+    for infos in node.all_processes.values():
+        for info in infos:
+            try:
+                p = psutil.Process(info.process.pid)
+                procs += [p, *p.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+    node.kill_all_processes(check_alive=False, allow_graceful=True, wait=True)
+
+    def running() -> list[psutil.Process]:
+        alive = []
+        for p in procs:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+    deadline = time.monotonic() + timeout_s
+    while (left := running()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for p in left:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def ray_logs_dir() -> Optional[str]:

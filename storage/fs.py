@@ -147,14 +147,15 @@ def create_exclusive(url: str, data: bytes) -> None:
 
 def list_files(url: str, suffix: str = "", include_tmp: bool = False) -> list[str]:
     """Full URLs of the files directly under ``url`` ending in ``suffix`` (sorted); [] if absent.
-    Atomic writes' temporary files (``.tmp-``) are left out unless ``include_tmp``."""
+    Atomic writes' temporary files (``.tmp-`` in the file's own name, not in a folder above
+    it) are left out unless ``include_tmp``."""
     fs, path = resolve(url)
     if not fs.exists(path):
         return []
     out = []
     for entry in fs.ls(path, detail=True):
         name = entry["name"]
-        if entry.get("type") == "file" and name.endswith(suffix) and (include_tmp or ".tmp-" not in name):
+        if entry.get("type") == "file" and name.endswith(suffix) and (include_tmp or ".tmp-" not in name.rstrip("/").rsplit("/", 1)[-1]):
             out.append(unstrip(fs, name))
     return sorted(out)
 

@@ -6,7 +6,6 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -43,28 +42,31 @@ def ray_address() -> str:
     return ray.get_runtime_context().gcs_address
 
 
-def _built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
-    """``build(path)`` run once per test run, and the path it built. Under pytest-xdist
-    (``-n 2``) the workers share it: the first to ask builds it in the run's common temporary
-    directory while the others wait on a file lock, then all read it (session fixtures are
-    per worker, and an encoded collection is minutes of both cores). The fixtures built so are
-    read-only: tests copy them to change them."""
-    from filelock import FileLock
+@pytest.fixture(scope="session")
+def fixture_cache(request, tmp_path_factory):
+    """The cache of built indexes across runs (tests/fixture_cache.py: ``$MVR_TEST_CACHE`` or
+    ``~/.cache/mvr-tests``; ``--fresh-fixtures`` rebuilds each entry once in this run)."""
+    from fixture_cache import FixtureCache
 
     base = tmp_path_factory.getbasetemp()
-    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
-    shared.mkdir(exist_ok=True)
-    path, done = shared / name, shared / f"{name}.done"
-    with FileLock(str(shared / f"{name}.lock")):
-        if not done.exists():
-            if path.exists():  # a worker that failed mid-build
-                shutil.rmtree(path)
-            build(path)
-            done.touch()
-    return path
+    run_dir = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # shared by the run's workers
+    return FixtureCache(fresh=request.config.getoption("--fresh-fixtures"), fresh_marks=run_dir / "fresh-fixtures")
 
 
-def _index(tmp_path_factory, datasets: Path, name: str) -> str:
+def _sha256(path: Path) -> str:
+    from fixture_cache import file_sha256
+
+    return file_sha256(Path(path))
+
+
+def _collection_recipe(datasets: Path, name: str) -> dict:
+    from mvr.pipeline.config import IndexConfig
+
+    return {"corpus": {f: _sha256(datasets / name / f) for f in ("corpus.jsonl",)}, "index": IndexConfig().model_dump(mode="json")}
+
+
+def _index(fixture_cache, datasets: Path, name: str) -> str:
+    """The whole collection ``name`` indexed with the default settings (cached across runs)."""
     from mvr.pipeline.config import IndexConfig
     from mvr.pipeline.indexing.corpus_job import index_corpus
 
@@ -72,7 +74,33 @@ def _index(tmp_path_factory, datasets: Path, name: str) -> str:
         result = index_corpus(str(datasets / name), str(path), IndexConfig())
         assert not result.up_to_date
 
-    return str(_built_once(tmp_path_factory, name, build))
+    return str(fixture_cache.get(name, _collection_recipe(datasets, name), build))
+
+
+def _variant(fixture_cache, base: str, name: str, ann=None, bm25=None) -> str:
+    """A copy of the cached index ``base`` with the ANN build ``ann`` (an AnnBuildConfig; its
+    ``bm25`` setting builds BM25 beside it) and / or the BM25 build ``bm25`` (a
+    BM25BuildConfig), cached across runs as an entry of its own: no test builds into a shared
+    index in place."""
+    import json
+
+    from mvr.pipeline.indexing.ann_build import build_ann
+    from mvr.pipeline.indexing.bm25_build import build_bm25
+
+    recipe = {
+        "base": json.loads((Path(base).parent / "entry.json").read_text())["key"],
+        "ann": ann.model_dump(mode="json") if ann is not None else None,
+        "bm25": bm25.model_dump(mode="json") if bm25 is not None else None,
+    }
+
+    def build(path: Path) -> None:
+        shutil.copytree(base, path)
+        if ann is not None:
+            build_ann(str(path), ann, log=lambda _: None)
+        if bm25 is not None:
+            build_bm25(str(path), bm25, log=lambda _: None)
+
+    return str(fixture_cache.get(name, recipe, build))
 
 
 @pytest.fixture(scope="session")
@@ -88,11 +116,11 @@ def msmarco_corpus_with_metadata(tmp_path_factory, datasets) -> dict:
 
 
 @pytest.fixture(scope="session")
-def msmarco_index(tmp_path_factory, msmarco_corpus_with_metadata) -> str:
-    """The whole msmarco-sample corpus indexed once with the default (reference) settings. It
-    is read from the metadata copy (same ids, titles and texts; the three bad-metadata rows are
-    rejects), so that one encoding of the collection serves the search tests and the filter
-    tests alike."""
+def msmarco_index(fixture_cache, msmarco_corpus_with_metadata) -> str:
+    """The whole msmarco-sample corpus indexed with the default (reference) settings (cached
+    across runs). It is read from the metadata copy (same ids, titles and texts; the three
+    bad-metadata rows are rejects), so that one encoding of the collection serves the search
+    tests and the filter tests alike."""
     from mvr.pipeline.config import IndexConfig
     from mvr.pipeline.indexing.corpus_job import index_corpus
 
@@ -100,66 +128,136 @@ def msmarco_index(tmp_path_factory, msmarco_corpus_with_metadata) -> str:
         result = index_corpus(msmarco_corpus_with_metadata["corpus"], str(path), IndexConfig())
         assert not result.up_to_date
 
-    return str(_built_once(tmp_path_factory, "msmarco-sample", build))
+    recipe = {"corpus": _sha256(msmarco_corpus_with_metadata["corpus"]), "index": IndexConfig().model_dump(mode="json")}
+    return str(fixture_cache.get("msmarco-sample", recipe, build))
 
 
 @pytest.fixture(scope="session")
-def dbpedia_index(tmp_path_factory, datasets) -> str:
-    """The whole dbpedia-sample corpus indexed once with the default (reference) settings."""
-    return _index(tmp_path_factory, datasets, "dbpedia-sample")
+def dbpedia_index(fixture_cache, datasets) -> str:
+    """The whole dbpedia-sample corpus indexed with the default (reference) settings."""
+    return _index(fixture_cache, datasets, "dbpedia-sample")
 
 
 @pytest.fixture(scope="session")
-def cranfield_index(tmp_path_factory, datasets) -> str:
+def cranfield_index(fixture_cache, datasets) -> str:
     """The whole cranfield collection (aeronautics abstracts: text far from the model's
-    training data) indexed once with the default settings."""
-    return _index(tmp_path_factory, datasets, "cranfield")
+    training data) indexed with the default settings."""
+    return _index(fixture_cache, datasets, "cranfield")
+
+
+# The ANN builds of the session indexes: every build parameter and search knob at its default
+# but a smaller training sample (65,536 by default) and, for ScaNN, plain instead of
+# anisotropic codes (half the build time); benchmarks.md has the builds at the full defaults.
+SMALL_SAMPLE = {"training_sample_size": 8192}
+
+
+def ann_build(backend: str, partitions: int, **settings):
+    from mvr.pipeline.config import AnnBuildConfig
+
+    params = dict(SMALL_SAMPLE, **({"anisotropic_quantization_threshold": None} if backend == "scann" else {}))
+    return AnnBuildConfig(backend=backend, partitions=partitions, params=params, cpus_per_task=1, **settings)
 
 
 @pytest.fixture(scope="session")
-def msmarco_100(tmp_path_factory, datasets) -> str:
+def msmarco_faiss2(fixture_cache, msmarco_index) -> str:
+    """``msmarco_index`` with FAISS IVFPQ partitions (P = 2) of every vector kind and BM25 in
+    the same two partitions: what test_search_ann measures, test_serve serves (a copy),
+    test_hybrid's msmarco side and the filter tests search."""
+    return _variant(fixture_cache, msmarco_index, "msmarco-faiss2", ann=ann_build("faiss-ivfpq", 2))
+
+
+@pytest.fixture(scope="session")
+def msmarco_scann1(fixture_cache, msmarco_index) -> str:
+    """``msmarco_index`` with ScaNN partitions (P = 1) of every vector kind, no BM25."""
+    return _variant(fixture_cache, msmarco_index, "msmarco-scann1", ann=ann_build("scann", 1, bm25=None))
+
+
+@pytest.fixture(scope="session")
+def dbpedia_faiss4(fixture_cache, dbpedia_index) -> str:
+    """``dbpedia_index`` with FAISS IVFPQ partitions (P = 4) of every vector kind, no BM25."""
+    return _variant(fixture_cache, dbpedia_index, "dbpedia-faiss4", ann=ann_build("faiss-ivfpq", 4, bm25=None))
+
+
+@pytest.fixture(scope="session")
+def dbpedia_bm25(fixture_cache, dbpedia_index) -> str:
+    """``dbpedia_index`` with BM25 in one partition (no ANN: dense search is exact)."""
+    from mvr.pipeline.config import BM25BuildConfig
+
+    return _variant(fixture_cache, dbpedia_index, "dbpedia-bm25", bm25=BM25BuildConfig(partitions=1))
+
+
+@pytest.fixture(scope="session")
+def cranfield_bm25(fixture_cache, cranfield_index) -> str:
+    """``cranfield_index`` with BM25 in one partition (no ANN: dense search is exact)."""
+    from mvr.pipeline.config import BM25BuildConfig
+
+    return _variant(fixture_cache, cranfield_index, "cranfield-bm25", bm25=BM25BuildConfig(partitions=1))
+
+
+@pytest.fixture(scope="session")
+def msmarco_100(fixture_cache, datasets) -> str:
     """The first 100 msmarco-sample passages in 3 shards (~8,000 token vectors: IVFPQ at 7
     bits), FAISS partitions (P = 1) of tokens and pooled, BM25. Tests copy it to change it."""
     from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.config import AnnBuildConfig, IndexConfig
     from mvr.pipeline.indexing.corpus_job import index_corpus
 
-    def build(path: Path) -> None:
-        config = IndexConfig.from_yaml(None, **{"limit": 100, "runtime.write_rows_per_shard": 40})
-        index_corpus(str(datasets / "msmarco-sample"), str(path), config, log=lambda _: None)
-        build_ann(str(path), AnnBuildConfig(partitions=1, vectors=["tokens", "pooled"]), log=lambda _: None)
+    config = IndexConfig.from_yaml(None, **{"limit": 100, "runtime.write_rows_per_shard": 40})
+    ann = AnnBuildConfig(partitions=1, vectors=["tokens", "pooled"])
 
-    return str(_built_once(tmp_path_factory, "msmarco-100", build))
+    def build(path: Path) -> None:
+        index_corpus(str(datasets / "msmarco-sample"), str(path), config, log=lambda _: None)
+        build_ann(str(path), ann, log=lambda _: None)
+
+    recipe = {"corpus": _sha256(datasets / "msmarco-sample" / "corpus.jsonl"), "index": config.model_dump(mode="json"), "ann": ann.model_dump(mode="json")}
+    return str(fixture_cache.get("msmarco-100", recipe, build))
 
 
 @pytest.fixture(scope="session")
-def msmarco_meta_index(tmp_path_factory, msmarco_index, msmarco_corpus_with_metadata) -> dict:
-    """A copy of ``msmarco_index`` (msmarco-sample with derived metadata and three rejected
-    rows) with FAISS IVFPQ partitions (P = 2) of tokens and pooled and BM25, for the filter
-    tests. {"index", "corpus", "docs"}."""
-    from mvr.pipeline.indexing.ann_build import build_ann
-    from mvr.pipeline.config import AnnBuildConfig
-
-    def build(path: Path) -> None:
-        shutil.copytree(msmarco_index, path)
-        ann = AnnBuildConfig(backend="faiss-ivfpq", partitions=2, vectors=["tokens", "pooled"], params={"training_sample_size": 8192}, cpus_per_task=1)
-        build_ann(str(path), ann, log=lambda _: None)
-
-    return {"index": str(_built_once(tmp_path_factory, "msmarco-meta", build)), **msmarco_corpus_with_metadata}
+def msmarco_meta_index(msmarco_faiss2, msmarco_corpus_with_metadata) -> dict:
+    """``msmarco_faiss2`` (msmarco-sample with derived metadata and three rejected rows,
+    FAISS IVFPQ P = 2 of every kind, BM25) for the filter tests. {"index", "corpus", "docs"}."""
+    return {"index": msmarco_faiss2, **msmarco_corpus_with_metadata}
 
 
-SLOW_FIXTURES = {"msmarco_index", "dbpedia_index", "cranfield_index", "msmarco_100", "msmarco_meta_index"}
+@pytest.fixture(scope="session")
+def serve_port(ray_address) -> int:
+    """The port of this worker's one Ray Serve HTTP proxy, started once: each module deploys
+    its application under its own name on it and deletes it at teardown; none shuts Serve
+    down (a restart costs seconds, and a proxy starting under load can be killed by Serve's
+    health check)."""
+    from cluster import free_ports
+    from mvr.pipeline.config import ServeConfig
+    from mvr.pipeline.serving.app import start_serve
+
+    port = free_ports(1)[0]
+    start_serve(ServeConfig(port=port))
+    return port
 
 
-# The modules that take longest, longest first (wall seconds on 2026-11-26, alone: the cluster
-# 194, filters 191 with msmarco-sample's encoding, hybrid 151 with dbpedia-sample's, …). With
-# ``-n 2 --dist loadfile`` (pyproject's addopts) pytest-xdist hands whole modules to its two
-# workers in collection order, so the long ones start first and the short ones fill the gaps
-# (longest-processing-time first); the rest keep their file order.
+def serve_config(port: int, app_name: str, **settings):
+    """A ServeConfig for a module's own application on the worker's Serve (``serve_port``)."""
+    from mvr.pipeline.config import ServeConfig
+
+    return ServeConfig.model_validate({"port": port, "app_name": app_name, **settings})
+
+
+SLOW_FIXTURES = {
+    "msmarco_index", "dbpedia_index", "cranfield_index", "msmarco_100", "msmarco_meta_index", "msmarco_faiss2", "msmarco_scann1",
+    "dbpedia_faiss4", "dbpedia_bm25", "cranfield_bm25", "serve_port",
+}
+
+
+# The modules that take longest, longest first. With ``-n 2 --dist loadfile`` (pyproject's
+# addopts) pytest-xdist hands whole modules to its two workers in collection order, so the long
+# ones start first and the short ones fill the gaps (longest-processing-time first); the rest
+# keep their file order. On a cold run (an empty fixture cache) the first modules after the
+# cluster tests build the whole-collection fixtures, which the later ones read.
 LONGEST_FIRST = (
-    "test_cluster_jobs", "test_train", "test_filters", "test_hybrid", "test_serve", "test_serve_live", "test_updates", "test_resume",
-    "test_search_ann", "test_api", "test_demo", "test_updates_concurrency", "test_openapi_contract", "test_full_disk", "test_deploy_damaged",
-    "test_slow_clients", "test_partition_memory", "test_capacity_plan", "test_cli_errors",
+    "test_cluster_jobs", "test_search_ann", "test_hybrid", "test_filters", "test_serve", "test_updates", "test_train", "test_serve_live",
+    "test_resume", "test_startup_retry", "test_api", "test_demo", "test_updates_concurrency", "test_index_msmarco", "test_openapi_contract",
+    "test_full_disk", "test_deploy_damaged", "test_tiny_corpora", "test_slow_clients", "test_partition_memory", "test_capacity_plan",
+    "test_cli_errors",
 )
 
 
@@ -176,53 +274,13 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     items.sort(key=lambda item: rank.get(getattr(item.module, "__name__", ""), len(rank)))
 
 
-class _Cores:
-    """The machine's cores between pytest-xdist's workers: every test holds them shared, and a
-    test marked ``exclusive`` (a latency bound against a baseline it measured itself) holds
-    them alone, from its module's set-up to its teardown, so the other worker's load cannot
-    change between its two windows. Fair: an exclusive test holds the turnstile while it
-    waits, so the other worker's next test waits behind it (a file lock each, ``flock``,
-    released by the kernel if a worker dies). Without xdist, nothing is locked."""
-
-    def __init__(self) -> None:
-        import tempfile
-
-        run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-        self.paths = None if run is None else [Path(tempfile.gettempdir()) / f"mvr-tests-{run}.{n}.lock" for n in ("turnstile", "cores")]
-
-    def hold(self, exclusive: bool):
-        import contextlib
-        import fcntl
-
-        @contextlib.contextmanager
-        def held():
-            if self.paths is None:
-                yield
-                return
-            with open(self.paths[0], "a") as turnstile, open(self.paths[1], "a") as cores:
-                fcntl.flock(turnstile, fcntl.LOCK_EX)
-                try:
-                    fcntl.flock(cores, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-                finally:
-                    fcntl.flock(turnstile, fcntl.LOCK_UN)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(cores, fcntl.LOCK_UN)
-
-        return held()
-
-
-_CORES = _Cores()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    with _CORES.hold(item.get_closest_marker("exclusive") is not None):
-        yield
-
-
 def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--fresh-fixtures",
+        action="store_true",
+        default=False,
+        help="rebuild every cached index fixture this run uses (tests/fixture_cache.py), once in the run",
+    )
     parser.addoption(
         "--cpu-profile",
         metavar="FILE",

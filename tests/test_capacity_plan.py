@@ -98,6 +98,12 @@ def test_codecs_resolve_as_the_index_does():
         assert big.codec_of(kind) == "int8" and big.bytes_per_vector_of(kind) == 388 and big.dim_of(kind) == 384
     assert big.codec_of("tokens") == big.codec_name and big.dim_of("tokens") == 192
     assert Workload(passages=10, dim=160).codec_name == "residual-1" and Workload(passages=10, dim=160).bytes_per_vector == 1 + 160 // 8
+    # a corpus whose token vectors are fewer than auto's PCA needs (2 × 192): residual-1 at 384
+    # dims, as mvr index trains it (codecs.choose); the codebook at most the sample's k-means rows
+    tiny = Workload(passages=1, tokens_per_passage=77)
+    assert (tiny.codec_sample, tiny.codec_name, tiny.codec_dim) == (77, "residual-1", 384) == (77, codecs.choose("auto", 384, 77).name, 384)
+    assert tiny.residual_centroids() == 73 and tiny.bytes_per_vector == 1 + 384 // 8
+    assert Workload(passages=1, tokens_per_passage=384).codec_name == "pca-192+residual-1"
     colbert = Workload(passages=10**9, dim=128)
     assert colbert.codec_name == "residual-2" and colbert.codec_dim == 128 and colbert.bytes_per_vector == 2 + 128 * 2 // 8
     assert Workload(passages=10, dim=384, codec="float16").bytes_per_vector == 768
@@ -250,6 +256,7 @@ def test_ann_index_bytes_match_saved_indexes(tmp_path, backend, reorder):
         assert model.params[name] == index.params[name]
 
 
+@pytest.mark.slow  # a 400,000-vector build each (FAISS ~30 s): the fast lane stays under 90 s
 @pytest.mark.parametrize("backend", ["faiss-ivfpq", "scann"])
 def test_ann_build_ram_matches_a_build_process_peak(backend):
     """``ann_build_ram`` against the peak RSS of a process that builds an index as

@@ -96,6 +96,79 @@ def test_pq_needs_a_divisible_dimension(synthetic):
         codecs.train("pq-5", synthetic)
 
 
+# ---- a sample too small for the codec (codecs.choose) --------------------------------------
+
+
+def test_auto_falls_back_to_no_pca_below_twice_its_dimensions():
+    """``auto`` at MiniLM's 384 dims is pca-192+residual-1 from 2 × 192 sample vectors, and
+    residual-1 at the full dimension below (a corpus of a few documents); nothing else moves."""
+    for n in (1, 2, 77, 383):
+        ch = codecs.choose("auto", 384, n)
+        assert (ch.name, ch.asked, ch.resolved, ch.fell_back) == ("residual-1", "auto", "pca-192+residual-1", True)
+        assert f"sample of {n:,} vectors" in ch.reason and "at least 384" in ch.reason
+        assert ch.describe().startswith("residual-1 instead of auto (pca-192+residual-1): ")
+    for n in (384, 65_536):
+        ch = codecs.choose("auto", 384, n)
+        assert (ch.name, ch.fell_back, ch.reason, ch.describe()) == ("pca-192+residual-1", False, "", "pca-192+residual-1")
+    assert codecs.min_sample("pca-192+residual-1") == 2 * codecs.AUTO_PCA_DIM == 384
+    # no PCA in auto at 192 dims or fewer: the same codec from one vector on
+    assert [codecs.choose("auto", d, 1).name for d in (192, 160, 128, 96)] == ["residual-1", "residual-1", "residual-2", "residual-2"]
+    assert not any(codecs.choose("auto", d, 1).fell_back for d in (192, 128))
+
+
+def test_named_codecs_fall_back_only_when_the_sample_cannot_train_them():
+    assert [codecs.choose(n, 384, 1).name for n in ("float16", "int8", "residual-1", "residual-4")] == ["float16", "int8", "residual-1", "residual-4"]
+    # a named PCA: its codec at the full dimension, said so
+    ch = codecs.choose("pca-128+residual-2", 384, 255)
+    assert (ch.name, ch.fell_back) == ("residual-2", True) and ch.describe().startswith("residual-2 instead of pca-128+residual-2: ")
+    assert codecs.choose("pca-128+residual-2", 384, 256).name == "pca-128+residual-2"
+    # pq-M: 256 centroids a sub-space; below that, auto's codec without a PCA
+    assert codecs.min_sample("pq-48") == codecs.PQ_MIN_VECTORS == 256
+    assert [codecs.choose("pq-48", 384, n).name for n in (255, 256)] == ["residual-1", "pq-48"]
+    assert codecs.choose("pca-128+pq-16", 384, 255).name == "residual-1" and codecs.choose("pca-64+pq-16", 128, 200).name == "residual-2"
+    assert codecs.choose("pca-96+pq-32", 384, 200).name == "residual-1" == codecs.choose("pca-96+pq-32", 384, 1).name
+    # what no sample can mend is refused, whatever the sample's size
+    for name, match in (("pca-500+residual-1", "output dimension must be 1..384"), ("pq-5", "not divisible by 5"),
+                        ("pca-128+pq-5", "dimension 128 is not divisible"), ("float32", "unknown codec")):
+        for n in (1, 100_000):
+            with pytest.raises(ValueError, match=match):
+                codecs.choose(name, 384, n)
+    with pytest.raises(ValueError, match="no sample vector"):
+        codecs.choose("auto", 384, 0)
+
+
+def test_every_choice_trains_on_real_token_vectors(real):
+    """On the first 1, 2, 77, 383 and 384 token vectors of real passages, each choice trains,
+    and codes round-trip; a PCA FAISS cannot fit is refused in words, not by FAISS's assertion."""
+    for n in (1, 2, 77, 383, 384):
+        for asked in ("auto", "pca-128+residual-2", "pq-48", "residual-2"):
+            ch = codecs.choose(asked, 384, n)
+            c = codecs.train(ch.name, real[:n], seed=0, n_vectors=n)
+            assert c.name == ch.name and c.dim_in == 384
+            decoded = c.decode(c.encode(real[:n]))
+            assert decoded.shape == (n, c.dim_out) and np.all(np.isfinite(decoded))
+    with pytest.raises(ValueError, match=r"pca-192: a sample of 95 vectors is too small to fit it \(FAISS needs 96"):
+        codecs.train("pca-192+residual-1", real[:95])
+    assert codecs.train("pca-192+float16", real[:96]).dim_out == 192  # FAISS's limit; choose asks for 384
+
+
+def test_residual_codebook_never_exceeds_the_sample():
+    """ColBERTv2's codebook size exceeds the vectors below 128 (16 for one; 128 for a
+    77-vector document): the k-means gets at most its training rows, and at least one centroid."""
+    assert codecs.default_centroids(1) == 16 and codecs.default_centroids(77) == 128
+    assert all(codecs.default_centroids(n) > n for n in range(1, 128))
+    for n in range(1, 400):
+        assert 1 <= codecs.residual_centroids(n) <= n
+        assert codecs.residual_centroids(n, n_vectors=10**9) == n and codecs.residual_centroids(n, n_centroids=n + 5) == n
+    assert codecs.residual_centroids(62_259, n_vectors=403_138) == 8192  # the measured collections: unchanged
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 20, 39):
+        x = l2_normalize(rng.standard_normal((n, 16)).astype(np.float32)).astype(np.float32)
+        train_rows, _ = Residual.split(n, 0)
+        c = codecs.train("residual-2", x, seed=0, n_vectors=n)
+        assert len(c.centroids) == codecs.residual_centroids(len(train_rows), n) <= max(1, len(train_rows))
+
+
 # ---- error bounds -------------------------------------------------------------------------
 
 

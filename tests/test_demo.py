@@ -1,11 +1,12 @@
 """``mvr demo`` end to end, as a user runs it: a real corpus (Python's own documentation)
-indexed, ANN partitions built, the service started on a free port, the demo's queries sent
-over HTTP and their results printed, the service shut down."""
+indexed, ANN partitions built, the service started, the demo's queries sent over HTTP and
+their results printed, the service shut down. The demo joins the test worker's Ray cluster
+(``RAY_ADDRESS``, as on a cluster) and its Serve, on that Serve's port; on the way out it
+deletes its own application only."""
 
 from __future__ import annotations
 
 import re
-import socket
 
 import pytest
 
@@ -22,17 +23,13 @@ EXPECTED = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def test_demo_prints_a_results_table_for_each_query(tmp_path, ray_address, serve_port):
+    from ray import serve
 
-
-def test_demo_prints_a_results_table_for_each_query(tmp_path):
     from mvr.pipeline.studies.demo import DEMO_QUERIES
 
-    port = free_port()
-    r = mvr("demo", "--workdir", tmp_path, "--limit", "200", "-k", "3", "--port", str(port), env={"COLUMNS": "200"}, timeout=900)
+    port = serve_port
+    r = mvr("demo", "--workdir", tmp_path, "--limit", "200", "-k", "3", "--port", str(port), env={"COLUMNS": "200", "RAY_ADDRESS": ray_address}, timeout=900)
     out, err = r.stdout.decode(), r.stderr.decode()
     assert r.returncode == 0, err[-3000:]
     assert "Traceback" not in out + err
@@ -51,3 +48,4 @@ def test_demo_prints_a_results_table_for_each_query(tmp_path):
     assert summary and int(summary[1]) == 200 and int(summary[2]) >= 200 and int(summary[4]) == len(DEMO_QUERIES) + 1, out
     assert "service shut down" in out and f"mvr search --url http://127.0.0.1:{port}" in out
     assert re.search(rf"try: mvr serve \S+ --port {port}\s", out), out  # the hint's service listens where its URL says
+    assert "mvr" not in serve.status().applications  # its application deleted; the worker's Serve still runs

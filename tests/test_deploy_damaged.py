@@ -79,7 +79,7 @@ def test_serve_refuses_a_truncated_partition_file_before_starting_anything(msmar
     print(f"\nrefused in {seconds:.1f} s (the command, its imports included)")
 
 
-def test_a_partition_that_fails_to_load_fails_the_deploy_once(msmarco_100, tmp_path, ray_address, datasets):
+def test_a_partition_that_fails_to_load_fails_the_deploy_once(msmarco_100, tmp_path, ray_address, datasets, serve_port):
     from ray import serve
 
     from mvr.jobs.common import describe
@@ -91,7 +91,7 @@ def test_a_partition_that_fails_to_load_fails_the_deploy_once(msmarco_100, tmp_p
 
     index = str(tmp_path / "index")
     shutil.copytree(msmarco_100, index)
-    config = ServeConfig.model_validate({"port": free_ports(1)[0], "app_name": "damaged", "modes": ["maxsim"]})
+    config = ServeConfig.model_validate({"port": serve_port, "app_name": "damaged", "modes": ["maxsim"]})
 
     def damaged_version(doc_id: str) -> tuple[int, Path, bytes, str]:
         """Commit a deletion, then change its tombstones file in place: (version, file, its bytes, search's error)."""
@@ -134,4 +134,3 @@ def test_a_partition_that_fails_to_load_fails_the_deploy_once(msmarco_100, tmp_p
         assert load_manifest(index).version == version  # the index is ahead; the service stays on what it could load
     finally:
         shutdown(config)
-        serve.shutdown()

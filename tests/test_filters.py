@@ -1,6 +1,6 @@
 """Metadata filters end to end on a metadata-carrying copy of msmarco-sample (the
 ``msmarco_meta_index`` fixture: every document's metadata computed from itself, FAISS IVFPQ
-P = 2 over tokens and pooled, BM25): the catalog's allowed documents equal a brute-force
+P = 2 over every vector kind, BM25): the catalog's allowed documents equal a brute-force
 filter over the corpus file read here with plain Python; exact filtered search returns the
 top-10 of the unfiltered exact scores restricted to the allowed documents; ANN filtered search
 returns only allowed documents and k of them whenever k exist, selective (~1 %) and broad
@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import requests
 
+from conftest import serve_config
 from helpers import read_jsonl
 from mvr.operators.retrieval.filters import FilterError
 from mvr.operators.retrieval.ranking import top_documents
@@ -296,20 +297,18 @@ def test_cli_eval_with_a_filter(msmarco_meta_index, datasets, tmp_path):
 # -- the service ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def service(msmarco_meta_index):
+def service(msmarco_meta_index, serve_port):
     from ray import serve
 
-    from mvr.pipeline.config import ServeConfig
-    from mvr.pipeline.serving.app import deploy
-    from test_serve import free_port
+    from mvr.pipeline.serving.app import deploy, shutdown
 
     # the partitions in the ingress, and two trips to them here (test_serve.py serves the
     # defaults: partition deployments, one trip)
-    config = ServeConfig.model_validate({"port": free_port(), "app_name": "mvr-filters", "one_trip_max_partitions": 0, "partition": {"placement": "ingress"}})
+    config = serve_config(serve_port, "t-filters", one_trip_max_partitions=0, partition={"placement": "ingress"})
     d = deploy(msmarco_meta_index["index"], config, log=print)
-    assert d.index_app is None and not any(a.startswith("mvr-filters-index") for a in serve.status().applications)
+    assert d.index_app is None and not any(a.startswith("t-filters-index") for a in serve.status().applications)
     yield d.url
-    serve.shutdown()
+    shutdown(config)
 
 
 def test_service_filters_equal_the_search_core(meta, service):

@@ -109,7 +109,7 @@ def test_token_vectors_equal_an_independent_encoding(msmarco_index, datasets, pl
 def test_a_small_job_encoded_in_tasks_stores_the_codes_of_independent_vectors(datasets, plain_model, tmp_path):
     """A job under ``runtime.small_job_rows`` encodes in Ray tasks (no actor pool) whose
     worker keeps the model for the next small job: both jobs store, for every passage, the
-    codes of plain transformers' vectors, as the actor pool does above."""
+    codes of plain transformers' vectors, as the actor pool does below."""
     from mvr.pipeline.config import IndexConfig
     from mvr.pipeline.indexing.corpus_job import index_corpus
 
@@ -125,3 +125,27 @@ def test_a_small_job_encoded_in_tasks_stores_the_codes_of_independent_vectors(da
         ids = list(exact_partition(index, m, "tokens", load_codecs(index, m.codecs)).doc_ids)
         assert len(ids) == len(part)
         assert_codes_of_independent_vectors(index, docs, ids, plain_model)
+
+
+def test_the_actor_pool_encodes_a_fresh_subset_to_the_codes_of_independent_vectors(datasets, plain_model, tmp_path):
+    """The path the whole-collection fixtures take (an actor pool; the sample pass encodes
+    every passage and keeps it), run fresh every time on a subset, since ``msmarco_index``
+    may come from the fixture cache (tests/fixture_cache.py): 150 passages in several blocks
+    and shards, every passage's codes against plain transformers' vectors."""
+    from mvr.pipeline.config import IndexConfig
+    from mvr.pipeline.indexing.corpus_job import index_corpus
+
+    docs = _texts(datasets)
+    lines = (datasets / "msmarco-sample" / "corpus.jsonl").read_text().splitlines(keepends=True)[1000:1150]
+    corpus, index = tmp_path / "subset.jsonl", str(tmp_path / "index")
+    corpus.write_text("".join(lines))
+    config = IndexConfig.from_yaml(None, **{"runtime.small_job_rows": 0, "runtime.block_bytes": 16384, "runtime.write_rows_per_shard": 40})
+    logged: list[str] = []
+    index_corpus(str(corpus), index, config, log=logged.append)
+    assert not any("encoding in Ray tasks" in line for line in logged), logged
+    assert any("the sample pass encoded every passage" in line for line in logged), logged
+    m = load_manifest(index)
+    assert len(m.shards) > 1
+    ids = list(exact_partition(index, m, "tokens", load_codecs(index, m.codecs)).doc_ids)
+    assert len(ids) == len(lines) == len(set(ids))
+    assert_codes_of_independent_vectors(index, docs, ids, plain_model)

@@ -18,7 +18,6 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from cluster import free_ports
 from mvr.operators.retrieval.filters import MAX_DOC_IDS, MAX_FILTER_CHARS
 from mvr.pipeline.config import FirstStageConfig, HybridConfig, ServeConfig
 from mvr.pipeline.retrieval.request import MAX_K, MAX_QUERY_CHARS
@@ -84,19 +83,19 @@ def test_the_document_states_the_bounds_and_every_status_of_every_route() -> Non
 
 
 @pytest.fixture(scope="module")
-def service(msmarco_100, tmp_path_factory):
-    """A copy of the 100-passage index served with a bearer token on a free port."""
-    from ray import serve
-
-    from mvr.pipeline.serving.app import deploy
+def service(msmarco_100, tmp_path_factory, serve_port):
+    """A copy of the 100-passage index served with a bearer token, as this module's
+    application on the worker's Serve."""
+    from mvr.pipeline.serving.app import deploy, shutdown
 
     index = str(tmp_path_factory.mktemp("contract") / "index")
     shutil.copytree(msmarco_100, index)
+    config = ServeConfig(port=serve_port, app_name="t-contract")
     t0 = time.perf_counter()
-    d = deploy(index, ServeConfig(port=free_ports(1)[0]), token=TOKEN, log=print)
+    d = deploy(index, config, token=TOKEN, log=print)
     print(f"\nservice up in {time.perf_counter() - t0:.1f} s at {d.url}")
     yield d
-    serve.shutdown()
+    shutdown(config)
 
 
 @pytest.fixture(scope="module")

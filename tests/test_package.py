@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tomllib
 import zipfile
 from pathlib import Path
@@ -91,9 +92,15 @@ def test_the_wheel_installs_mvr_alone_at_the_top_level(tmp_path):
     assert want <= modules, sorted(want - modules)[:10]
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
     purelib = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
+    # mvr's dependencies from the running environment, whether it is a venv or a bare
+    # interpreter (``--system-site-packages`` would see the base interpreter's, not a venv's):
+    # its site-packages on the new venv's path, after the venv's own (a path a .pth file adds
+    # is no site dir: its own .pth files, such as the checkout's editable install, are not run)
+    running = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    (purelib / "_running_env.pth").write_text("".join(f"{p}\n" for p in sorted(running)))
     before, bin_before = set(os.listdir(purelib)), set(os.listdir(venv / "bin"))
     subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True, timeout=300)
     added = set(os.listdir(purelib)) - before

@@ -10,15 +10,17 @@ on those two and on cranfield (exact only): every dense mode from the default co
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import numpy as np
 import pytest
 
+from conftest import ann_build
 from helpers import REFERENCE_NDCG10, REFERENCE_TOLERANCE, ndcg10, read_qrels
 from mvr.operators.retrieval.scoring import MODES
 from mvr.pipeline.indexing.ann_build import build_ann
-from mvr.pipeline.config import AnnBuildConfig, SearchConfig
+from mvr.pipeline.config import SearchConfig
 from mvr.pipeline.retrieval.searcher import Searcher
 from mvr.storage.codec_file import read_codec
 from mvr.storage.beir import read_collection
@@ -26,13 +28,12 @@ from mvr.storage.manifest import load_manifest
 
 pytestmark = pytest.mark.ray
 
-# Each build costs ~0.5 min of the CI budget: msmarco-sample gets two (P-independence: ScaNN
-# P = 1 against FAISS P = 2; the last one is what test_serve.py serves, so its fixture finds it
-# up to date), dbpedia-sample FAISS P = 4 only. A smaller training sample than the default
-# (65,536), and for ScaNN plain instead of anisotropic AH codes (half the build time), keep
-# the builds inside the budget; every other build parameter and every search knob is at its
-# default. MVR_ANN_TABLE=full builds every cell of the docs/search.md table instead (both
-# backends at P = 1 and 4 on both collections, ScaNN anisotropic: ~3 min more);
+# The builds (tests/conftest.py's cached variants of the session indexes: a smaller training
+# sample than the default, ScaNN with plain instead of anisotropic codes, every other build
+# parameter and search knob at its default): msmarco-sample ScaNN P = 1 and FAISS P = 2
+# (P-independence), dbpedia-sample FAISS P = 4, cranfield exact only.
+# MVR_ANN_TABLE=full builds every cell of the docs/search.md table instead (both backends at
+# P = 1 and 4 on both collections, ScaNN anisotropic: ~3 min more, into a copy of the index);
 # benchmarks.md has the builds at the full defaults.
 FULL_TABLE = os.environ.get("MVR_ANN_TABLE") == "full"
 if FULL_TABLE:
@@ -41,10 +42,9 @@ if FULL_TABLE:
 else:
     COLLECTION_BUILDS = {"msmarco-sample": [("scann", 1), ("faiss-ivfpq", 2)], "dbpedia-sample": [("faiss-ivfpq", 4)], "cranfield": []}
 BUILDS = sorted({b for builds in COLLECTION_BUILDS.values() for b in builds})
-BUILD_PARAMS = {
-    "faiss-ivfpq": {"training_sample_size": 8192},
-    "scann": {"training_sample_size": 8192, **({} if FULL_TABLE else {"anisotropic_quantization_threshold": None})},
-}
+# the cached variant (a fixture) of each default build
+VARIANT_FIXTURE = {("msmarco-sample", "scann", 1): "msmarco_scann1", ("msmarco-sample", "faiss-ivfpq", 2): "msmarco_faiss2",
+                   ("dbpedia-sample", "faiss-ivfpq", 4): "dbpedia_faiss4"}
 INDEX_FIXTURE = {"msmarco-sample": "msmarco_index", "dbpedia-sample": "dbpedia_index", "cranfield": "cranfield_index"}
 CENTROIDS_BELOW_POOLED = 0.03  # issue 36: softmax-centroid (unit space) at most this far below pooled
 EXHAUSTIVE = {"k_prime": 1000, "candidate_cap": 100_000, "nprobe": 1 << 20, "leaves_to_search": 1 << 20, "reorder_k": 1000}
@@ -102,7 +102,7 @@ def overlap10(a: list, b: list) -> float:
 
 
 @pytest.fixture(scope="module", params=list(INDEX_FIXTURE))
-def runs(request, datasets):
+def runs(request, datasets, tmp_path_factory):
     """Every build of the collection's index, searched with all judged queries."""
     name = request.param
     index_url = request.getfixturevalue(INDEX_FIXTURE[name])
@@ -120,17 +120,27 @@ def runs(request, datasets):
     plain = Searcher(index_url, modes=("pooled",), encoder=encoder)
     out["no_ann_path"] = plain.paths["pooled"], plain.search([next(iter(queries.values()))], 5, "pooled")[0].path
     print(f"\n{name}: index and exact references ready")
+    copy = None
     for backend, p in COLLECTION_BUILDS[name]:
         t0 = time.perf_counter()
-        build_ann(index_url, AnnBuildConfig(backend=backend, partitions=p, params=BUILD_PARAMS[backend], bm25=None), log=lambda _: None)
-        print(f"\n{name} {backend} P={p}: built in {time.perf_counter() - t0:.1f} s")
-        s = Searcher(index_url, encoder=encoder)
+        if FULL_TABLE:  # every cell built here, into a copy of the index (the cached ones are read only)
+            copy = copy or str(tmp_path_factory.mktemp("ann-table") / name)
+            if not os.path.exists(copy):
+                shutil.copytree(index_url, copy)
+            build_ann(copy, ann_build(backend, p, bm25=None), log=lambda _: None)
+            built = copy
+        else:
+            built = request.getfixturevalue(VARIANT_FIXTURE[name, backend, p])
+        print(f"\n{name} {backend} P={p}: built (or read from the fixture cache) in {time.perf_counter() - t0:.1f} s")
+        s = Searcher(built, encoder=encoder)
+        assert s.manifest.ann["tokens"]["backend"] == backend and len(s.partitions["maxsim"]) == p
         print(f"{name} {backend} P={p}: searcher loaded at {time.perf_counter() - t0:.1f} s")
         for mode in MODES:
             out[backend, p, mode] = {q: s.search_encoded(e, 10, mode) for q, e in encoded.items()}
             out[backend, p, mode, "exhaustive"] = {q: s.search_encoded(e, 10, mode, **EXHAUSTIVE) for q, e in list(encoded.items())[:N_EXHAUSTIVE]}
         out[backend, p, "partitions"] = {m: len(s.partitions[m]) for m in MODES}
         print(f"{name} {backend} P={p}: searched at {time.perf_counter() - t0:.1f} s")
+        out["last_build"] = built
     return out
 
 
@@ -203,7 +213,7 @@ def test_eval_job_writes_table_json_and_sweep_plot(runs, tmp_path, capsys):
 
     out = tmp_path / "eval.json"
     dataset = runs["dataset_dir"]
-    assert eval_main([runs["index"], "--dataset", dataset, "--modes", "pooled,first-m", "--sweep", "10,100", "--json", str(out)]) == 0
+    assert eval_main([runs["last_build"], "--dataset", dataset, "--modes", "pooled,first-m", "--sweep", "10,100", "--json", str(out)]) == 0
     body = json.loads(out.read_text())
     assert set(body["modes"]) == {"pooled", "first-m"} and body["queries"] == 43
     for mode, f in body["modes"].items():
@@ -214,7 +224,7 @@ def test_eval_job_writes_table_json_and_sweep_plot(runs, tmp_path, capsys):
         assert [p["k_prime"] for p in body["sweep"][mode]] == [10, 100]
     assert (tmp_path / "eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "nDCG@10" in capsys.readouterr().out
-    assert eval_main([runs["index"], "--dataset", dataset, "--modes", "pooled", "--exact", "--json", str(out)]) == 0
+    assert eval_main([runs["last_build"], "--dataset", dataset, "--modes", "pooled", "--exact", "--json", str(out)]) == 0
     exact = json.loads(out.read_text())["modes"]["pooled"]
     assert exact["path"] == "exact" and "overlap@10" not in exact
     assert exact["nDCG@10"] == pytest.approx(ndcg10(runs["independent"]["pooled"], runs["qrels"]), abs=1e-3)

@@ -14,8 +14,8 @@ import time
 import pytest
 import requests
 
+from conftest import serve_config
 from helpers import read_jsonl
-from cluster import free_ports
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
@@ -32,12 +32,9 @@ def _wait_version(url: str, version: int, timeout: float = 300.0) -> None:
     raise TimeoutError(f"the service did not switch to version {version} within {timeout:.0f} s")
 
 
-def test_queries_during_add_delete_compact(msmarco_100, tmp_path, datasets):
-    from ray import serve
-
+def test_queries_during_add_delete_compact(msmarco_100, tmp_path, datasets, serve_port):
     from mvr.pipeline.indexing.compaction import compact
-    from mvr.pipeline.config import ServeConfig
-    from mvr.pipeline.serving.app import deploy, start_reloader, stop_reloader
+    from mvr.pipeline.serving.app import deploy, shutdown, start_reloader
     from mvr.pipeline.indexing.updates import add_documents, delete_documents
     from mvr.storage.manifest import load_manifest
 
@@ -47,9 +44,7 @@ def test_queries_during_add_delete_compact(msmarco_100, tmp_path, datasets):
     stay, gone, new = docs[0:3], docs[3:6], docs[100:130]
     # the encoder as its own deployment, as for an index updated often: it is kept across the
     # switches (test_serve.py switches with the default, the encoder in the ingress)
-    config = ServeConfig.model_validate(
-        {"port": free_ports(1)[0], "modes": ["maxsim"], "reload_poll_s": 1.0, "partition_timeout_s": 10.0, "encoder": {"placement": "deployment"}}
-    )
+    config = serve_config(serve_port, "t-live", modes=["maxsim"], reload_poll_s=1.0, partition_timeout_s=10.0, encoder={"placement": "deployment"})
     d = deploy(index, config, token=TOKEN, log=print)
     start_reloader(index, config, TOKEN, d.version)
     url = d.url
@@ -87,8 +82,7 @@ def test_queries_during_add_delete_compact(msmarco_100, tmp_path, datasets):
     finally:
         stop.set()
         worker.join()
-        stop_reloader(config)  # a detached actor: it would outlive the test
-        serve.shutdown()
+        shutdown(config)  # the module's apps, and its reloader (a detached actor: it would outlive the test)
     print(f"\n{len(answers)} answers over versions {sorted({a[3] for a in answers})}")
     assert len(answers) > 30
     assert all(status == 200 for _, _, status, _, _ in answers), [a for a in answers if a[2] != 200][:3]

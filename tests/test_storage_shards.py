@@ -147,3 +147,15 @@ def test_the_shard_list_is_checked_and_old_lists_are_dropped(tmp_path):
     path.unlink()
     with pytest.raises(IntegrityError, match="shard-lists/.*: missing"):
         load_manifest(url)
+
+
+def test_list_files_leaves_out_temporary_files_by_their_own_name_only(tmp_path):
+    """An index under a folder whose name holds ``.tmp-`` (the suite's fixture cache builds in
+    one) lists its files; only a file whose own name marks an atomic write's temporary is left
+    out."""
+    d = tmp_path / f"build.tmp-{'1' * 8}" / "shards"
+    d.mkdir(parents=True)
+    (d / "a.parquet").write_bytes(b"x")
+    (d / f"b.parquet.tmp-{'0' * 32}").write_bytes(b"half")
+    assert [u.rsplit("/", 1)[-1] for u in fs.list_files(str(d))] == ["a.parquet"]
+    assert len(fs.list_files(str(d), include_tmp=True)) == 2

@@ -1,6 +1,7 @@
 """The parts of ``mvr train`` that need no Ray and no model: the pairs a corpus gives (Inverse
 Cloze Task, title → text) on real text, the evaluation-overlap rule, hard-negative draws, the
-batches of a step (a resumed run sees the lost run's batches), the contrastive loss against a
+batches of a step (a resumed run sees the lost run's batches, and its metrics file the lost
+run's lines up to the checkpoint), the contrastive loss against a
 direct computation, the conventions a checkpoint is written with (read back by the same
 reader ``mvr index`` uses), and the refusals of a run directory."""
 
@@ -21,7 +22,7 @@ from mvr.operators.training.order import BatchOrder, pair_lengths
 from mvr.operators.training.pairs import MIN_WORDS, ict_pair, overlap, pick_negatives, query_key, sentences, title_pair, unsupervised_pairs
 from mvr.pipeline.config import TokenizerConfig, TrainConfig
 from mvr.pipeline.training.data import TrainingDataError, check_overlap, jsonl_pairs
-from mvr.pipeline.training.loop import conventions, pair_token_lengths, total_steps
+from mvr.pipeline.training.loop import conventions, keep_metrics_to, pair_token_lengths, total_steps
 from mvr.pipeline.training.trainer import prepare_run
 from mvr.storage.training_files import read_pairs
 
@@ -97,6 +98,17 @@ def test_a_resumed_run_sees_the_same_batches(grouped):
     assert total_steps(100, TrainConfig.model_validate({"train": {"batch_size": 10}})) == 10
     if grouped:  # within a window (the first 3 × 4 positions a pass), longest first
         assert (np.diff(lengths[flat[:12]]) <= 0).all()
+
+
+def test_a_resumed_run_keeps_the_metrics_lines_up_to_its_checkpoint(tmp_path):
+    f = tmp_path / "metrics.jsonl"
+    keep_metrics_to(f, 0)  # a new run: an empty file
+    assert f.read_text() == ""
+    f.write_text("".join(json.dumps({"step": s, "loss": 1 / s}) + "\n" for s in range(1, 6)) + '{"step": 6, "lo')  # killed mid-line
+    keep_metrics_to(f, 4)  # resumed from step 4's checkpoint: steps 5 and 6 run again
+    assert [json.loads(line)["step"] for line in f.read_text().splitlines()] == [1, 2, 3, 4]
+    keep_metrics_to(f, 0)  # restarted before its first checkpoint
+    assert f.read_text() == ""
 
 
 def test_length_grouping_cuts_the_padding_of_real_pairs(datasets):

@@ -35,22 +35,28 @@ back to back, and a sha256 of everything before it (32 bytes). A truncated or co
 is refused with a ``CodecFileError`` (a ValueError) naming the file.
 
 Modules: ``base`` (the ``Codec`` / ``Transform`` interface), ``scalar`` (float16, int8),
-``residual``, ``quantizers`` (PQ, PCA, composition), ``registry`` (names, ``train``),
+``residual``, ``quantizers`` (PQ, PCA, composition), ``registry`` (names, ``train``; ``choose``:
+the codec a training sample too small for the name asked for falls back to),
 ``serial`` (the file format). ``docs/codecs.md`` has the measured quality of each.
 """
 
 from __future__ import annotations
 
-from mvr.operators.codecs.base import BLOCK, HELDOUT_FRACTION, UNIT_TOLERANCE, Codec, CodecFileError, Transform, default_centroids, id_dtype, is_unit
+from mvr.operators.codecs.base import BLOCK, HELDOUT_FRACTION, UNIT_TOLERANCE, Codec, CodecFileError, Transform, default_centroids, id_dtype, is_unit, residual_centroids
 from mvr.operators.codecs.quantizers import PCA, PQ, Composed
-from mvr.operators.codecs.registry import AUTO, EXAMPLES, FAMILIES, TRANSFORMS, UNTRAINED, bytes_per_vector, parse_name, resolve_name, train
+from mvr.operators.codecs.registry import (
+    AUTO, AUTO_PCA_DIM, EXAMPLES, FAMILIES, PCA_MIN_VECTORS_PER_DIM, PQ_MIN_VECTORS, TRANSFORMS, UNTRAINED, CodecChoice, bytes_per_vector, choose,
+    full_dimension_default, min_sample, parse_name, resolve_name, train,
+)
 from mvr.operators.codecs.residual import Residual
 from mvr.operators.codecs.scalar import Float16, Int8
 from mvr.operators.codecs.serial import FORMAT_VERSION, MAGIC, from_bytes, to_bytes
 
 
 __all__ = [
-    "AUTO", "BLOCK", "EXAMPLES", "FAMILIES", "FORMAT_VERSION", "HELDOUT_FRACTION", "MAGIC", "TRANSFORMS", "UNIT_TOLERANCE", "UNTRAINED",
-    "Codec", "CodecFileError", "Composed", "Float16", "Int8", "PCA", "PQ", "Residual", "Transform",
-    "bytes_per_vector", "default_centroids", "from_bytes", "id_dtype", "is_unit", "parse_name", "resolve_name", "to_bytes", "train",
+    "AUTO", "AUTO_PCA_DIM", "BLOCK", "EXAMPLES", "FAMILIES", "FORMAT_VERSION", "HELDOUT_FRACTION", "MAGIC", "PCA_MIN_VECTORS_PER_DIM", "PQ_MIN_VECTORS",
+    "TRANSFORMS", "UNIT_TOLERANCE", "UNTRAINED",
+    "Codec", "CodecChoice", "CodecFileError", "Composed", "Float16", "Int8", "PCA", "PQ", "Residual", "Transform",
+    "bytes_per_vector", "choose", "default_centroids", "from_bytes", "full_dimension_default", "id_dtype", "is_unit", "min_sample", "parse_name",
+    "residual_centroids", "resolve_name", "to_bytes", "train",
 ]

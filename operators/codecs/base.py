@@ -25,6 +25,15 @@ def default_centroids(n_vectors: int) -> int:
     return 2 ** int(math.floor(math.log2(16 * math.sqrt(max(1, n_vectors)))))
 
 
+def residual_centroids(train_rows: int, n_vectors: Optional[int] = None, n_centroids: Optional[int] = None) -> int:
+    """The codebook size a residual codec's k-means trains on ``train_rows`` sample rows:
+    ``n_centroids``, by default ``default_centroids(n_vectors or train_rows)``, never more than
+    ``train_rows`` (FAISS k-means needs a point for each centroid: ``default_centroids(n)``
+    exceeds n below 128 vectors, 16 for one) and at least 1."""
+    k = int(n_centroids or default_centroids(n_vectors or train_rows))
+    return max(1, min(k, int(train_rows)))
+
+
 def id_dtype(n_centroids: int) -> np.dtype:
     """The narrowest little-endian unsigned integer type that holds ids 0..n_centroids-1."""
     for dt in ("u1", "<u2", "<u4"):

@@ -103,8 +103,12 @@ class PCA(Transform):
         x = np.ascontiguousarray(sample, dtype=np.float32)
         if not 1 <= d_out <= x.shape[1]:
             raise ValueError(f"pca-{d_out}: output dimension must be 1..{x.shape[1]}")
+        rows = x if center else np.concatenate([x, -x])
+        if len(rows) < d_out:  # FAISS's own limit, said in words (its error: "PCA matrix cannot output …")
+            raise ValueError(f"pca-{d_out}: a sample of {len(x)} vectors is too small to fit it (FAISS needs {d_out if center else -(-d_out // 2)}; "
+                             "codecs.choose falls back to a codec the sample can train)")
         pca = faiss.PCAMatrix(x.shape[1], d_out)
-        pca.train(x if center else np.concatenate([x, -x]))
+        pca.train(rows)
         matrix = faiss.vector_to_array(pca.A).reshape(d_out, x.shape[1])  # prepare_Ab keeps the top d_out rows
         mean = faiss.vector_to_array(pca.mean) if center else np.zeros(x.shape[1], np.float32)
         return cls(matrix, mean, is_unit(x) if normalize is None else normalize, center)

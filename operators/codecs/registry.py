@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -91,12 +92,107 @@ def resolve_name(name: str, dim: int) -> str:
     - at 128 or fewer: ColBERTv2's ``residual-2`` (2 + dim/4 B; a ColBERT checkpoint's 128
       dims: 34 B).
 
-    Any other name is itself."""
+    Any other name is itself. ``choose`` then checks that the training sample can train it."""
     if name != AUTO:
         return name
     if dim > AUTO_PCA_DIM:
         return f"pca-{AUTO_PCA_DIM}+residual-1"
+    return full_dimension_default(dim)
+
+
+def full_dimension_default(dim: int) -> str:
+    """``auto``'s codec without a PCA at ``dim`` dimensions: ``residual-1`` above 128,
+    ``residual-2`` at 128 or fewer. It trains on a sample of any size (the codebook is at most
+    the sample's k-means rows: ``residual_centroids``)."""
     return "residual-1" if dim > 128 else "residual-2"
 
 
 AUTO_PCA_DIM = 192  # the PCA dimension of ``auto`` for wider models (docs/codecs.md)
+# A PCA to D dimensions is trained on at least PCA_MIN_VECTORS_PER_DIM × D sample vectors. A
+# sample of n vectors spans at most n dimensions: below D the PCA's last directions are
+# arbitrary (FAISS fails below D / 2: ``PCA.fit`` says so), and near D they are the sample's
+# noise; twice D leaves a margin. It is not a measured knee (docs/codecs.md, "A sample
+# too small", benchmarks/small_sample_codecs.py): on msmarco-sample pca-192 alone kept 0.81 of
+# exact MaxSim's top 10 over 300 documents outside a sample of 201-333 vectors, 0.84 of 413,
+# 0.87 of 1,959, 0.90 of 5,339 and more; the fallback, residual-1 at the full dimension, was
+# ahead of pca-192+residual-1 at every size (by 0.03-0.12), so it costs bytes, not quality.
+PCA_MIN_VECTORS_PER_DIM = 2
+PQ_MIN_VECTORS = 256  # pq-M: 256 centroids per sub-space, FAISS k-means needs a point for each
+
+
+def min_sample(name: str) -> int:
+    """Training-sample vectors a codec ``name`` (resolved, not ``auto``) needs: ``pca-D``
+    ``PCA_MIN_VECTORS_PER_DIM``·D, ``pq-M`` ``PQ_MIN_VECTORS``, the larger of the two for a
+    composition; 1 for float16, int8 and residual-N (whose codebook shrinks to the sample)."""
+    need = 1
+    for family, arg in parse_name(name):
+        if family == "pca":
+            need = max(need, PCA_MIN_VECTORS_PER_DIM * int(arg))  # type: ignore[arg-type]
+        elif family == "pq":
+            need = max(need, PQ_MIN_VECTORS)
+    return need
+
+
+@dataclass(frozen=True)
+class CodecChoice:
+    """The codec an index trains for a configured name: ``name`` (what is trained and recorded
+    in the manifest), ``asked`` (the configured name, e.g. ``auto``), ``resolved``
+    (``resolve_name(asked, dim)``: what ``asked`` stands for with a large enough sample) and
+    ``reason`` ('' when ``name`` is ``resolved``; else why the sample could not train it)."""
+
+    name: str
+    asked: str
+    resolved: str
+    reason: str = ""
+
+    @property
+    def fell_back(self) -> bool:
+        """Whether the sample was too small for ``resolved``."""
+        return self.name != self.resolved
+
+    def describe(self) -> str:
+        """``name``, and when it is a fallback, what was asked and why: a log line's part."""
+        if not self.fell_back:
+            return self.name
+        asked = self.asked if self.asked == self.resolved else f"{self.asked} ({self.resolved})"
+        return f"{self.name} instead of {asked}: {self.reason}"
+
+
+def choose(name: str, dim: int, n_sample: int) -> CodecChoice:
+    """The codec a sample of ``n_sample`` vectors of ``dim`` dimensions trains for the
+    configured ``name`` (docs/codecs.md, "A sample too small"): ``resolve_name(name, dim)``
+    when the sample is large enough for it (``min_sample``), else a fallback it can train.
+
+    - ``pca-D+C`` (``auto``'s ``pca-192+residual-1`` included): C at the full dimension, no
+      PCA. Not a narrower PCA: measured on msmarco-sample (benchmarks/small_sample_codecs.py),
+      residual-1 at 384 dimensions kept more of exact MaxSim's top 10 than pca-D+residual-1
+      for D = 16, 32, 64, 128 and 192 and samples of 77 to 16,028 vectors (the first 1 to 200
+      documents), ranking 300 documents outside the sample (what ``mvr add`` codes with the
+      same codec files); on cranfield's whole collection it is as good as
+      ``pca-192+residual-1`` (+0.0035 against +0.0032 nDCG@10). It costs more bytes (49
+      against 26 a vector), a few kilobytes for a corpus this small.
+    - ``pq-M`` (or a C the sample cannot train either): ``full_dimension_default(dim)``.
+
+    ValueError for a name ``parse_name`` refuses, one that cannot apply at ``dim`` whatever
+    the sample (a PCA to more than ``dim`` dimensions, ``pq-M`` with M not dividing its input
+    dimension), or an empty sample."""
+    resolved = resolve_name(name, dim)
+    need = min_sample(resolved)
+    inner_dim = dim
+    for family, arg in parse_name(resolved):
+        if family == "pca":
+            if not 1 <= int(arg) <= dim:  # type: ignore[arg-type]
+                raise ValueError(f"codec {name}: pca-{arg}: output dimension must be 1..{dim}")
+            inner_dim = int(arg)  # type: ignore[arg-type]
+        elif family == "pq" and inner_dim % int(arg):  # type: ignore[arg-type]
+            raise ValueError(f"codec {name}: pq-{arg}: the dimension {inner_dim} is not divisible by {arg}")
+    if n_sample < 1:
+        raise ValueError(f"codec {name}: no sample vector to train it on")
+    if n_sample >= need:
+        return CodecChoice(resolved, name, resolved)
+    fallback = resolved.split("+", 1)[1] if len(parse_name(resolved)) == 2 else full_dimension_default(dim)
+    family, arg = parse_name(fallback)[0]
+    if n_sample < min_sample(fallback) or (family == "pq" and dim % int(arg)):  # type: ignore[arg-type]
+        fallback = full_dimension_default(dim)
+    reason = f"the training sample of {n_sample:,} vectors is too small for it (at least {need:,})"
+    return CodecChoice(fallback, name, resolved, reason)

@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from mvr.operators.codecs.base import BLOCK, HELDOUT_FRACTION, Codec, _use_gpu, default_centroids, id_dtype, is_unit
+from mvr.operators.codecs.base import BLOCK, HELDOUT_FRACTION, Codec, _use_gpu, default_centroids, id_dtype, is_unit, residual_centroids
 
 
 # k-means iterations of the residual codebook: ColBERTv2's and PLAID's own (kmeans_niters = 4).
@@ -95,8 +95,8 @@ class Residual(Codec):
             n_centroids: Optional[int] = None, niter: Optional[int] = None, gpu: Optional[bool] = None,
             normalize: Optional[bool] = None, centroids: Optional[np.ndarray] = None, **_: Any) -> "Residual":
         """Train on ``sample``: k-means on all but a seeded held-out ``HELDOUT_FRACTION``
-        (k = ``n_centroids``, default ``default_centroids(n_vectors or len(sample))``, at
-        most the training rows; ``niter`` iterations, default ``KMEANS_ITERATIONS``), buckets on the held-out rows' residuals. ``centroids``: a
+        (k = ``residual_centroids``: ``n_centroids``, default ``default_centroids(n_vectors or
+        len(sample))``, at most the training rows; ``niter`` iterations, default ``KMEANS_ITERATIONS``), buckets on the held-out rows' residuals. ``centroids``: a
         codebook to reuse instead of k-means (e.g. the same one for several N)."""
         nbits = int(arg)
         if nbits not in cls.NBITS:
@@ -106,8 +106,7 @@ class Residual(Codec):
             normalize = is_unit(x)
         train_rows, held = cls.split(len(x), seed)
         if centroids is None:
-            k = int(n_centroids or default_centroids(n_vectors or len(x)))
-            k = max(1, min(k, len(train_rows)))
+            k = residual_centroids(len(train_rows), n_vectors or len(x), n_centroids)
             centroids = _kmeans(x[train_rows], k, seed, niter or KMEANS_ITERATIONS, gpu)
         r = (x[held] - centroids[_nearest(centroids, x[held])]).ravel().astype(np.float64)
         m = 2**nbits

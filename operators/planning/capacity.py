@@ -209,13 +209,20 @@ class Workload:
 
     @property
     def codec_name(self) -> str:
-        """The token vectors' codec (``auto`` resolved at ``dim``, as ``mvr index`` does)."""
-        return codecs.resolve_name(self.codec, self.dim)
+        """The token vectors' codec (``auto`` resolved at ``dim`` for the codecs' training
+        sample, as ``mvr index`` does: ``codecs.choose``)."""
+        return codecs.choose(self.codec, self.dim, self.codec_sample).name
 
     @property
     def pooled_codec_name(self) -> str:
         """The codec of pooled, first-m and centroids (``storage/codec_file.py``: group pooled)."""
-        return codecs.resolve_name(self.pooled_codec, self.dim)
+        return codecs.choose(self.pooled_codec, self.dim, self.codec_sample).name
+
+    @property
+    def codec_sample(self) -> int:
+        """Token vectors the codecs are trained on: ``codec_sample_vectors``, at most the
+        index's (at least 1)."""
+        return max(1, int(min(self.codec_sample_vectors, self.token_vectors)))
 
     def codec_of(self, kind: str) -> str:
         """The codec that stores ``kind`` (``storage.codec_file.KIND_GROUP``)."""
@@ -255,9 +262,9 @@ class Workload:
         ``operators/codecs/residual.py`` trains it."""
         if codecs.parse_name(name or self.codec_name)[-1][0] != "residual":
             return None
-        sample = int(min(self.codec_sample_vectors, self.token_vectors))
+        sample = self.codec_sample
         train_rows = sample - max(1, int(round(sample * codecs.HELDOUT_FRACTION))) if sample > 1 else 1
-        return max(1, min(codecs.default_centroids(int(self.token_vectors)), train_rows))
+        return codecs.residual_centroids(train_rows, int(self.token_vectors))
 
     def bytes_per_vector_of(self, kind: str) -> int:
         """Stored bytes of one vector of ``kind`` (``operators.codecs.bytes_per_vector``)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -155,6 +156,14 @@ class Partition:
     @property
     def n_vectors(self) -> int:
         return self.vectors.n_vectors
+
+    @cached_property
+    def doc_id_array(self) -> np.ndarray:
+        """(n,) object: ``doc_ids`` as an array, for taking many rows' ids at once (made on
+        first use)."""
+        out = np.empty(len(self.doc_ids), object)
+        out[:] = self.doc_ids
+        return out
 
     @property
     def dim(self) -> int:

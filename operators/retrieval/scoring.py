@@ -183,6 +183,13 @@ class QueryBatch:
             vectors = np.stack([_f32(q.pooled).reshape(-1) for q in queries]) if len(queries) else np.zeros((0, 0), np.float32)
         return cls(mode, np.ascontiguousarray(vectors, dtype=np.float32), starts)
 
+    def part(self, lo: int, hi: int) -> "QueryBatch":
+        """The queries [lo, hi) of the batch (a view of their vectors)."""
+        ends = np.append(self.starts[1:], self.width)
+        a = int(self.starts[lo]) if lo < len(self) else self.width
+        b = int(ends[hi - 1]) if hi > lo else a
+        return QueryBatch(self.mode, self.vectors[a:b], self.starts[lo:hi] - a)
+
     def split(self, max_vectors: int) -> list["QueryBatch"]:
         """Consecutive sub-batches of whole queries, each of at most ``max_vectors`` query
         vectors (a longer query alone): bounds a block's (vectors, rows) similarities."""

@@ -371,14 +371,17 @@ def _codecs(
     sample, passages = sample_vectors(counted(ds.iter_batches(batch_format="pyarrow", batch_size=None)), c.codec_sample_vectors, c.codec_seed)
     if not len(sample):
         raise CorpusError("no token vector to train the codec on: every sampled passage is empty")
-    names = {g: codecs.resolve_name(n, sample.shape[1]) for g, n in wanted.items()}
+    # the configured names at the sample's dimension, each one the sample can train: a corpus of
+    # a few documents has too few token vectors for auto's PCA (docs/codecs.md)
+    chosen = {g: codecs.choose(n, sample.shape[1], len(sample)) for g, n in wanted.items()}
+    names = {g: ch.name for g, ch in chosen.items()}
     drawn = fraction * vector_fraction
     n_vectors = int(seen["vectors"] / drawn) if drawn < 1 else seen["vectors"]  # the collection's stored vectors, estimated
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
     train = ray.remote(num_cpus=placement.cpus, num_gpus=gpus, max_retries=1)(train_codecs)
     files = task_result(train.remote(names, sample, c.codec_seed, n_vectors, placement.threads))
     codec_file.stage(index_url, files)
-    log(f"trained codecs {', '.join(f'{g} {n}' for g, n in names.items())} on {len(sample):,} token vectors of {passages:,} sampled passages in {time.time() - t0:.1f} s")
+    log(f"trained codecs {', '.join(f'{g} {ch.describe()}' for g, ch in chosen.items())} on {len(sample):,} token vectors of {passages:,} sampled passages in {time.time() - t0:.1f} s")
     return files, (_kept_batches(index_url, passages, log) if keep else [])
 
 

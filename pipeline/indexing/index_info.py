@@ -17,7 +17,7 @@ KIND_COLUMNS = {"tokens": "tokens", "first-m": "first_m", "centroids": "centroid
 
 def index_stats(index_url: str) -> dict:
     """Counts from the manifest, checked against the catalog, rejects grouped by reason, the
-    codec, and the bytes a vector of each kind costs on disk (``vector_bytes``)."""
+    codecs (trained, and as configured), and the bytes a vector of each kind costs on disk (``vector_bytes``)."""
     m = load_manifest(index_url)
     cat = Catalog(index_url)
     try:
@@ -39,7 +39,11 @@ def index_stats(index_url: str) -> dict:
         "tokens": totals["tokens"],
         "dim": m.dim,
         "codec": m.codecs["tokens"]["name"],
+        # the configured names (auto, or a name): another than the codec's when the training
+        # sample was too small for it (operators.codecs.choose, docs/codecs.md)
+        "codec_asked": m.config.get("compress", {}).get("codec", m.codecs["tokens"]["name"]),
         "pooled_codec": m.codecs["pooled"]["name"],
+        "pooled_codec_asked": m.config.get("compress", {}).get("pooled_codec", m.codecs["pooled"]["name"]),
         "bytes_per_token_vector": int(m.codecs["tokens"]["bytes_per_vector"]),  # the token codec's code size
         "shards": len(m.shards),
         "shard_bytes": sum(s.bytes for s in m.shards),

@@ -22,7 +22,7 @@ from mvr.operators.ann.base import set_build_threads
 from mvr.operators.retrieval.bm25 import BM25Partition
 from mvr.operators.retrieval.candidates import first_trip
 from mvr.operators.encode.compress import l2_normalize
-from mvr.operators.retrieval.fusion import ScoredPassages, side_by_side
+from mvr.operators.retrieval.fusion import ScoredPassages, side_by_side_batch
 from mvr.operators.retrieval.partition import Hits, Partition, PartitionResult, Scored
 from mvr.operators.encode.query import EncodedQuery
 from mvr.operators.retrieval.ranking import Ranked
@@ -129,16 +129,25 @@ class PartitionHost:
         return self.bm25[self.bm25_own].rank(terms, k, allowed=allowed)
 
     def hybrid(
-        self, mode: str, kind: str, query: QueryVectors, terms: list[str], rows: Optional[np.ndarray], n_best: int, allowed: Optional[np.ndarray] = None
-    ) -> ScoredPassages:
-        """Mode hybrid, second trip: this slice's part of the union (``operators.retrieval.fusion.
-        side_by_side``): its dense n-best among the candidate ``rows`` (None: every passage)
-        and its BM25 n-best, each with both exact scores, both among the ``allowed`` rows."""
+        self, mode: str, kind: str, queries: Sequence[QueryVectors], terms: Sequence[list[str]], rows: Sequence[Optional[np.ndarray]], n_best: int,
+        allowed: Optional[np.ndarray] = None,
+    ) -> list[ScoredPassages]:
+        """Mode hybrid, second trip, for one query or several: each query's part of the union
+        in this slice (``operators.retrieval.fusion.side_by_side_batch``): its dense n-best
+        among its candidate ``rows`` (None: every passage) and its BM25 n-best (``terms``: its
+        analysed text), each with both exact scores, both among the ``allowed`` rows. The
+        queries scoring every passage share one pass over the vectors."""
         part = self._part(kind)
         if kind not in self.sparse:
             raise ValueError(f"partition {self.shard} holds no BM25 side for its {kind} vectors")
-        sparse = np.concatenate([self.bm25[i].scores(terms) for i in self.sparse[kind]])
-        return side_by_side(part, sparse, self.first[kind], mode, query, rows, n_best, allowed=allowed)
+        if len(terms) != len(queries):
+            raise ValueError(f"{len(queries)} queries but {len(terms)} term lists")
+        bm25 = [self.bm25[i] for i in self.sparse[kind]]
+
+        def sparse(q: int) -> np.ndarray:  # (len(part),) BM25 scores of query q, made when its chunk is scored
+            return np.concatenate([b.scores(terms[q]) for b in bm25])
+
+        return side_by_side_batch(part, sparse, self.first[kind], mode, queries, rows, n_best, allowed=allowed)
 
     def many(self, calls: list[tuple[str, tuple]]) -> list[tuple[bool, Any]]:
         """Several trips in one call (the ingress coalesces the calls of one loop turn,
@@ -157,18 +166,68 @@ class PartitionHost:
 
 
 def run_many(target: Any, calls: list[tuple[str, tuple]]) -> list[tuple[bool, Any]]:
-    """Each (method, args) of ``calls`` run on ``target`` in order, as (True, result) or
-    (False, the exception it raised): one call fails alone, the others of the trip answer."""
-    out: list[tuple[bool, Any]] = []
-    for method, args in calls:
+    """Each (method, args) of ``calls`` run on ``target``, answered in order as (True, result)
+    or (False, the exception it raised): one call fails alone, the others of the trip answer.
+    ``hybrid`` calls over the same vectors and allowed rows (e.g. the queries of a
+    ``/search/batch``) are run as one batch (``PartitionHost.hybrid``: on the exact path one
+    pass over the vectors for them all); when that batch fails, each of its calls is run alone."""
+    out: list[Optional[tuple[bool, Any]]] = [None] * len(calls)
+    for group in _hybrid_groups(calls):
+        args = [calls[c][1] for c in group]
+        mode, kind, _, _, _, n_best, *allowed = args[0]
+        try:
+            parts = target.hybrid(
+                mode, kind, [q for a in args for q in a[2]], [t for a in args for t in a[3]], [r for a in args for r in a[4]], n_best, *allowed
+            )
+        except Exception:  # noqa: BLE001 - each call is run alone below, and fails alone
+            continue
+        start = 0
+        for c, a in zip(group, args):
+            out[c], start = (True, parts[start : start + len(a[2])]), start + len(a[2])
+    for c, (method, args) in enumerate(calls):
+        if out[c] is not None:
+            continue
         if method not in TRIP_METHODS:
-            out.append((False, ValueError(f"{method} is not a partition trip")))
+            out[c] = (False, ValueError(f"{method} is not a partition trip"))
             continue
         try:
-            out.append((True, getattr(target, method)(*args)))
+            out[c] = (True, getattr(target, method)(*args))
         except Exception as e:  # noqa: BLE001 - this call fails alone
-            out.append((False, e))
-    return out
+            out[c] = (False, e)
+    return out  # type: ignore[return-value]
+
+
+def _hybrid_groups(calls: list[tuple[str, tuple]]) -> list[list[int]]:
+    """Indices of the ``hybrid`` calls that can run as one batch, in groups of two or more:
+    the same mode, vector kind, n-best and allowed rows (equal arrays, or none)."""
+    groups: list[list[int]] = []
+    for c, (method, args) in enumerate(calls):
+        if method != "hybrid" or not isinstance(args, tuple) or len(args) not in (6, 7):
+            continue
+        for g in groups:
+            if _joins(calls[g[0]][1], args):
+                g.append(c)
+                break
+        else:
+            groups.append([c])
+    return [g for g in groups if len(g) > 1]
+
+
+def _joins(first: tuple, args: tuple) -> bool:
+    """Whether the ``hybrid`` call ``args`` can join the batch of ``first``: the same mode,
+    kind and n-best, and the same allowed rows (both None, or equal arrays). A call that
+    cannot be compared runs alone."""
+    a, b = first[6] if len(first) > 6 else None, args[6] if len(args) > 6 else None
+    try:
+        if (first[0], first[1], first[5]) != (args[0], args[1], args[5]):
+            return False
+    except Exception:  # noqa: BLE001 - not comparable: it runs alone (and fails alone if it must)
+        return False
+    if a is b:
+        return True
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+        return False
+    return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
 
 
 class LocalPartition:

@@ -11,7 +11,8 @@ queries, the best λ was 0.95 on one and 0.75 on the other, and each lost to the
 other fold). ``rule: best`` takes the best (the smallest of ties). The fold is scored: every query is reported with a λ tuned without it, and all queries
 are reported (with 2 folds: tune on one half, report on the other, then the other way round).
 Each query's hybrid union (both sides' n-best, rescored exactly on both sides) is computed
-once; every λ only re-fuses it. Beside the tuned hybrid: the hybrid at the configured
+once, for all the queries in one trip (``Searcher.hybrid_passages``: on the exact path one pass
+over the vectors); every λ only re-fuses it. Beside the tuned hybrid: the hybrid at the configured
 settings (``hybrid-default``: what a search without knobs answers), RRF (nothing to tune) and
 both sides alone, run as their own modes, over the same queries."""
 
@@ -24,7 +25,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 from tqdm import tqdm
 
-from mvr.operators.retrieval.fusion import HybridParams, ScoredPassages, fuse
+from mvr.operators.retrieval.fusion import HybridParams, Union, fuse_union, union_of_best
 from mvr.pipeline.config import TuneHybridConfig
 from mvr.pipeline.retrieval.evaluation import per_query, quality
 from mvr.pipeline.retrieval.plan import SearchResult
@@ -96,17 +97,24 @@ def pick_lam(scores: dict[float, dict[str, float]], default: float, rule: str = 
     return min((lam for lam in means if within(lam)), key=lambda lam: (round(abs(lam - default), 9), lam))
 
 
-def fused_run(unions: dict[str, list[ScoredPassages]], params: HybridParams, k: int) -> dict[str, SearchResult]:
-    """{query: result} of fusing each query's union with ``params``."""
+def fused_run(unions: dict[str, tuple[Union, int]], params: HybridParams, k: int) -> dict[str, SearchResult]:
+    """{query: result} of fusing each query's union ({query: (union, partitions answering)},
+    taken with ``params.n_best``) with ``params``."""
     out = {}
-    for q, parts in unions.items():
-        ranked, n = fuse(parts, params, k)
-        out[q] = SearchResult(q, "hybrid", ranked, "", n, len(parts), len(parts))
+    for q, (union, parts) in unions.items():
+        ranked, n = fuse_union(union, params, k)
+        out[q] = SearchResult(q, "hybrid", ranked, "", n, parts, parts)
     return out
 
 
-def tune_hybrid(index_url: str, config: TuneHybridConfig, log: Callable[[str], None] = print, searcher: Optional[Searcher] = None) -> TuneResult:
-    """Run the tuning ``config`` describes (see the module docstring)."""
+def tune_hybrid(
+    index_url: str, config: TuneHybridConfig, log: Callable[[str], None] = print, searcher: Optional[Searcher] = None, batch: Optional[int] = None,
+) -> TuneResult:
+    """Run the tuning ``config`` describes (see the module docstring). ``batch``: queries
+    whose unions are taken in one trip (``Searcher.hybrid_passages``; default all of them;
+    1: one query at a time), the same unions either way."""
+    if batch is not None and batch < 1:
+        raise ValueError(f"batch must be at least 1, got {batch}")
     collection = read_collection(config.dataset, config.split)
     judged = list(collection.judged_queries)
     folds = split_folds(judged, config.folds, config.seed)
@@ -114,7 +122,12 @@ def tune_hybrid(index_url: str, config: TuneHybridConfig, log: Callable[[str], N
     searcher = searcher or Searcher(index_url, [config.dense, "bm25", "hybrid"], search)
     fs, base = request_settings(search, "hybrid", {"dense": config.dense})
     encoded = dict(zip(judged, searcher.encode([collection.queries[q] for q in judged])))
-    unions = {q: searcher.hybrid_passages(encoded[q], base, fs) for q in tqdm(judged, desc="hybrid unions", unit="query")}
+    step = batch or len(judged)
+    unions: dict[str, tuple[Union, int]] = {}
+    for lo in tqdm(range(0, len(judged), step), desc=f"hybrid unions ({step} queries a batch)", unit="batch"):
+        ids = judged[lo : lo + step]
+        for q, parts in zip(ids, searcher.hybrid_passages([encoded[q] for q in ids], base, fs)):
+            unions[q] = (union_of_best(parts, base.n_best), len(parts))  # taken once, fused with every λ
     # the dense side alone: exact ones in one pass over the vectors for every query
     dense = dict(zip(judged, searcher.search_encoded_batch([encoded[q] for q in judged], config.k, config.dense)))
     bm25 = {q: searcher.search([collection.queries[q]], config.k, "bm25")[0] for q in judged}

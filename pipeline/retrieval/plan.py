@@ -10,8 +10,9 @@ For a query and mode (its settings checked by ``pipeline/retrieval/request.py``)
    (``operators.retrieval.candidates.CandidateRounds``), k' growing while too few passages were hit;
 2. **rescore** where the vectors are: each host ranks its candidates exactly (``rank``; not
    asked again when the first trip scored them all), or for ``hybrid`` returns its part of the
-   union with both exact scores (``hybrid``), or for ``bm25`` its top documents
-   (``bm25_rank``); an exact mode scores every passage;
+   union with both exact scores (``hybrid``; for several queries in one trip, its vectors
+   decoded once for all of them), or for ``bm25`` its top documents (``bm25_rank``); an exact
+   mode scores every passage (several queries: ``rank_batch``, in one pass);
 3. **merge** the hosts' ranked documents (or fuse the hybrid's union), with per-stage timings.
 
 A metadata filter (``Restriction``) gives each host its allowed rows on every trip; a filter
@@ -147,9 +148,13 @@ class QueryPlan:
 
     def terms(self, text: str) -> list[str]:
         """The BM25 terms of a query text."""
+        return self.terms_of([text])[0]
+
+    def terms_of(self, texts: Sequence[str]) -> list[list[str]]:
+        """The BM25 terms of each query text (one analyzer call for them all)."""
         if self.analyzer is None:
             raise ValueError("this index has no BM25 partitions served here")
-        return self.analyzer([text])[0]
+        return self.analyzer(list(texts))
 
     def host_range(self, served: ServedMode, i: int) -> tuple[int, int]:
         """(first passage, passages) of host ``i``'s slice of ``served``."""
@@ -200,13 +205,52 @@ class QueryPlan:
     async def hybrid_parts(
         self, query: EncodedQuery, params: HybridParams, fs: FirstStage, restriction: Optional[Restriction] = None
     ) -> tuple[list[ScoredPassages], str, int]:
-        """Each answering host's part of the hybrid union (``operators.retrieval.fusion.side_by_side``;
-        ``fuse`` them for any fusion setting), the dense side's path and the hosts asked."""
+        """Each answering host's part of one query's hybrid union (``hybrid_parts_batch`` of
+        one), the dense side's path and the hosts asked."""
+        parts, paths, hosts = await self.hybrid_parts_batch([query], params, fs, restriction)
+        return parts[0], paths[0], hosts
+
+    async def hybrid_parts_batch(
+        self, queries: Sequence[EncodedQuery], params: HybridParams, fs: FirstStage, restriction: Optional[Restriction] = None
+    ) -> tuple[list[list[ScoredPassages]], list[str], int]:
+        """For each query, each answering host's part of its hybrid union
+        (``operators.retrieval.fusion.side_by_side_batch``; ``fuse`` them for any fusion
+        setting); each query's dense path; the hosts asked. The dense candidates are found
+        query by query (ANN path; none on the exact path), then one trip asks each host for
+        the parts of every query it answered for: its vectors decoded once for all of them."""
         served = self.layout.modes[params.dense]
-        c = await self._candidates(params.dense, served, query, params.n_best, fs, restriction, one_trip=False)
-        terms = self.terms(query.text)
-        got = await Trip({i: ("hybrid", (params.dense, served.kind, query, terms, c.rows[i], params.n_best, c.allowed[i])) for i in c.alive})
-        return [got[i] for i in c.alive if i in got], c.path, len(served.shards)
+        found = [await self._candidates(params.dense, served, q, params.n_best, fs, restriction, one_trip=False) for q in queries]
+        terms = self.terms_of([q.text for q in queries])
+        allowed = self._allowed(served, restriction)
+        mine = {i: [j for j, c in enumerate(found) if i in c.alive] for i in served.shards}  # host -> the queries it answers for
+        got = await Trip({
+            i: ("hybrid", (params.dense, served.kind, [queries[j] for j in js], [terms[j] for j in js], [found[j].rows[i] for j in js], params.n_best, allowed[i]))
+            for i, js in mine.items() if js
+        })
+        at = {i: {j: n for n, j in enumerate(js)} for i, js in mine.items()}
+        parts = [[got[i][at[i][j]] for i in c.alive if i in got] for j, c in enumerate(found)]
+        return parts, [c.path for c in found], len(served.shards)
+
+    async def _search_hybrid(
+        self, queries: Sequence[EncodedQuery], k: int, params: HybridParams, fs: FirstStage, restriction: Optional[Restriction],
+        encode_ms: Sequence[float],
+    ) -> list[SearchResult]:
+        """Hybrid answers of ``queries`` (``hybrid_parts_batch``, then ``fuse`` a query);
+        each result's candidates time (the unions' trips) is the batch's shared equally."""
+        t1 = time.perf_counter()
+        parts, paths, n_hosts = await self.hybrid_parts_batch(queries, params, fs, restriction)
+        if any(not p for p in parts):
+            raise NoPartitionAnswered("no partition answered")
+        candidates_ms = (time.perf_counter() - t1) * 1e3 / max(1, len(queries))
+        out = []
+        for query, got, path, e_ms in zip(queries, parts, paths, encode_ms):
+            t2 = time.perf_counter()
+            ranked, n = fuse(got, params, k)
+            timings = {"encode": e_ms, "candidates": candidates_ms, "rescore": (time.perf_counter() - t2) * 1e3}
+            result = merge_partition_results(query.text, "hybrid", path, k, [PartitionResult(ranked, n, 0.0)], n_hosts, timings)
+            result.partitions_answered, result.allowed_passages = len(got), len(restriction) if restriction is not None else None
+            out.append(result)
+        return out
 
     async def search(
         self, query: EncodedQuery, k: int, mode: str, knobs: Optional[dict[str, Any]] = None, restriction: Optional[Restriction] = None,
@@ -219,18 +263,10 @@ class QueryPlan:
         did."""
         fs, hybrid, served = self.settings(mode, knobs or {})
         fs = first_stage or fs
+        if hybrid is not None:  # a batch of one
+            return (await self._search_hybrid([query], k, hybrid, fs, restriction, [encode_ms]))[0]
         t1 = time.perf_counter()
         n_allowed = len(restriction) if restriction is not None else None
-        if hybrid is not None:
-            parts, path, n_hosts = await self.hybrid_parts(query, hybrid, fs, restriction)
-            t2 = time.perf_counter()
-            if not parts:
-                raise NoPartitionAnswered("no partition answered")
-            ranked, n = fuse(parts, hybrid, k)
-            timings = {"encode": encode_ms, "candidates": (t2 - t1) * 1e3, "rescore": (time.perf_counter() - t2) * 1e3}
-            result = merge_partition_results(query.text, mode, path, k, [PartitionResult(ranked, n, 0.0)], n_hosts, timings)
-            result.partitions_answered, result.allowed_passages = len(parts), n_allowed
-            return result
         one_trip = mode != "bm25" and 0 < len(served.shards) <= self.one_trip_max_partitions
         c = await self._candidates(mode, served, query, k, fs, restriction, one_trip) if mode != "bm25" else _Candidates(
             {i: None for i in served.shards}, list(served.shards), self._allowed(served, restriction), "bm25")
@@ -295,6 +331,26 @@ class QueryPlan:
             result.allowed_passages = len(restriction) if restriction is not None else None
             out.append(result)
         return out
+
+    async def search_many(
+        self, queries: Sequence[EncodedQuery], k: int, mode: str, knobs: Optional[dict[str, Any]] = None, restriction: Optional[Restriction] = None,
+        encode_ms: Sequence[float] = (),
+    ) -> list[SearchResult]:
+        """``search`` of each query, the same results, batched where the plan can: a dense
+        mode answered exactly in one pass over each host's vectors (``search_exact``), a
+        hybrid's unions in one trip (``hybrid_parts_batch``: on the exact path one pass over
+        the vectors for every query); other modes one query at a time. ``encode_ms``: one
+        figure a query (default 0)."""
+        ms = list(encode_ms) or [0.0] * len(queries)
+        if len(ms) != len(queries):
+            raise ValueError(f"{len(queries)} queries but {len(ms)} encode times")
+        exact = await self.search_exact(queries, k, mode, knobs, restriction, ms)
+        if exact is not None:
+            return exact
+        fs, hybrid, _ = self.settings(mode, knobs or {})
+        if hybrid is not None and queries:
+            return await self._search_hybrid(queries, k, hybrid, fs, restriction, ms)
+        return [await self.search(q, k, mode, knobs, restriction, e) for q, e in zip(queries, ms)]
 
 
 def run_trips(plan: Coroutine[Trip, dict[int, Any], T], trip: Callable[[Calls], dict[int, Any]]) -> T:

@@ -137,11 +137,12 @@ class Searcher:
         return self.query_encoder(list(texts))
 
     def hybrid_passages(
-        self, query: EncodedQuery, params: HybridParams, fs: FirstStage, restriction: Optional[Restriction] = None
-    ) -> list[ScoredPassages]:
-        """Each partition's part of the hybrid union (``QueryPlan.hybrid_parts``); ``fuse``
-        them for any fusion setting."""
-        return run_trips(self.plan.hybrid_parts(query, params, fs, restriction), self._trip)[0]
+        self, queries: Sequence[EncodedQuery], params: HybridParams, fs: FirstStage, restriction: Optional[Restriction] = None
+    ) -> list[list[ScoredPassages]]:
+        """For each query, each partition's part of its hybrid union
+        (``QueryPlan.hybrid_parts_batch``: one trip for all of them); ``fuse`` them for any
+        fusion setting."""
+        return run_trips(self.plan.hybrid_parts_batch(queries, params, fs, restriction), self._trip)[0]
 
     def search_encoded(
         self, query: EncodedQuery, k: int = 10, mode: str = "maxsim", encode_ms: float = 0.0, restriction: Optional[Restriction] = None, **knobs: Any
@@ -163,9 +164,10 @@ class Searcher:
         **knobs: Any,
     ) -> list[SearchResult]:
         """``search_encoded`` of each query (``encode_ms``: one figure for all, or one a
-        query), the same results. When the mode is answered exactly, every partition scores all
-        the queries in one pass over its vectors (``QueryPlan.search_exact``); otherwise they
-        are answered one at a time."""
+        query), the same results (``QueryPlan.search_many``). When the mode is answered
+        exactly, every partition scores all the queries in one pass over its vectors; a
+        hybrid's unions are taken in one trip (on the exact path, one pass over the vectors);
+        other modes are answered one at a time."""
         ms = encode_times(encode_ms, len(queries))
         for q in queries:
             self.check(q.text, k, mode)
@@ -175,21 +177,24 @@ class Searcher:
     def search(
         self, queries: Sequence[str], k: int = 10, mode: str = "maxsim", filter: Optional[str] = None, doc_ids: Optional[Sequence[str]] = None, **knobs: Any
     ) -> list[SearchResult]:
-        """Answer each query on its own (encoded one at a time, as a service would), so the
-        timings are per-query latencies. ``bm25`` needs no encoding. ``filter`` (an
-        expression, docs/filters.md) and ``doc_ids``: only documents passing both are
-        returned (``FilterError``, a ValueError, for an invalid one, before any query is
-        encoded)."""
+        """Answer each query (encoded one at a time, as a service would: each result's
+        encode time is its own), searched as ``search_encoded_batch`` does: a dense mode
+        answered exactly, or a hybrid, for all of them at once (their search timings are the
+        batch's shared equally), other modes one at a time (per-query latencies). ``bm25``
+        needs no encoding. ``filter`` (an expression, docs/filters.md) and ``doc_ids``: only
+        documents passing both are returned (``FilterError``, a ValueError, for an invalid
+        one, before any query is encoded)."""
         for q in queries:
             self.check(q, k, mode)
         self._check_knobs(mode, knobs)  # before any work
         restriction = self.restriction(filter, doc_ids)
-        out = []
+        encoded, encode_ms = [], []
         for q in queries:
             t0 = time.perf_counter()
-            (encoded,) = [EncodedQuery.text_only(q)] if mode == "bm25" else self.encode([q])
-            out.append(self.search_encoded(encoded, k, mode, (time.perf_counter() - t0) * 1e3, restriction, **knobs))
-        return out
+            (e,) = [EncodedQuery.text_only(q)] if mode == "bm25" else self.encode([q])
+            encoded.append(e)
+            encode_ms.append((time.perf_counter() - t0) * 1e3)
+        return search_batch(self.plan, self._trip, encoded, k, mode, knobs, restriction, encode_ms)
 
 
 class PartitionSearch:
@@ -242,11 +247,9 @@ def search_batch(
     plan: QueryPlan, trip: Callable[[Calls], dict[int, Any]], queries: Sequence[EncodedQuery], k: int, mode: str, knobs: dict[str, Any],
     restriction: Optional[Restriction], encode_ms: list[float],
 ) -> list[SearchResult]:
-    """Several encoded queries over ``plan``'s hosts reached by ``trip``: in one pass over
-    each host's vectors when the mode is answered exactly (``QueryPlan.search_exact``),
-    otherwise one at a time; the same results either way."""
-    batch = run_trips(plan.search_exact(queries, k, mode, knobs, restriction, encode_ms), trip)
-    if batch is not None:
-        return batch
-    return [run_trips(plan.search(q, k, mode, knobs, restriction, ms), trip) for q, ms in zip(queries, encode_ms)]
+    """Several encoded queries over ``plan``'s hosts reached by ``trip``
+    (``QueryPlan.search_many``: in one pass over each host's vectors when the mode is answered
+    exactly, a hybrid's unions in one trip, otherwise one at a time); the same results either
+    way."""
+    return run_trips(plan.search_many(queries, k, mode, knobs, restriction, encode_ms), trip)
 

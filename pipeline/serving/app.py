@@ -25,10 +25,12 @@ import json
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Collection, Optional
 
 import ray
 from ray import serve
+from ray.serve._private.constants import SERVE_PROXY_NAME
+from ray.serve.schema import ProxyStatus, ServeInstanceDetails
 
 from mvr.pipeline.config import ServeConfig
 from mvr.pipeline.ray_runtime import init_ray
@@ -183,15 +185,82 @@ def http_url(config: ServeConfig, host: Optional[str] = None, port: Optional[int
 DIRECT_INGRESS_ENV = "RAY_SERVE_ENABLE_DIRECT_INGRESS"
 
 
-def start_serve(config: ServeConfig, address: Optional[str] = None) -> None:
-    """Connect to (or start) Ray, and start Serve's HTTP proxies on ``config``'s host and port
-    (on every node, or the head only: ``config.proxy_location``). With ``direct_ingress``, a
-    Ray started here gets Serve's direct ingress switched on (a cluster's own ``ray start``
-    environment must have it: ``direct_urls`` says when it does not)."""
+# Serve's proxy deaths while it starts that ``start_serve`` waits through (Serve's controller
+# kills a proxy whose readiness check fails 3 times, 5 s each the first time, and starts another)
+SERVE_START_ATTEMPTS = 3
+PROXY_START_TIMEOUT_S = 180.0  # one attempt's wait for the proxies (Serve's own checks end it sooner)
+
+
+class ProxyDied(RuntimeError):
+    """A Serve HTTP proxy (the actor ``actor_id``) died before it was ready."""
+
+    def __init__(self, actor_id: str, reason: str) -> None:
+        self.actor_id = actor_id
+        super().__init__(reason)
+
+
+def start_serve(config: ServeConfig, address: Optional[str] = None, log: Callable[[str], None] = print) -> None:
+    """Connect to (or start) Ray, start Serve's HTTP proxies on ``config``'s host and port
+    (on every node, or the head only: ``config.proxy_location``) and wait until they are
+    ready. A proxy that dies while it starts (Serve's controller kills one whose readiness
+    check keeps timing out, as under load, and starts another) is waited through, up to
+    ``SERVE_START_ATTEMPTS`` starts in all; then its error is raised. With
+    ``direct_ingress``, a Ray started here gets Serve's direct ingress switched on (a
+    cluster's own ``ray start`` environment must have it: ``direct_urls`` says when it does
+    not)."""
     if config.direct_ingress and not ray.is_initialized() and not (address or os.environ.get("RAY_ADDRESS")):
         os.environ.setdefault(DIRECT_INGRESS_ENV, "1")  # read by the controller and replicas Ray starts
     init_ray(address)
-    serve.start(proxy_location=config.proxy_location, http_options={"host": config.host, "port": config.port})
+    dead: set[str] = set()  # proxies known dead: their replacements are waited for, not counted again
+    for attempt in range(1, SERVE_START_ATTEMPTS + 1):
+        try:
+            # waits for the proxies it starts; once Serve runs (an earlier attempt), only connects
+            serve.start(proxy_location=config.proxy_location, http_options={"host": config.host, "port": config.port})
+            wait_proxies_ready(dead)
+            check_listening(config)
+            return
+        except (ray.exceptions.RayActorError, ProxyDied) as exc:
+            if not isinstance(exc, ProxyDied) and SERVE_PROXY_NAME not in str(exc):
+                raise  # not a proxy (the controller)
+            if attempt == SERVE_START_ATTEMPTS:
+                raise
+            dead.add(exc.actor_id)
+            log(f"Serve's HTTP proxy died while starting; waiting for the one Serve starts in its place (attempt {attempt + 1} of {SERVE_START_ATTEMPTS})")
+
+
+def check_listening(config: ServeConfig) -> None:
+    """Refuse a ``config`` whose host or port is not where this cluster's Serve listens: Serve
+    runs one set of HTTP proxies a Ray cluster, started by the first ``serve.start`` (a
+    joined cluster may already run one), and ignores the HTTP options of later starts, so the
+    service would answer at another URL than the one ``deploy`` reports."""
+    http = serve.context._get_global_client().http_config
+    if (http.host, http.port) != (config.host, config.port):
+        raise ValueError(
+            f"Serve already runs on this Ray cluster with its HTTP proxy on {http.host}:{http.port}, not {config.host}:{config.port}: "
+            f"serve there (--host {http.host} --port {http.port}), or stop that Serve first (serve shutdown)"
+        )
+
+
+def wait_proxies_ready(dead: Collection[str] = (), timeout_s: float = PROXY_START_TIMEOUT_S) -> None:
+    """Wait until every Serve proxy has started (none STARTING or UNHEALTHY: each answers HTTP).
+    ``ProxyDied`` when one seen starting is replaced meanwhile (Serve killed it: a
+    replacement starts); a proxy whose actor is in ``dead`` is already known to be going.
+    TimeoutError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    seen: dict[str, str] = {}  # node → the proxy actor first seen there
+    while True:
+        proxies = ServeInstanceDetails(**serve.context._get_global_client().get_serve_details()).proxies
+        for node, p in proxies.items():
+            first = seen.setdefault(node, p.actor_id)
+            if first != p.actor_id and first not in dead:
+                raise ProxyDied(first, f"Serve's HTTP proxy on node {node} (actor {first}) was replaced before it was ready")
+            seen[node] = p.actor_id
+        if proxies and all(p.status not in (ProxyStatus.STARTING, ProxyStatus.UNHEALTHY) for p in proxies.values()):
+            return
+        if time.monotonic() > deadline:
+            states = ", ".join(f"{n}: {p.status.value}" for n, p in proxies.items())
+            raise TimeoutError(f"Serve's HTTP proxies were not ready within {timeout_s:.0f} s ({states or 'none'})")
+        time.sleep(0.1)
 
 
 def _running(app: str) -> bool:
@@ -225,7 +294,7 @@ def deploy(
     modes = config.modes or default_modes(manifest)
     layout = plan_layout(index_url, manifest, modes, config.search.exact, config.search.hybrid.dense)
     check_served_files(index_url, manifest, layout)  # before anything starts
-    start_serve(config, address)
+    start_serve(config, address, log)
     plan = plan_resources(config, len(layout.shards))
     enc_name, idx_name = app_names(config, manifest, layout, plan)
     targets = []

@@ -6,7 +6,11 @@ decay, a checkpoint (a loadable model directory plus the trainer state) every
 
 Batches are a function of (seed, step, rank) (``operators/training/order.py``: a seeded
 order a pass, grouped by length unless ``train.group_by_length`` is off), so a resumed run
-sees exactly the batches the lost one would have."""
+sees exactly the batches the lost one would have.
+
+Rank 0 writes each step's metrics (loss and its parts, in-batch accuracy, examples/s) to the
+run directory: ``progress.json`` the last step's, ``metrics.jsonl`` a line a step (a resumed
+run drops the lines past its checkpoint and writes them again)."""
 
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from mvr.pipeline.config import TrainConfig
 from mvr.storage.training_files import TRAINER_STATE, read_pairs, write_model_dir
 
 PROGRESS = "progress.json"  # in the run directory: the workers' pid, step and loss (for users, and the kill test)
+METRICS = "metrics.jsonl"  # in the run directory: every step's metrics, a line a step (the loss curve)
 
 
 def total_steps(n_pairs: int, config: TrainConfig) -> int:
@@ -152,6 +157,21 @@ def _restore(model, optimizer, scheduler, directory: str) -> int:
     return int(state["step"])
 
 
+def keep_metrics_to(path: Path, step: int) -> None:
+    """Keep the lines of the metrics file ``path`` up to ``step``, the checkpoint a run
+    resumes from (the steps after it run again and write their lines again); a torn line, from
+    a worker killed mid-write, is dropped."""
+    kept = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                if int(json.loads(line)["step"]) <= step:
+                    kept.append(line + "\n")
+            except (ValueError, KeyError, TypeError):
+                continue
+    path.write_text("".join(kept))
+
+
 def _schedule(steps: int, warmup: float):
     ramp = max(1, int(steps * warmup))
     return lambda s: min((s + 1) / ramp, max(0.0, (steps - s) / max(1, steps - ramp)))
@@ -194,6 +214,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     temperature = config.temperature()
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
     run_dir = Path(loop_config["run_dir"])
+    if rank == 0:
+        keep_metrics_to(run_dir / METRICS, start)
     t0, seen = time.perf_counter(), 0
     for step in range(start, steps):
         idx = order.indices(step, rank)
@@ -224,6 +246,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             metrics["gpu_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
         if rank == 0:
             (run_dir / PROGRESS).write_text(json.dumps({**metrics, "pid": os.getpid()}))
+            with (run_dir / METRICS).open("a") as f:
+                f.write(json.dumps(metrics) + "\n")
         if (step + 1) % config.train.checkpoint_every == 0 or step + 1 == steps:
             with tempfile.TemporaryDirectory() as tmp:
                 if rank == 0:

@@ -4,7 +4,8 @@ into OUT.
 
 OUT's run directory (``.mvr-train/``) holds the pairs (with each pair's length in tokens
 when batches are length-grouped), the run's configuration, Ray Train's
-checkpoints (the two latest) and ``progress.json``. A worker that dies is restarted by Ray
+checkpoints (the two latest), ``progress.json`` (the last step's metrics) and
+``metrics.jsonl`` (every step's: the loss curve). A worker that dies is restarted by Ray
 Train from the last checkpoint (``runtime.max_failures`` times); a job that dies is resumed
 by running the same command again (same DATA, OUT and configuration): the pairs are reused
 and Ray Train restores the run's latest checkpoint. Another configuration for an OUT that

@@ -1,0 +1,223 @@
+"""The test suite's cache of built indexes, across runs: a whole-collection index (minutes of
+both cores to encode) is built once and read by every later run until something that decides
+its bytes changes.
+
+An entry is ``<cache>/<name>-<key>/``: the built index in ``index/`` and ``entry.json``, written
+last, naming the key, the recipe and every file of the index with its size. The key is a
+sha256 over
+
+- the recipe: what the fixture builds from (the dataset files' content hashes, the index and
+  ANN / BM25 configurations, the entry it starts from), as the fixture states it;
+- the packaged model checkpoint's fingerprint (``checkpoint.fingerprint``: its files' sha256);
+- every source file that produces vectors, codes, shards, partitions and the manifest
+  (``SOURCES``), and this file;
+- the versions of the libraries that compute them (``LIBRARIES``).
+
+Reading an entry checks it as ``mvr verify`` does (every file the manifest lists, against its
+size and sha256), and that the index holds exactly the files it was built with at the same
+manifest version (a test that wrote into it in place is caught); an entry that fails, or a
+build that never finished (no ``entry.json``: the build's temporary directory is renamed into
+place only when whole), is removed and built again, never used. Builds happen behind a file
+lock per entry, so the workers of one run, and runs side by side, build each entry once.
+
+Where: ``$MVR_TEST_CACHE``, else ``~/.cache/mvr-tests``. ``--fresh-fixtures`` rebuilds every
+entry a run uses, once in that run. At most ``KEEP`` entries of a name are kept (the most
+recently used): the others go when a new one is built."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+# the source files whose change can change a cached index's bytes (relative to the root)
+SOURCES = (
+    "operators/encode", "operators/codecs", "operators/ann", "operators/retrieval/bm25.py", "operators/packed.py",
+    "storage", "pipeline/indexing", "pipeline/config.py", "tests/metadata_corpus.py", "tests/fixture_cache.py",
+)
+LIBRARIES = ("torch", "transformers", "tokenizers", "faiss-cpu", "scann", "numpy", "pyarrow", "duckdb", "bm25s", "PyStemmer")
+KEEP = 2
+ENTRY = "entry.json"
+
+
+def default_root() -> Path:
+    return Path(os.environ.get("MVR_TEST_CACHE") or Path.home() / ".cache" / "mvr-tests")
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sources_digest(root: Path = ROOT, sources: tuple[str, ...] = SOURCES) -> str:
+    """sha256 over the ``.py`` files under ``sources`` (paths and contents, in sorted order)."""
+    h = hashlib.sha256()
+    for rel in sources:
+        top = root / rel
+        files = [top] if top.is_file() else sorted(p for p in top.rglob("*.py") if "__pycache__" not in p.parts)
+        for f in files:
+            h.update(f.relative_to(root).as_posix().encode() + b"\0")
+            h.update(file_sha256(f).encode())
+    return h.hexdigest()
+
+
+def library_versions() -> dict[str, Optional[str]]:
+    out: dict[str, Optional[str]] = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def model_fingerprint(name: str = "minilm") -> str:
+    from mvr.operators.encode.checkpoint import fingerprint, locate_model
+
+    return fingerprint(locate_model(name)[0])
+
+
+def entry_key(recipe: dict, environment: dict) -> str:
+    """The key of ``recipe`` built in ``environment`` (model, sources, libraries)."""
+    return hashlib.sha256(json.dumps({"recipe": recipe, **environment}, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def index_files(index: Path) -> dict[str, int]:
+    """{path relative to ``index``: size} of every file under it."""
+    return {p.relative_to(index).as_posix(): p.stat().st_size for p in sorted(index.rglob("*")) if p.is_file()}
+
+
+def check_index(index: Path, recorded: dict) -> Optional[str]:
+    """Why the index at ``index`` is not the one ``recorded`` (entry.json) describes, or None:
+    ``mvr verify`` (every listed file's size and sha256), the same manifest version, exactly
+    the same files."""
+    from mvr.storage.manifest import load_manifest
+    from mvr.storage.verify import verify_index
+
+    try:
+        manifest = load_manifest(str(index))
+    except Exception as e:  # noqa: BLE001 - any unreadable manifest is a damaged entry
+        return f"manifest unreadable: {e}"
+    report = verify_index(str(index), workers=2, manifest=manifest)
+    if not report.ok:
+        return f"verify: {[c.path for c in report.checks if not c.ok][:3]}"
+    if manifest.version != recorded["version"]:
+        return f"manifest version {manifest.version}, built at {recorded['version']}: written to in place"
+    files = index_files(index)
+    if files != recorded["files"]:
+        changed = sorted(set(files.items()) ^ set(recorded["files"].items()))[:3]
+        return f"files differ from those built: {changed}"
+    return None
+
+
+class FixtureCache:
+    """Built indexes by recipe under ``root`` (``default_root()``); ``fresh``: rebuild every
+    entry once, the first time this process (or a run: ``fresh_marks``) asks for it."""
+
+    def __init__(self, root: Optional[Path] = None, environment: Optional[dict] = None, fresh: bool = False,
+                 fresh_marks: Optional[Path] = None, log: Callable[[str], None] = print) -> None:
+        self.root = Path(root or default_root())
+        self._environment = environment
+        self.fresh = fresh
+        self.fresh_marks = fresh_marks
+        self.log = log
+        self.builds: list[str] = []  # entries this object built, in order
+
+    @property
+    def environment(self) -> dict:
+        if self._environment is None:
+            self._environment = {"model": model_fingerprint(), "sources": sources_digest(), "libraries": library_versions()}
+        return self._environment
+
+    def key(self, recipe: dict) -> str:
+        return entry_key(recipe, self.environment)
+
+    def get(self, name: str, recipe: dict, build: Callable[[Path], None]) -> Path:
+        """The index built by ``build(path)`` for ``recipe``: from the cache when an intact
+        entry exists (and ``fresh`` does not ask for a rebuild), else built now, behind the
+        entry's lock, into a temporary directory renamed into place when whole."""
+        from filelock import FileLock
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        entry = self.root / f"{name}-{self.key(recipe)}"
+        with FileLock(str(entry) + ".lock"):
+            self._remove_unfinished(name)
+            why = self._why_not_usable(entry)
+            if why is None and self._fresh_wanted(entry):
+                why = "--fresh-fixtures"
+            if why is None:
+                os.utime(entry / ENTRY)  # last used: what pruning keeps
+                return entry / "index"
+            if entry.exists():
+                self.log(f"fixture cache: rebuilding {entry.name} ({why})")
+                shutil.rmtree(entry)
+            tmp = self.root / f".{entry.name}.tmp-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            t0 = time.monotonic()
+            build(tmp / "index")
+            from mvr.storage.manifest import load_manifest
+
+            record = {"name": name, "key": entry.name.rsplit("-", 1)[1], "recipe": recipe, "environment": self.environment,
+                      "version": load_manifest(str(tmp / "index")).version, "files": index_files(tmp / "index"),
+                      "built_s": round(time.monotonic() - t0, 1)}
+            (tmp / ENTRY).write_text(json.dumps(record, indent=1, default=str))
+            os.rename(tmp, entry)
+            self._mark_fresh(entry)
+            self.builds.append(entry.name)
+            self.log(f"fixture cache: built {entry.name} in {record['built_s']} s")
+        self._prune(name)
+        return entry / "index"
+
+    def _why_not_usable(self, entry: Path) -> Optional[str]:
+        if not entry.exists():
+            return "not built"
+        try:
+            recorded = json.loads((entry / ENTRY).read_text())
+        except (OSError, ValueError):
+            return "no complete entry.json: an unfinished build"
+        return check_index(entry / "index", recorded)
+
+    def _fresh_wanted(self, entry: Path) -> bool:
+        if not self.fresh:
+            return False
+        return not (self.fresh_marks / entry.name).exists() if self.fresh_marks else entry.name not in self.builds
+
+    def _mark_fresh(self, entry: Path) -> None:
+        if self.fresh and self.fresh_marks:
+            self.fresh_marks.mkdir(parents=True, exist_ok=True)
+            (self.fresh_marks / entry.name).touch()
+
+    def _remove_unfinished(self, name: str) -> None:
+        """Temporary build directories of ``name`` whose process is gone (a killed build)."""
+        for tmp in self.root.glob(f".{name}-*.tmp-*"):
+            pid = int(tmp.name.rsplit("-", 1)[1])
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                shutil.rmtree(tmp, ignore_errors=True)
+            except PermissionError:
+                pass
+
+    def _prune(self, name: str) -> None:
+        """Keep the ``KEEP`` most recently used entries of ``name``; an entry in use by another
+        run is skipped (its lock is held)."""
+        from filelock import FileLock, Timeout
+
+        entries = [e for e in self.root.glob(f"{name}-*") if e.is_dir() and (e / ENTRY).exists() and e.name.rsplit("-", 1)[0] == name]
+        entries.sort(key=lambda e: (e / ENTRY).stat().st_mtime, reverse=True)
+        for old in entries[KEEP:]:
+            try:
+                with FileLock(str(old) + ".lock", timeout=0):
+                    shutil.rmtree(old, ignore_errors=True)
+            except Timeout:
+                pass
