@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
-import sys
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
@@ -309,31 +307,6 @@ def commit_manifest(index_url: str, manifest: Manifest, based_on: Optional[int] 
     return manifest
 
 
-PAUSE_ENV = "MVR_PAUSE_BEFORE_COMMIT"
-BARRIER_ENV = "MVR_COMMIT_BARRIER"
-
-
-def _fault_pause(version: int) -> None:
-    """Fault injection for tests, at a writer's first attempt only, after it has written
-    everything of its change and before it creates the version file:
-    ``MVR_PAUSE_BEFORE_COMMIT=seconds`` announces itself on stderr and sleeps, so a test can
-    kill the writer there; ``MVR_COMMIT_BARRIER=DIR:N`` waits (at most 600 s) until N writers
-    have reached this point (a file each in DIR), so N concurrent writers race for the same
-    version at once."""
-    barrier = os.environ.get(BARRIER_ENV)
-    if barrier:
-        directory, n = barrier.rsplit(":", 1)
-        os.makedirs(directory, exist_ok=True)
-        open(os.path.join(directory, f"{os.getpid()}.{version}"), "w").close()
-        deadline = time.monotonic() + 600
-        while len(os.listdir(directory)) < int(n) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    seconds = os.environ.get(PAUSE_ENV)
-    if seconds:
-        print(f"{PAUSE_ENV}: pausing {float(seconds):g} s before committing version {version}", file=sys.stderr, flush=True)
-        time.sleep(float(seconds))
-
-
 def commit_update(
     index_url: str,
     change: Callable[[Manifest], Manifest],
@@ -352,8 +325,6 @@ def commit_update(
         copy = current.model_copy(deep=True)
         copy.shards = current.shards = shards
         new = change(copy)
-        if attempt == 0:
-            _fault_pause(current.version + 1)
         try:
             return commit_manifest(index_url, new, current.version, operation, summary(new))
         except CommitConflict as exc:

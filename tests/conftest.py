@@ -62,7 +62,7 @@ def _sha256(path: Path) -> str:
 def _collection_recipe(datasets: Path, name: str) -> dict:
     from mvr.pipeline.config import IndexConfig
 
-    return {"corpus": {f: _sha256(datasets / name / f) for f in ("corpus.jsonl",)}, "index": IndexConfig().model_dump(mode="json")}
+    return {"corpus": _sha256(datasets / name / "corpus.jsonl"), "index": IndexConfig().model_dump(mode="json")}
 
 
 def _index(fixture_cache, datasets: Path, name: str) -> str:

@@ -10,9 +10,15 @@ import sys
 from pathlib import Path
 
 import ir_measures
+import numpy as np
 from ir_measures import nDCG
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    """``x`` scaled to unit length along its last axis, float32."""
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
 
 
 def mvr(*args: str | os.PathLike, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

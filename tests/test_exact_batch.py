@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from helpers import unit
 from mvr.operators import codecs
 from mvr.operators.retrieval import stored_vectors as sv_mod
 from mvr.operators.ann.factory import make_index
@@ -28,10 +29,6 @@ from mvr.operators.retrieval.stored_vectors import StoredVectors
 from mvr.pipeline.retrieval.plan import run_trips
 
 DIM, PASSAGES, K = 32, 240, 7
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers import unit
 from mvr.operators.ann.factory import make_index
 from mvr.operators.retrieval.candidates import CandidateRounds, FirstStage
 from mvr.operators.packed import Packed
@@ -18,10 +19,6 @@ from mvr.pipeline.retrieval.request import Restriction
 from mvr.pipeline.retrieval.searcher import PartitionSearch
 
 DIM = 16
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from helpers import unit
 from mvr.operators.ann.factory import make_index
 from mvr.operators.retrieval.candidates import FirstStage, candidates, first_trip, local_share, select
 from mvr.operators.packed import Packed
@@ -15,10 +16,6 @@ from mvr.operators.retrieval.ranking import merge, top_documents
 from mvr.operators.retrieval.scoring import maxsim
 
 DIM = 16
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
 
 
 @pytest.fixture(scope="module")

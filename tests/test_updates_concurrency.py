@@ -1,10 +1,10 @@
 """Two writers at once and a writer killed mid-commit (issue 17), with real `mvr add`
 processes on a small real index (tests/conftest.py's msmarco_100: FAISS tokens and pooled,
 BM25), each a job of its own on the session's Ray cluster (``RAY_ADDRESS``, as `mvr add` joins
-a running cluster). ``MVR_COMMIT_BARRIER`` holds each writer after it has written every file of its change
-and before it creates the version file until both are there, and ``MVR_PAUSE_BEFORE_COMMIT``
-holds one there to be killed (storage/manifest.py), so the race and the kill happen where they
-hurt most. The two adds share the session cluster's two CPUs: their encode actors can hold both
+a running cluster). Each runs through tests/commit_faults.py: ``--barrier`` holds each writer
+after it has written every file of its change and before it creates the version file until
+both are there, and ``--pause`` holds one there to be killed, so the race and the kill happen
+where they hurt most. The two adds share the session cluster's two CPUs: their encode actors can hold both
 at once, which hung both jobs while their read and write tasks reserved CPUs (they reserve none
 now: ``pipeline.ray_runtime.EncodePlan``); a hang fails here within the 300 s timeout."""
 
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from commit_faults import PAUSED
 from helpers import read_jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -34,12 +35,12 @@ def _corpus(path: Path, docs: list[dict]) -> str:
 
 
 def _add(index: str, corpus: str, address: str, pause: float | None = None, barrier: str | None = None) -> subprocess.Popen:
+    """``mvr add`` as a process of its own (a job on the cluster at ``address``), with the
+    faults asked for before its first commit (tests/commit_faults.py)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": address}
-    if pause is not None:
-        env["MVR_PAUSE_BEFORE_COMMIT"] = str(pause)
-    if barrier is not None:
-        env["MVR_COMMIT_BARRIER"] = barrier
-    return subprocess.Popen([sys.executable, "-m", "mvr.jobs.add", index, corpus], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    faults = (["--pause", str(pause)] if pause is not None else []) + (["--barrier", barrier] if barrier is not None else [])
+    cmd = [sys.executable, str(ROOT / "tests" / "commit_faults.py"), *faults, "add", index, corpus]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 @pytest.fixture
@@ -101,12 +102,12 @@ def test_a_writer_killed_before_its_commit_leaves_the_previous_version(small, tm
     proc = _add(index, corpus, address, pause=600)
     deadline = time.monotonic() + 600
     seen = ""
-    while time.monotonic() < deadline and "MVR_PAUSE_BEFORE_COMMIT" not in seen:
+    while time.monotonic() < deadline and PAUSED not in seen:
         line = proc.stdout.readline()
         if not line and proc.poll() is not None:
             break
         seen += line
-    assert "MVR_PAUSE_BEFORE_COMMIT" in seen, seen[-3000:]
+    assert PAUSED in seen, seen[-3000:]
     os.killpg(proc.pid, signal.SIGKILL)  # the job's driver: Ray ends the job's workers with it
     proc.wait(timeout=60)
     m = load_manifest(index)
