@@ -35,28 +35,20 @@ def test_docstring_examples(name, ray_address):
     assert result.failed == 0 and result.attempted > 0
 
 
-def test_serve_docstring_example():
-    """The service example (port 8765, as a user would write it), run in a process of its own
-    with a Ray of its own: Serve is one per Ray cluster, and a test's cluster may hold another
-    module's service (a second ``serve.start`` on it races the first one's shutdown)."""
-    import os
-    import socket
-    import subprocess
-    import sys
-
-    with socket.socket() as s:
-        if s.connect_ex(("127.0.0.1", 8765)) == 0:
-            pytest.skip("port 8765 is taken on this machine")
-    code = (
-        "import doctest, mvr\n"
-        "(test,) = [t for t in doctest.DocTestFinder().find(mvr, 'mvr') if t.name == 'mvr.serve']\n"
-        "runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)\n"
-        "runner.run(test)\n"
-        "r = runner.summarize(verbose=False)\n"
-        "print('RESULT', r.failed, r.attempted)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
-    assert "RESULT" in out.stdout, (out.stdout[-3000:], out.stderr[-3000:])
-    failed, attempted = map(int, out.stdout.rsplit("RESULT", 1)[1].split())
-    assert failed == 0 and attempted > 0, out.stdout[-5000:]
+def test_serve_docstring_example(ray_address, serve_port):
+    """The service example, as a user would write it (port 8765), run on this worker's Ray
+    cluster and its Serve: Serve has one HTTP proxy a cluster, listening on ``serve_port``, so
+    the example's port is rewritten to that one before it runs. Then the example's index served
+    on another port is refused, naming the port Serve listens on (a second ``serve.start``
+    would be ignored and the service would answer elsewhere than its URL says)."""
+    (test,) = [t for t in doctest.DocTestFinder().find(mvr, "mvr") if t.name == "mvr.serve"]
+    written = [e for e in test.examples if "port=8765" in e.source]
+    assert len(written) == 1, [e.source for e in test.examples]
+    written[0].source = written[0].source.replace("port=8765", f"port={serve_port}")
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner.run(test, clear_globs=False)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0 and result.attempted > 0
+    other = mvr.ServeConfig(port=serve_port + 1)
+    with pytest.raises(ValueError, match=rf"Serve already runs on this Ray cluster with its HTTP proxy on \S+:{serve_port}, not \S+:{serve_port + 1}"):
+        mvr.serve(test.globs["index"], other)

@@ -392,26 +392,34 @@ def test_index_and_search_use_the_checkpoint_conventions(references, tmp_path):
 @pytest.mark.slow
 @pytest.mark.peers
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("markers", [(None, None), ("[unused0]", "[unused1]")], ids=["no-markers", "markers"])
-def test_pylate_loads_what_mvr_train_wrote(peer_python, datasets, tmp_path, ray_address, markers):
-    """A checkpoint ``mvr train`` wrote (two steps on msmarco-sample passages) loads in PyLate
-    with the conventions it was trained with, and PyLate encodes queries and documents as mvr
-    does (the same tokens, the same vectors within float tolerance): without marker tokens
-    (the default: the base model's own conventions) and with ColBERT's."""
+def test_pylate_loads_what_mvr_train_wrote_with_colbert_markers(peer_python, datasets, tmp_path, ray_address):
+    """A checkpoint ``mvr train`` wrote (two steps on msmarco-sample passages) with ColBERT's
+    marker tokens loads in PyLate with those markers, and PyLate encodes queries and documents
+    as mvr does (``check_pylate_loads``). Without markers (the default: the base model's own
+    conventions) the checkpoint is the one test_train.py's killed and resumed run wrote."""
     import mvr
-    from mvr.operators.encode.compress import Compressor
-    from mvr.operators.encode.encoder import TokenEncoder
-    from mvr.operators.encode.query import QueryEncoder
-    from mvr.operators.encode.tokenizer import PassageTokenizer
     from mvr.pipeline.config import TrainConfig
 
     corpus = tmp_path / "corpus.jsonl"
     rows = [json.loads(line) for _, line in zip(range(100), (datasets / "msmarco-sample" / "corpus.jsonl").open())]
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
     model = tmp_path / "model"
+    markers = ("[unused0]", "[unused1]")
     tokenizer_settings = {"query_marker": markers[0], "document_marker": markers[1]}
     mvr.train(str(corpus), str(model), TrainConfig.model_validate({"tokenizer": tokenizer_settings, "train": {"steps": 2, "batch_size": 4}}))
-    work = tmp_path / "pylate"
+    check_pylate_loads(peer_python, model, markers, tmp_path / "pylate")
+
+
+def check_pylate_loads(peer_python: str, model: Path, markers: tuple, work: Path) -> None:
+    """The checkpoint ``model`` that ``mvr train`` wrote loads in PyLate (in the peer venv) with
+    the query and document ``markers`` it was trained with (None: none) and mvr's passage
+    length, and PyLate encodes queries and documents as mvr does (the same tokens, the same
+    vectors within float tolerance)."""
+    from mvr.operators.encode.compress import Compressor
+    from mvr.operators.encode.encoder import TokenEncoder
+    from mvr.operators.encode.query import QueryEncoder
+    from mvr.operators.encode.tokenizer import PassageTokenizer
+
     work.mkdir()
     (work / "texts.json").write_text(json.dumps({"queries": QUERIES, "documents": DOCUMENTS}))
     out = subprocess.run([peer_python, str(ROOT / "tests" / "peers" / "reference_vectors.py"), "pylate-load", str(model), str(work)], capture_output=True, text=True, env=_peer_env(), cwd=work, timeout=600)

@@ -54,8 +54,10 @@ def test_bm25_matches_an_independent_bm25s_run(with_bm25):
     queries = {q["_id"]: q["text"] for q in read_jsonl(dataset / "queries.jsonl")}
     qrels = read_qrels(dataset / "qrels" / "test.tsv")
     searcher = Searcher(with_bm25["index"], modes=("bm25",))
+    encoder, encoded = searcher.query_encoder, []
+    searcher.query_encoder = lambda texts, *a, **kw: encoded.append(texts) or encoder(texts, *a, **kw)  # counts the model's calls
     results = searcher.search(list(queries.values()), 10, "bm25")
-    assert all(r.path == "bm25" and r.timings_ms["encode"] < 1.0 for r in results)  # no model call
+    assert all(r.path == "bm25" for r in results) and encoded == []  # no model call (not a duration: a clock under load is no check)
     ours = ndcg10({q: r.hits() for q, r in zip(queries, results)}, qrels)
     theirs = ndcg10(independent_bm25(dataset), qrels)
     print(f"\n{with_bm25['name']}: bm25 nDCG@10 {ours:.4f}, independent bm25s {theirs:.4f}")

@@ -11,7 +11,8 @@
   ``benchmarks/train_quality.py`` (docs/training.md);
 - a killed training worker is restarted by Ray Train from the last checkpoint, and a killed
   job resumes from it when the same command runs again; either way the run ends at its step
-  count, and the checkpoint loads."""
+  count, and the checkpoint loads, in mvr and (``peers``) in PyLate, which encodes as mvr
+  does."""
 
 from __future__ import annotations
 
@@ -27,9 +28,12 @@ import numpy as np
 import pytest
 
 from helpers import read_jsonl, read_qrels
+import test_checkpoint_conventions as conventions
+from test_checkpoint_conventions import check_pylate_loads
 from mvr.pipeline.config import IndexConfig, TrainConfig
 
 pytestmark = pytest.mark.ray
+peer_python = conventions.peer_python  # the peer venv fixture, for the PyLate check
 
 OBJECTIVE = "first-m"  # the base's weakest mode on these pairs: in-batch accuracy 0.5625, the other dense modes 0.625
 PAIRS = 16  # one batch: every step trains on all of them
@@ -176,8 +180,13 @@ def _wait_for(out: Path, step: int, proc: subprocess.Popen, timeout: float = 600
     pytest.fail(f"no step {step} within {timeout} s: {_progress(out)}")
 
 
-@pytest.mark.timeout(1800)
-def test_a_killed_worker_and_a_killed_job_resume_from_the_last_checkpoint(datasets, tmp_path, ray_address):
+@pytest.fixture(scope="module")
+def resumed(datasets, tmp_path_factory, ray_address) -> dict:
+    """``mvr train`` (the default objective, 8 steps, a checkpoint every 2) whose Ray Train
+    worker is killed past step 3, then the whole job killed once step 4's checkpoint is
+    recorded, then the same command run again: the run directory, the progress seen at each
+    point and the rerun's output."""
+    tmp_path = tmp_path_factory.mktemp("resumed")
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")[:200]))
     (tmp_path / "train.yaml").write_text("train:\n  checkpoint_every: 2\n  steps: 8\n  batch_size: 4\n  group_by_length: true\n")  # grouped order, resumed
@@ -191,7 +200,6 @@ def test_a_killed_worker_and_a_killed_job_resume_from_the_last_checkpoint(datase
         killed = _wait_for(out, 3, proc)  # past the checkpoint at step 2
         os.kill(killed["pid"], signal.SIGKILL)  # the Ray Train worker
         resumed = _wait_for(out, 5, proc)  # Ray Train restarted it from step 2's checkpoint
-        assert resumed["pid"] != killed["pid"] and resumed["resumed_from"] == 2, resumed
         t0 = time.monotonic()
         while max(_registered(out), default=0) < 4 and time.monotonic() - t0 < 300:
             time.sleep(0.5)  # step 4's checkpoint recorded by Ray Train (its snapshot is written after the report)
@@ -201,12 +209,20 @@ def test_a_killed_worker_and_a_killed_job_resume_from_the_last_checkpoint(datase
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     last = max(_registered(out), default=0)
-    assert last >= 4, _registered(out)
-    assert not (out / "modules.json").exists()  # no checkpoint was exported: the run did not finish
-
+    exported = (out / "modules.json").exists()
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    return {"out": out, "killed": killed, "resumed": resumed, "last": last, "exported_before": exported, "again": again}
+
+
+@pytest.mark.timeout(1800)
+def test_a_killed_worker_and_a_killed_job_resume_from_the_last_checkpoint(resumed):
+    killed, restarted, last, again = resumed["killed"], resumed["resumed"], resumed["last"], resumed["again"]
+    assert restarted["pid"] != killed["pid"] and restarted["resumed_from"] == 2, restarted
+    assert last >= 4, last
+    assert not resumed["exported_before"]  # no checkpoint was exported: the run did not finish
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "resuming the run" in again.stdout + again.stderr  # the job's log is on stderr
+    out = resumed["out"]
     final = _progress(out)
     assert final["step"] == final["steps"] == 8 and final["resumed_from"] == last, (final, last)  # the last checkpoint recorded
     trained = json.loads((out / "config_sentence_transformers.json").read_text())["mvr_training"]
@@ -214,3 +230,14 @@ def test_a_killed_worker_and_a_killed_job_resume_from_the_last_checkpoint(datase
     from mvr.operators.encode.encoder import TokenEncoder
 
     assert TokenEncoder(str(out), "cpu", "float32").dim == 384
+
+
+@pytest.mark.slow
+@pytest.mark.peers
+@pytest.mark.timeout(1800)
+def test_pylate_loads_the_resumed_runs_checkpoint(peer_python, resumed, tmp_path):
+    """The checkpoint the killed and resumed run exported (the default conventions: no marker
+    tokens) loads in PyLate, which encodes queries and documents as mvr does
+    (test_checkpoint_conventions.py's ``check_pylate_loads``; ColBERT's markers there)."""
+    assert resumed["again"].returncode == 0, resumed["again"].stderr[-3000:]
+    check_pylate_loads(peer_python, resumed["out"], (None, None), tmp_path / "pylate")
