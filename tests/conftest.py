@@ -53,16 +53,13 @@ def fixture_cache(request, tmp_path_factory):
     return FixtureCache(fresh=request.config.getoption("--fresh-fixtures"), fresh_marks=run_dir / "fresh-fixtures")
 
 
-def _sha256(path: Path) -> str:
+def _recipe(corpus: Path, config=None) -> dict:
+    """The cache recipe of ``corpus`` (a file) indexed with ``config`` (an IndexConfig; None:
+    the defaults): the corpus's sha256 and every index setting."""
     from fixture_cache import file_sha256
-
-    return file_sha256(Path(path))
-
-
-def _collection_recipe(datasets: Path, name: str) -> dict:
     from mvr.pipeline.config import IndexConfig
 
-    return {"corpus": _sha256(datasets / name / "corpus.jsonl"), "index": IndexConfig().model_dump(mode="json")}
+    return {"corpus": file_sha256(Path(corpus)), "index": (config or IndexConfig()).model_dump(mode="json")}
 
 
 def _index(fixture_cache, datasets: Path, name: str) -> str:
@@ -74,7 +71,7 @@ def _index(fixture_cache, datasets: Path, name: str) -> str:
         result = index_corpus(str(datasets / name), str(path), IndexConfig())
         assert not result.up_to_date
 
-    return str(fixture_cache.get(name, _collection_recipe(datasets, name), build))
+    return str(fixture_cache.get(name, _recipe(datasets / name / "corpus.jsonl"), build))
 
 
 def _variant(fixture_cache, base: str, name: str, ann=None, bm25=None) -> str:
@@ -128,8 +125,7 @@ def msmarco_index(fixture_cache, msmarco_corpus_with_metadata) -> str:
         result = index_corpus(msmarco_corpus_with_metadata["corpus"], str(path), IndexConfig())
         assert not result.up_to_date
 
-    recipe = {"corpus": _sha256(msmarco_corpus_with_metadata["corpus"]), "index": IndexConfig().model_dump(mode="json")}
-    return str(fixture_cache.get("msmarco-sample", recipe, build))
+    return str(fixture_cache.get("msmarco-sample", _recipe(msmarco_corpus_with_metadata["corpus"]), build))
 
 
 @pytest.fixture(scope="session")
@@ -209,7 +205,7 @@ def msmarco_100(fixture_cache, datasets) -> str:
         index_corpus(str(datasets / "msmarco-sample"), str(path), config, log=lambda _: None)
         build_ann(str(path), ann, log=lambda _: None)
 
-    recipe = {"corpus": _sha256(datasets / "msmarco-sample" / "corpus.jsonl"), "index": config.model_dump(mode="json"), "ann": ann.model_dump(mode="json")}
+    recipe = {**_recipe(datasets / "msmarco-sample" / "corpus.jsonl", config), "ann": ann.model_dump(mode="json")}
     return str(fixture_cache.get("msmarco-100", recipe, build))
 
 

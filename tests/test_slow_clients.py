@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -58,9 +59,12 @@ def test_guard_refuses_a_body_not_received_within_body_timeout_s():
     """A body still incomplete at ``body_timeout_s`` (a slow client, or a Content-Length over
     what is sent): 408 naming the bound and the bytes that came, the connection closed, the
     app never called; a body that comes in time reaches the app whole."""
+    t0 = time.monotonic()
     sent, called = guard_call([(b"content-length", b"100")], [{"type": "http.request", "body": b"abc", "more_body": True}], body_timeout_s=0.05)
+    waited = time.monotonic() - t0
     status, headers, body = answer(sent)
     assert (status, called) == (408, False) and headers[b"connection"] == b"close"
+    assert waited >= 0.05, waited  # not refused before its deadline (a lower bound: load only lengthens it)
     assert body["detail"] == "request body not received whole within 0.05 s (3 bytes came)"
     parts = [{"type": "http.request", "body": b"ab", "more_body": True}, {"type": "http.request", "body": b"c", "more_body": False}]
     sent, called = guard_call([], parts, body_timeout_s=0.05)
@@ -121,7 +125,7 @@ def test_slow_and_malformed_clients_are_refused_and_valid_clients_answered(servi
     for kind in ("slow-body", "long-content-length"):
         out = outcomes[kind]
         assert out.statuses == [408] and f"not received whole within {BODY_TIMEOUT_S:g} s" in out.text, out.line()
-        assert out.closed, out.line()
+        assert out.closed and out.seconds >= BODY_TIMEOUT_S - 0.5, out.line()  # not before the deadline (a lower bound)
     # a body longer than its Content-Length: the body is cut short (422, truncated JSON) and
     # the rest is no request (400); either way a 4xx and the connection closed
     out = outcomes["short-content-length"]

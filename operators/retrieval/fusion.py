@@ -238,9 +238,9 @@ def _dense_scores(
             for i in range(a, b):
                 out[i] = (need[i], scores[i - a, need[i]], np.isin(need[i], cands[i], assume_unique=True))
         return out  # type: ignore[return-value]
-    lengths = np.diff(dense.vectors.offsets)
+    offsets = dense.vectors.offsets
     budget = max(1, GATHER_BYTES // (4 * max(dense.dim, 1)))  # decoded vector rows a group
-    vectors = {i: int(lengths[need[i]].sum()) for i in own}
+    vectors = {i: int((offsets[need[i] + 1] - offsets[need[i]]).sum()) for i in own}  # the needed rows' lengths only
     group: list[int] = []
     held = 0
     for j, i in enumerate(own):

@@ -227,9 +227,7 @@ class Partition:
         if scoring.MODE_VECTORS[scoring.check_mode(mode)] != self.kind:
             raise ValueError(f"mode {mode} scores {scoring.MODE_VECTORS[mode]} vectors; this partition holds {self.kind}")
         scores = self.rescore(mode, query, rows) if len(rows) else np.zeros(0, np.float32)
-        doc_ids = np.empty(len(rows), object)
-        doc_ids[:] = [self.doc_ids[r] for r in rows.tolist()]
-        return Scored(rows, scores, doc_ids, self.passage_idx[rows], (time.perf_counter() - t0) * 1e3)
+        return Scored(rows, scores, self.doc_id_array[rows], self.passage_idx[rows], (time.perf_counter() - t0) * 1e3)
 
     def rank(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray], k: int, allowed: Optional[np.ndarray] = None) -> PartitionResult:
         """The top-``k`` documents among the passages at ``rows`` (None: every passage) that

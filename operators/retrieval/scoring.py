@@ -197,8 +197,7 @@ class QueryBatch:
         out, first = [], 0
         while first < len(self):
             last = max(first + 1, int(np.searchsorted(ends, self.starts[first] + max_vectors, side="right")))
-            lo, hi = int(self.starts[first]), int(ends[last - 1])
-            out.append(QueryBatch(self.mode, self.vectors[lo:hi], self.starts[first:last] - lo))
+            out.append(self.part(first, last))
             first = last
         return out
 

@@ -215,13 +215,10 @@ def _hybrid_groups(calls: list[tuple[str, tuple]]) -> list[list[int]]:
 
 def _joins(first: tuple, args: tuple) -> bool:
     """Whether the ``hybrid`` call ``args`` can join the batch of ``first``: the same mode,
-    kind and n-best, and the same allowed rows (both None, or equal arrays). A call that
-    cannot be compared runs alone."""
+    kind and n-best, and the same allowed rows (both None, or equal arrays); otherwise it runs
+    alone."""
     a, b = first[6] if len(first) > 6 else None, args[6] if len(args) > 6 else None
-    try:
-        if (first[0], first[1], first[5]) != (args[0], args[1], args[5]):
-            return False
-    except Exception:  # noqa: BLE001 - not comparable: it runs alone (and fails alone if it must)
+    if (first[0], first[1], first[5]) != (args[0], args[1], args[5]):
         return False
     if a is b:
         return True

@@ -202,14 +202,6 @@ class QueryPlan:
             out.scored = {}  # k' grew: the candidates are not those the first trip rescored for
             got = await Trip({i: ("hits", (served.kind, qv, rounds.k_prime, fs.ann, allowed[i])) for i in alive})
 
-    async def hybrid_parts(
-        self, query: EncodedQuery, params: HybridParams, fs: FirstStage, restriction: Optional[Restriction] = None
-    ) -> tuple[list[ScoredPassages], str, int]:
-        """Each answering host's part of one query's hybrid union (``hybrid_parts_batch`` of
-        one), the dense side's path and the hosts asked."""
-        parts, paths, hosts = await self.hybrid_parts_batch([query], params, fs, restriction)
-        return parts[0], paths[0], hosts
-
     async def hybrid_parts_batch(
         self, queries: Sequence[EncodedQuery], params: HybridParams, fs: FirstStage, restriction: Optional[Restriction] = None
     ) -> tuple[list[list[ScoredPassages]], list[str], int]:
@@ -221,7 +213,7 @@ class QueryPlan:
         served = self.layout.modes[params.dense]
         found = [await self._candidates(params.dense, served, q, params.n_best, fs, restriction, one_trip=False) for q in queries]
         terms = self.terms_of([q.text for q in queries])
-        allowed = self._allowed(served, restriction)
+        allowed = found[0].allowed if found else self._allowed(served, restriction)  # the same for every query
         mine = {i: [j for j, c in enumerate(found) if i in c.alive] for i in served.shards}  # host -> the queries it answers for
         got = await Trip({
             i: ("hybrid", (params.dense, served.kind, [queries[j] for j in js], [terms[j] for j in js], [found[j].rows[i] for j in js], params.n_best, allowed[i]))

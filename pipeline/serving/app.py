@@ -224,7 +224,8 @@ def start_serve(config: ServeConfig, address: Optional[str] = None, log: Callabl
                 raise  # not a proxy (the controller)
             if attempt == SERVE_START_ATTEMPTS:
                 raise
-            dead.add(exc.actor_id)
+            if exc.actor_id:  # Ray's actor errors may carry none
+                dead.add(exc.actor_id)
             log(f"Serve's HTTP proxy died while starting; waiting for the one Serve starts in its place (attempt {attempt + 1} of {SERVE_START_ATTEMPTS})")
 
 
