@@ -20,19 +20,24 @@ and ``rank``) reports its own /proc/self/status:
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from mvr.operators import codecs
 from mvr.operators.ann.factory import make_index
 from mvr.operators.retrieval.stored_vectors import StoredVectors
+from mvr.storage.catalog import REJECTS_FILE, build_catalog
 from mvr.storage.manifest import Manifest, ShardEntry, commit_manifest
 from mvr.storage.partitions import plan_partitions, read_passages, write_partition
 from mvr.storage.schema import codes_to_arrow, shard_schema
@@ -104,12 +109,10 @@ print(json.dumps({"before": before, "after": after, "end": end, "answers": answe
 """
 
 
-@pytest.fixture(scope="module")
-def big_index(tmp_path_factory):
-    """(index dir, manifest, partition entry, queries file): 8 shards of float16 codes and one
-    IVFPQ partition over all of them."""
-    root = tmp_path_factory.mktemp("bigidx")
-    url = str(root / "index")
+def _build_big_index(path: Path) -> None:
+    """8 shards of float16 codes and one IVFPQ partition over all of them at ``path``, the
+    partition's entry in ``path/partition.json`` (the manifest lists no ANN)."""
+    url = str(path)
     rng = np.random.default_rng(0)
     codec = codecs.train("float16", np.ones((1, DIM), np.float32))
     shards = []
@@ -145,11 +148,28 @@ def big_index(tmp_path_factory):
     ann.finalize()
     entry = write_partition(url, "ann/tokens/b/part-00000", 0, pv, ann)
     del pv, v, ann
+    # no rejected rows, and the catalog of the passages: an index as `mvr verify` knows one
+    # (what the fixture cache checks before reusing it)
+    rejects = pa.schema([("source", pa.string()), ("line", pa.int64()), ("block_id", pa.string()), ("row_index", pa.int32()), ("doc_id", pa.string()), ("reason", pa.string())])
+    pq.write_table(rejects.empty_table(), path / REJECTS_FILE)
+    build_catalog(url, [s.path for s in shards])
     commit_manifest(url, manifest)
-    (root / "entry.json").write_text(json.dumps(entry))
-    q = rng.standard_normal((20 * 4, DIM), dtype=np.float32)
+    (path / "partition.json").write_text(json.dumps(entry))
+
+
+@pytest.fixture(scope="module")
+def big_index(fixture_cache, tmp_path_factory):
+    """(index dir, dir of the partition's entry and the queries): the synthetic index, built
+    once across runs (tests/fixture_cache.py: keyed by the sources that write shards and
+    partitions, and by this builder's own source), and 20 × 4 random unit query vectors."""
+    recipe = {"builder": hashlib.sha256(inspect.getsource(_build_big_index).encode()).hexdigest(), "dim": DIM, "shards": SHARDS,
+              "passages_per_shard": PASSAGES_PER_SHARD, "tokens": TOKENS}
+    index = fixture_cache.get("partition-memory", recipe, _build_big_index)
+    root = tmp_path_factory.mktemp("bigidx")
+    shutil.copy(index / "partition.json", root / "entry.json")
+    q = np.random.default_rng(1).standard_normal((20 * 4, DIM), dtype=np.float32)
     np.save(root / "queries.npy", q / np.linalg.norm(q, axis=1, keepdims=True))
-    return url, root
+    return str(index), root
 
 
 def _child(big_index, limit: int) -> dict:
