@@ -13,6 +13,7 @@ import pytest
 from test_cli_errors import mvr
 
 pytestmark = pytest.mark.ray
+LIMIT = 140
 
 # the demo's queries and a module whose documentation should be among the top 3
 EXPECTED = {
@@ -29,7 +30,9 @@ def test_demo_prints_a_results_table_for_each_query(tmp_path, ray_address, serve
     from mvr.pipeline.studies.demo import DEMO_QUERIES
 
     port = serve_port
-    r = mvr("demo", "--workdir", tmp_path, "--limit", "200", "-k", "3", "--port", str(port), env={"COLUMNS": "200", "RAY_ADDRESS": ray_address}, timeout=900)
+    # 140 documents: the first tier of the demo corpus (every topic and every module's own
+    # docstring, 138 of them, the modules EXPECTED names among them) and two more
+    r = mvr("demo", "--workdir", tmp_path, "--limit", str(LIMIT), "-k", "3", "--port", str(port), env={"COLUMNS": "200", "RAY_ADDRESS": ray_address}, timeout=900)
     out, err = r.stdout.decode(), r.stderr.decode()
     assert r.returncode == 0, err[-3000:]
     assert "Traceback" not in out + err
@@ -45,7 +48,7 @@ def test_demo_prints_a_results_table_for_each_query(tmp_path, ray_address, serve
         if module:
             assert any(i == f"doc:{module}" or i.startswith(f"doc:{module}.") for i in ids), (query, ids)
     summary = re.search(r"demo: (\d+) documents, (\d+) passages, (\d+) token vectors .*?; (\d+) queries", out.replace("\n", " "))
-    assert summary and int(summary[1]) == 200 and int(summary[2]) >= 200 and int(summary[4]) == len(DEMO_QUERIES) + 1, out
+    assert summary and int(summary[1]) == LIMIT and int(summary[2]) >= LIMIT and int(summary[4]) == len(DEMO_QUERIES) + 1, out
     assert "service shut down" in out and f"mvr search --url http://127.0.0.1:{port}" in out
     assert re.search(rf"try: mvr serve \S+ --port {port}\s", out), out  # the hint's service listens where its URL says
     assert "mvr" not in serve.status().applications  # its application deleted; the worker's Serve still runs
