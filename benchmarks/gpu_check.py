@@ -288,6 +288,8 @@ class Run:
     limit: Optional[int]
     queries: Optional[int]
     rounds: int
+    copies: int = 1  # step 1 encodes each collection this many times over (a larger corpus)
+    skip: frozenset[str] = frozenset()  # steps left out: "faiss", "peers"
     rows: list[Row] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -305,6 +307,23 @@ def index_config(run: Run) -> Any:
     from mvr.pipeline.config import IndexConfig
 
     return IndexConfig.from_yaml(None, **{"model.name": run.model, "limit": run.limit})
+
+
+def encode_corpus(run: Run, name: str) -> Path:
+    """The collection step 1 encodes: ``name`` itself, or with ``--copies N`` a corpus of its
+    first ``limit`` documents written N times over (the copies' ids suffixed ``~k``; the
+    original documents first, so the bare loop's first passages are the original's)."""
+    source = run.datasets / name
+    if run.copies == 1:
+        return source
+    target = run.work / "corpora" / f"{name}-x{run.copies}"
+    target.mkdir(parents=True, exist_ok=True)
+    docs = read_docs(source, run.limit)
+    with open(target / "corpus.jsonl", "w") as f:
+        for k in range(run.copies):
+            for d in docs:
+                f.write(json.dumps({**d, "_id": d["_id"] if k == 0 else f"{d['_id']}~{k}"}) + "\n")
+    return target
 
 
 def read_docs(corpus: Path, limit: Optional[int]) -> list[dict]:
@@ -353,16 +372,28 @@ def bare_loop(run: Run, encoder: Any, docs: list[dict]) -> tuple[float, int, Opt
     return seconds, len(passages), peak["mib"], encoded
 
 
+def first_copy(encoded: Encoded, copies: int) -> Encoded:
+    """The passages of the original documents (``encode_corpus``'s first copy)."""
+    if copies == 1:
+        return encoded
+    n = sum(1 for d in encoded.doc_ids if "~" not in d)
+    end = int(encoded.offsets[n])
+    return Encoded(encoded.doc_ids[:n], encoded.passage_idx[:n], encoded.vectors[:end], encoded.offsets[: n + 1])
+
+
 def step_encode(run: Run, name: str, encoder: Any) -> Optional[Encoded]:
     """Step 1 for one collection: ``mvr index`` against the bare loop (rows appended); the
     bare loop's vectors."""
     step = "encode"
-    docs = read_docs(run.datasets / name, run.limit)
+    corpus = encode_corpus(run, name)
+    docs = read_docs(corpus, None if run.copies > 1 else run.limit)
     bare_s, n_bare, bare_peak, encoded = bare_loop(run, encoder, docs)
     bare_rate = n_bare / bare_s
     log(f"{step}: {name}: bare loop {n_bare} passages in {bare_s:.2f} s ({bare_rate:.0f}/s) on {encoder.device}")
-    what = f"{name} ({len(docs)} documents): mvr index ÷ bare model loop"
-    config = index_config(run)
+    copies = f", {run.copies} copies" if run.copies > 1 else ""
+    what = f"{name} ({len(docs)} documents{copies}): mvr index ÷ bare model loop"
+    encoded = first_copy(encoded, run.copies)
+    config = index_config(run).model_copy(update={"limit": None}) if run.copies > 1 else index_config(run)
     batches = f"batches of {config.runtime.encode_batch_size} passages, {config.runtime.encode_actor_batch} a call"
     if not run.ray:
         run.rows.append(
@@ -374,11 +405,11 @@ def step_encode(run: Run, name: str, encoder: Any) -> Optional[Encoded]:
     from mvr.pipeline.ray_runtime import init_ray
 
     init_ray(quiet=True)  # started before the clock, as benchmarks/encode_throughput.py does
-    index = run.work / f"index-{name}"
+    index = run.work / (f"index-{name}" if run.copies == 1 else f"index-{corpus.name}")  # step 4 reuses the one-copy index
     shutil.rmtree(index, ignore_errors=True)  # a fresh job each run: it is what is timed
     with DeviceMemory(run.cuda) as device_memory:
         t0 = time.perf_counter()
-        result = index_corpus(str(run.datasets / name), str(index), config, log=lambda _: None)
+        result = index_corpus(str(corpus), str(index), config, log=lambda _: None)
         pipe_s = time.perf_counter() - t0
     manifest = result.manifest
     enc = manifest.model.get("encode", {})
@@ -708,6 +739,7 @@ def write_report(run: Run, started: float) -> dict[str, Any]:
         f"{'every' if run.limit is None else 'the first ' + str(run.limit)} document(s) of {', '.join(DATASETS)}; "
         f"{'every judged' if run.queries is None else 'the first ' + str(run.queries) + ' judged'} msmarco-sample queries; "
         f"{run.rounds} round(s); concurrency {', '.join(map(str, CONCURRENCY))}"
+        + (f"; step 1 on {run.copies} copies of each collection" if run.copies > 1 else "")
     )
     mode = f"GPU run on {run.details.get('versions', {}).get('device', '?')}" if run.cuda else "dry run on the CPU"
     report = {
@@ -742,6 +774,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help=f"the first N documents of each collection (default: all; dry run {DRY_LIMIT})")
     p.add_argument("--queries", type=int, default=None, help=f"the first N judged queries (default: all; dry run {DRY_QUERIES})")
     p.add_argument("--rounds", type=int, default=None, help=f"timed rounds (default {GPU_ROUNDS}; dry run {DRY_ROUNDS})")
+    p.add_argument("--copies", type=int, default=1, help="step 1 encodes each collection this many times over (default 1)")
+    p.add_argument("--skip", default="", help="steps left out, comma-separated: faiss, peers")
     p.add_argument("--wheels", default=None, help="pip installs from this directory only (a machine without a package registry)")
     p.add_argument("--no-install", action="store_true", help="install nothing (the gpu extra, the peers' venvs must be there)")
     p.add_argument("--installed", action="store_true", help=argparse.SUPPRESS)  # set when it runs itself again after installing
@@ -782,7 +816,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         limit=args.limit if args.limit is not None else (DRY_LIMIT if args.dry_run else None),
         queries=args.queries if args.queries is not None else (DRY_QUERIES if args.dry_run else None),
         rounds=args.rounds or (DRY_ROUNDS if args.dry_run else GPU_ROUNDS),
+        copies=max(1, args.copies), skip=frozenset(s for s in args.skip.split(",") if s),
     )
+    if run.skip - {"faiss", "peers"}:
+        print(f"error: --skip takes faiss, peers; got {','.join(sorted(run.skip))}", file=sys.stderr)
+        return 2
     work.mkdir(parents=True, exist_ok=True)
     for name in DATASETS:
         if not (run.datasets / name / "corpus.jsonl").exists():
@@ -831,10 +869,13 @@ def measure(run: Run, started: float) -> int:
             run.failed("codecs", "msmarco-sample", e)
             codecs_ = None
         if codecs_ is not None:
-            try:
-                step_faiss(run, decoded)
-            except Exception as e:
-                run.failed("faiss-ivfpq build", "msmarco-sample", e)
+            if "faiss" in run.skip:
+                run.rows.append(Row("faiss-ivfpq build", "msmarco-sample", "", None, "", None, "", status="skipped: --skip faiss"))
+            else:
+                try:
+                    step_faiss(run, decoded)
+                except Exception as e:
+                    run.failed("faiss-ivfpq build", "msmarco-sample", e)
             try:
                 from mvr.storage.beir import read_collection
                 from vs_plaid import first_judged
@@ -843,7 +884,9 @@ def measure(run: Run, started: float) -> int:
                 step_exact(run, encoder, ms, codecs_, list(texts.values()))
             except Exception as e:
                 run.failed("exact MaxSim", "msmarco-sample", e)
-    if run.ray:
+    if "peers" in run.skip:
+        run.rows.append(Row("vs peers", "msmarco-sample: mvr ÷ fast-plaid, xtr-warp-rs", "", None, "", None, "", status="skipped: --skip peers"))
+    elif run.ray:
         try:
             step_peers(run, encoder)
         except Exception as e:

@@ -77,7 +77,7 @@ def test_dry_run_without_ray_measures_every_step_that_starts_no_ray(tmp_path):
 
     (peers,) = _rows(report, "vs peers")
     assert peers["status"] == "skipped: starts Ray (--no-ray)"
-    assert kernels._cuda_wanted  # use_cuda(False) of the CPU side undone
+    assert not kernels._cuda_wanted  # the script's use_cuda of each side undone: the default, off
     assert ray.is_initialized() == ray_was_up  # the dry run without Ray started none
 
 
@@ -137,6 +137,30 @@ def test_gpu_extra_is_read_as_pip_reads_it():
     assert gpu_extra(ROOT) == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
 
 
+def test_copies_corpus_repeats_the_collection_and_keeps_the_first_copy(tmp_path):
+    """--copies N: step 1's corpus is the collection's documents N times over (ids suffixed
+    from the second copy on), and the later steps get the first copy's passages only."""
+    from benchmarks.gpu_check import Encoded, Run, encode_corpus, first_copy, read_docs
+
+    source = tmp_path / "data" / "c"
+    source.mkdir(parents=True)
+    (source / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "text": f"t{i}"}) + "\n" for i in ("a", "b", "c")))
+    run = Run(cuda=False, dry=True, ray=False, out=tmp_path, work=tmp_path / "w", datasets=tmp_path / "data", model="minilm",
+              limit=2, queries=None, rounds=1, copies=3)
+    assert [d["_id"] for d in read_docs(encode_corpus(run, "c"), None)] == ["a", "b", "a~1", "b~1", "a~2", "b~2"]
+    offsets = np.array([0, 2, 3, 5, 6, 8, 9])  # 6 passages: a, b twice over and again
+    enc = Encoded(["a", "b", "a~1", "b~1", "a~2", "b~2"], np.zeros(6, np.int32), np.arange(9, dtype=np.float32)[:, None], offsets)
+    got = first_copy(enc, 3)
+    assert got.doc_ids == ["a", "b"] and got.offsets.tolist() == [0, 2, 3] and got.vectors.ravel().tolist() == [0, 1, 2]
+    assert first_copy(enc, 1) is enc
+
+
+def test_skip_takes_only_known_steps(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--skip", "faiss,encode", "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 2 and "--skip takes faiss, peers" in done.stderr and not (tmp_path / "gpu_check.json").exists()
+
+
 def test_cuda_matmul_rule_takes_only_large_products():
     """The CUDA path's size rule: enough query vectors and multiply-adds to repay the copies."""
     rows, depth = kernels.CUDA_MIN_ROWS, 64
@@ -147,26 +171,23 @@ def test_cuda_matmul_rule_takes_only_large_products():
     assert kernels.cuda_worthwhile(32, 64, 1 << 14) and not kernels.cuda_worthwhile(32, 64, 1 << 12)
 
 
-def test_cuda_switch_and_cpu_path_unchanged():
-    """use_cuda(False) keeps a process on the CPU; without CUDA nothing switches on; the CPU
-    path is the same torch.mm as before, bit for bit, for any size."""
+def test_cuda_is_opt_in_and_cpu_path_unchanged():
+    """Exact scoring stays on the CPU by default (the CUDA matmul was measured slower,
+    docs/gpu.md); use_cuda(True) opts in, and without CUDA still nothing switches on; the
+    CPU path is the same torch.mm as before, bit for bit, for any size."""
     import torch
 
+    assert not kernels.cuda_enabled() and kernels.exact_device() == "cpu"
     try:
-        kernels.use_cuda(False)
-        assert not kernels.cuda_enabled() and kernels.exact_device() == "cpu"
+        assert kernels.use_cuda(True) is False  # the previous setting: off
+        assert kernels.cuda_enabled() == torch.cuda.is_available()
     finally:
-        kernels.use_cuda(True)
-    assert kernels.cuda_enabled() == torch.cuda.is_available()
+        kernels.use_cuda(False)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((32, 64)).astype(np.float32)
     b = rng.standard_normal((9000, 64)).astype(np.float32).T  # a transposed view, as the scorers pass it
-    assert kernels.cuda_worthwhile(*a.shape, b.shape[1])
-    try:
-        kernels.use_cuda(False)
-        got = kernels.matmul(a, b)
-    finally:
-        kernels.use_cuda(True)
+    assert kernels.cuda_worthwhile(*a.shape, b.shape[1])  # large enough, and still on the CPU
+    got = kernels.matmul(a, b)
     np.testing.assert_array_equal(got, torch.mm(torch.from_numpy(a), torch.from_numpy(b)).numpy())
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
 
@@ -179,8 +200,12 @@ def test_cuda_matmul_runs_on_the_device_and_agrees_with_the_cpu():
     a = rng.standard_normal((32, 64)).astype(np.float32)
     b = rng.standard_normal((9000, 64)).astype(np.float32).T
     torch.cuda.reset_peak_memory_stats()
-    got = kernels.matmul(a, b)
-    assert kernels.exact_device() == "cuda" and torch.cuda.max_memory_allocated() >= b.nbytes
+    previous = kernels.use_cuda(True)
+    try:
+        got = kernels.matmul(a, b)
+        assert kernels.exact_device() == "cuda" and torch.cuda.max_memory_allocated() >= b.nbytes
+    finally:
+        kernels.use_cuda(previous)
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
 
 

@@ -11,13 +11,14 @@ threads, each switch waits for the other pool's spinning threads: measured 2 s i
 sgemm) use one pool. Results are float32 and equal numpy's up to float rounding (the cast is
 bit-identical).
 
-CUDA: when torch sees a CUDA device, a matmul large enough to repay copying its operands
-there and its result back (``cuda_worthwhile``) runs on it, in float32 (torch's default
-float32 matmul precision: no TF32); every other matmul, and all of them on a machine without
-CUDA, takes the CPU path above unchanged. No setting is needed: ``use_cuda(False)`` keeps a
-process on the CPU (a Serve partition replica that Ray gave no GPU: Ray leaves the GPUs
-visible to it), ``exact_device()`` says where exact scoring runs. The cast stays on the CPU
-(the codecs decode there)."""
+CUDA, opt-in (``use_cuda(True)``): a matmul large enough (``cuda_worthwhile``) runs on the
+device in float32, its operands copied there and its (r, m) product copied back. Off by
+default, because measured it never paid: on one H200 with 16 host cores (2026-11-28,
+benchmarks/gpu_check.py, docs/gpu.md), msmarco-sample's 403k token vectors, exact MaxSim ran
+at 0.31x the CPU's rate one float16 query at a time and 0.94-1.04x for all 43 queries in one
+batch. The copies, not the product, set the time: a GPU scorer needs the passages' vectors
+resident on the device and the per-passage max taken there. ``exact_device()`` says where
+exact scoring runs. The cast stays on the CPU (the codecs decode there)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ import numpy as np
 
 _torch_module: Optional[Any] = None
 _torch_tried = False
-_cuda_wanted = True  # use_cuda(False): this process's matmuls stay on the CPU
+_cuda_wanted = False  # use_cuda(True): this process's large matmuls may run on CUDA (opt-in)
 _cuda_seen: Optional[bool] = None  # torch sees a CUDA device (asked once, on first use)
-# The size rule of the CUDA path (``cuda_worthwhile``): below these, copying the passages'
-# vectors to the device and the launch cost more than the CPU's matmul. Not yet measured on a
-# GPU (benchmarks/gpu_check.py times the exact path both ways; docs/gpu.md).
+# The size rule of the opt-in CUDA path (``cuda_worthwhile``): below these, copying the
+# passages' vectors to the device and the launch cost more than the CPU's matmul (above them
+# too, as measured: see the module docstring).
 CUDA_MIN_ROWS = 8  # query vectors (rows of ``a``): one query's pooled vector stays on the CPU
 CUDA_MIN_MACS = 1 << 24  # multiply-adds r·d·m (16.8 M: ~32 query vectors × 64 dims × 8k rows)
 
@@ -95,8 +96,9 @@ def cuda_worthwhile(rows: int, depth: int, cols: int) -> bool:
 
 
 def use_cuda(enabled: bool) -> bool:
-    """Let this process's exact-scoring matmuls run on a CUDA device when torch sees one
-    (True, the default) or keep them on the CPU (False). Returns the previous setting."""
+    """Let this process's large exact-scoring matmuls run on a CUDA device when torch sees
+    one (True) or keep them on the CPU (False, the default: measured slower, see the module
+    docstring). Returns the previous setting."""
     global _cuda_wanted
     previous, _cuda_wanted = _cuda_wanted, bool(enabled)
     return previous

@@ -9,29 +9,17 @@ The apps are built and deployed by ``pipeline/serving/app.py``."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
-import ray
 from ray import serve
 
-from mvr.operators.retrieval.kernels import use_cuda
 from mvr.pipeline.retrieval.host import PartitionHost
-from mvr.pipeline.retrieval.layout import ShardSpec
-from mvr.storage.manifest import Manifest
 
 
-class ServedPartition(PartitionHost):
-    """A partition host in its own replica: exact scoring on CUDA only when Ray gave the
-    replica a GPU (Ray leaves every GPU visible to a worker that reserved none, and the
-    encoder replica holds the GPU it reserved)."""
-
-    def __init__(self, index_url: str, shard: ShardSpec, manifest: Manifest, threads: Optional[int]) -> None:
-        use_cuda(bool(ray.is_initialized() and ray.get_gpu_ids()))
-        super().__init__(index_url, shard, manifest, threads)
-
-
-# the deployment of one partition (``partition.placement: deployment``, the default)
-PartitionServer = serve.deployment(name="Partition", max_surge_percent=100, health_check_period_s=2)(ServedPartition)
+# the deployment of one partition (``partition.placement: deployment``, the default). Its
+# exact scoring stays on the CPU, a GPU given to the replica or not: the CUDA matmul was
+# measured slower than the CPU's (``operators.retrieval.kernels``, docs/gpu.md)
+PartitionServer = serve.deployment(name="Partition", max_surge_percent=100, health_check_period_s=2)(PartitionHost)
 
 
 @serve.deployment(name="IndexVersion", ray_actor_options={"num_cpus": 0})
