@@ -409,8 +409,11 @@ def step_encode(run: Run, name: str, encoder: Any) -> Optional[Encoded]:
     shutil.rmtree(index, ignore_errors=True)  # a fresh job each run: it is what is timed
     with DeviceMemory(run.cuda) as device_memory:
         t0 = time.perf_counter()
-        result = index_corpus(str(corpus), str(index), config, log=lambda _: None)
+        job_log: list[str] = []  # the job's own lines: its stages' times (validation, codecs, encoding and writing)
+        result = index_corpus(str(corpus), str(index), config, log=lambda line: job_log.append(f"{time.perf_counter() - t0:6.1f} s  {line}"))
         pipe_s = time.perf_counter() - t0
+    for line in job_log:
+        log(f"{step}: {name}: mvr index: {line}")
     manifest = result.manifest
     enc = manifest.model.get("encode", {})
     n_pipe = int(manifest.counts["passages"])
@@ -423,7 +426,7 @@ def step_encode(run: Run, name: str, encoder: Any) -> Optional[Encoded]:
             {"mvr index": memory(device_memory.peak_mib, "device, all processes", run.cuda), "bare loop": memory(bare_peak, "torch, this process", run.cuda)},
             f"{plan}; {batches}; mvr index end to end ({pipe_s:.1f} s: validation, codec training, encoding, shards, catalog)", status)
     )
-    run.details.setdefault("encode", {})[name] = {"bare_s": bare_s, "bare_passages": n_bare, "index_s": pipe_s, "index_passages": n_pipe, "manifest_encode": enc, "index": str(index)}
+    run.details.setdefault("encode", {})[name] = {"bare_s": bare_s, "bare_passages": n_bare, "index_s": pipe_s, "index_passages": n_pipe, "manifest_encode": enc, "index": str(index), "job_log": job_log}
     log(f"{step}: {name}: mvr index {n_pipe} passages in {pipe_s:.1f} s; {plan}")
     return encoded
 

@@ -246,7 +246,7 @@ def test_faiss_build_device_says_where_it_was_built():
 @pytest.mark.ray
 def test_dry_run_with_ray_measures_the_pipeline_and_mvr_against_the_peers(tmp_path):
     """The whole dry run: ``mvr index`` against the bare loop on both collections (the job's
-    manifest records where it encoded), ``mvr build-ann`` (each partition records where it
+    manifest records where it encoded, the report keeps the job's log lines), ``mvr build-ann`` (each partition records where it
     was built) and mvr's exact and FAISS paths at 1 and 16 concurrent queries; the peers
     measured when their venvs exist, else skipped with the reason."""
     from benchmarks import gpu_check
@@ -264,6 +264,8 @@ def test_dry_run_with_ray_measures_the_pipeline_and_mvr_against_the_peers(tmp_pa
     encode = manifest.model["encode"]
     assert (encode["device"], encode["dtype"], encode["gpus_per_actor"], encode["in_tasks"]) == ("cpu", "float32", 0, True)  # a small job
     assert encode == report["details"]["encode"]["msmarco-sample"]["manifest_encode"]
+    job_log = report["details"]["encode"]["msmarco-sample"]["job_log"]  # the job's stage times, kept
+    assert any("validated" in line for line in job_log) and "committed" in job_log[-1]
     assert manifest.ann["tokens"]["gpus_per_task"] == 0
     assert [p["build_device"] for p in manifest.ann["tokens"]["partitions"]] == ["cpu"]
     peers = _rows(report, "vs peers")
