@@ -1,7 +1,7 @@
 """The GPU paths without a GPU: benchmarks/gpu_check.py's CPU dry run (the fast lane runs the
 part that starts no Ray; the whole of it is a Ray test), its refusal without CUDA, and the
-selection logic that switches the GPU paths on by themselves (exact scoring's CUDA matmul,
-the encode stage's device, FAISS's build device). The tests marked for CUDA run only where
+selection logic of the GPU paths (exact scoring's opt-in CUDA matmul, the encode stage's
+device, FAISS's build device). The tests marked for CUDA run only where
 torch sees a device."""
 
 from __future__ import annotations
