@@ -69,12 +69,11 @@ def download(names: tuple[str, ...], into: Path, python: str) -> dict[str, Path]
         version = pinned(ROOT / "constraints.txt", name)
         if version is None:
             raise SystemExit(f"error: constraints.txt pins no {name}")
-        before = set(into.iterdir())
+        before = set(into.iterdir())  # a fresh directory: each download adds its one wheel
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version", python,
                "--implementation", "cp", *(a for p in PLATFORMS for a in ("--platform", p)), "-d", str(into), f"{name}=={version}"]
         subprocess.run(cmd, check=True)
-        new = sorted(set(into.iterdir()) - before) or sorted(into.glob(f"{name.replace('-', '_')}-{version}-*.whl"), key=str)
-        wheels[name] = new[0]
+        (wheels[name],) = set(into.iterdir()) - before
     return wheels
 
 

@@ -349,9 +349,10 @@ class Encoded:
     offsets: np.ndarray
 
 
-def bare_loop(run: Run, encoder: Any, docs: list[dict]) -> tuple[float, int, Optional[float], Encoded]:
+def bare_loop(run: Run, encoder: Any, docs: list[dict]) -> tuple[float, float, int, Optional[float], Encoded]:
     """Tokenize and encode ``docs`` with the model alone, batched and length-sorted as the
-    encode stage does: (seconds, passages, torch's peak MiB, the stored token vectors)."""
+    encode stage does: (seconds in all, of them tokenizing, passages, torch's peak MiB, the
+    stored token vectors)."""
     from mvr.operators.encode.compress import l2_normalize
     from mvr.operators.packed import Packed
     from mvr.operators.encode.tokenizer import PassageTokenizer
@@ -364,12 +365,13 @@ def bare_loop(run: Run, encoder: Any, docs: list[dict]) -> tuple[float, int, Opt
     with torch_peak(run.cuda) as peak:
         t0 = time.perf_counter()
         passages = tokenizer.split([d["_id"] for d in docs], [d.get("title", "") for d in docs], [d["text"] for d in docs])
+        tokenize_s = time.perf_counter() - t0
         raw = encoder.encode([p.input_ids for p in passages], batch, tokenizer.pad_id)
         seconds = time.perf_counter() - t0
     tokens = [l2_normalize(r)[tokenizer.keep_mask(p.input_ids)] for r, p in zip(raw, passages)]
     packed = Packed.from_list(tokens, encoder.dim)
     encoded = Encoded([p.doc_id for p in passages], np.array([p.passage_idx for p in passages], np.int32), packed.vectors, packed.offsets)
-    return seconds, len(passages), peak["mib"], encoded
+    return seconds, tokenize_s, len(passages), peak["mib"], encoded
 
 
 def first_copy(encoded: Encoded, copies: int) -> Encoded:
@@ -387,9 +389,11 @@ def step_encode(run: Run, name: str, encoder: Any) -> Optional[Encoded]:
     step = "encode"
     corpus = encode_corpus(run, name)
     docs = read_docs(corpus, None if run.copies > 1 else run.limit)
-    bare_s, n_bare, bare_peak, encoded = bare_loop(run, encoder, docs)
+    bare_s, tokenize_s, n_bare, bare_peak, encoded = bare_loop(run, encoder, docs)
     bare_rate = n_bare / bare_s
-    log(f"{step}: {name}: bare loop {n_bare} passages in {bare_s:.2f} s ({bare_rate:.0f}/s) on {encoder.device}")
+    log(f"{step}: {name}: bare loop {n_bare} passages in {bare_s:.2f} s ({bare_rate:.0f}/s, {tokenize_s:.2f} s of it tokenizing) on {encoder.device}")
+    details = run.details.setdefault("encode", {}).setdefault(name, {})
+    details.update(bare_s=bare_s, tokenize_s=tokenize_s, bare_passages=n_bare)
     copies = f", {run.copies} copies" if run.copies > 1 else ""
     what = f"{name} ({len(docs)} documents{copies}): mvr index ÷ bare model loop"
     encoded = first_copy(encoded, run.copies)
@@ -426,7 +430,7 @@ def step_encode(run: Run, name: str, encoder: Any) -> Optional[Encoded]:
             {"mvr index": memory(device_memory.peak_mib, "device, all processes", run.cuda), "bare loop": memory(bare_peak, "torch, this process", run.cuda)},
             f"{plan}; {batches}; mvr index end to end ({pipe_s:.1f} s: validation, codec training, encoding, shards, catalog)", status)
     )
-    run.details.setdefault("encode", {})[name] = {"bare_s": bare_s, "bare_passages": n_bare, "index_s": pipe_s, "index_passages": n_pipe, "manifest_encode": enc, "index": str(index), "job_log": job_log}
+    details.update(index_s=pipe_s, index_passages=n_pipe, manifest_encode=enc, index=str(index), job_log=job_log)
     log(f"{step}: {name}: mvr index {n_pipe} passages in {pipe_s:.1f} s; {plan}")
     return encoded
 
