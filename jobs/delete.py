@@ -18,16 +18,16 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    import mvr
-    from mvr.pipeline.indexing.updates import read_ids_file
-
     if args.ids is None and args.where is None:
         raise ValueError("say which documents to delete: --ids FILE or --where EXPR")
     if args.where is not None:
         from mvr.operators.retrieval.filters import parse
 
         check_utf8("--where", args.where)  # argv bytes that are not UTF-8 arrive as lone surrogates
-        parse(args.where)  # syntax first, before the index is read
+        parse(args.where)  # syntax first, before the index is read (or torch imported: seconds)
+    import mvr
+    from mvr.pipeline.indexing.updates import read_ids_file
+
     ids = read_ids_file(args.ids) if args.ids is not None else None
     console.rule(f"mvr delete: {len(ids) if ids is not None else 0} ids" + (f", where {args.where}" if args.where else "") + f" from {args.index}")
     result = mvr.delete(args.index, ids, args.where, log=console.print)

@@ -27,15 +27,16 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from mvr.jobs.render import results_table
     from mvr.pipeline.config import IndexConfig, ServeConfig
-    from mvr.pipeline.studies.demo import quiet_ray, run_demo
 
     serve_config = ServeConfig(port=args.port)
     if not os.environ.get("RAY_ADDRESS"):  # a local Ray starts here: its HTTP proxy must be able to listen (a joined cluster's may already)
-        check_port_free(serve_config.host, serve_config.port)  # before minutes of indexing, not after
+        check_port_free(serve_config.host, serve_config.port)  # before minutes of indexing, not after (or seconds of imports)
+    from rich.console import Console
+
+    from mvr.jobs.render import results_table
+    from mvr.pipeline.studies.demo import quiet_ray, run_demo
+
     workdir = args.workdir or tempfile.mkdtemp(prefix="mvr-demo-")
     config = IndexConfig()
     print_config("mvr demo: index configuration", config)

@@ -13,11 +13,11 @@ in this process with every mode:
 >>> import os, tempfile
 >>> import mvr
 >>> work = tempfile.mkdtemp()
->>> corpus = mvr.write_demo_corpus(os.path.join(work, "corpus.jsonl"), limit=120)
+>>> corpus = mvr.write_demo_corpus(os.path.join(work, "corpus.jsonl"), limit=40)
 >>> index = os.path.join(work, "index")
 >>> built = mvr.index(corpus, index)
 >>> built.manifest.counts["indexed_documents"]
-120
+40
 >>> mvr.build_bm25(index).version    # BM25 partitions (bm25 and hybrid modes): version 2
 2
 >>> with mvr.open(index, modes=mvr.SEARCH_MODES) as searcher:
@@ -41,14 +41,14 @@ Documents added, deleted and compacted away, each a new version of the index:
 >>> result.hits()[0][0]
 'note-1'
 >>> mvr.stats(index)["documents"]
-121
+41
 >>> mvr.delete(index, ["note-1"]).manifest.counts["deleted_passages"]
 1
 >>> mvr.compact(index).manifest.version
 5
 >>> s = mvr.stats(index)
 >>> s["documents"], s["deleted_passages"]
-(120, 0)
+(40, 0)
 >>> mvr.verify(index).ok
 True
 """
@@ -369,7 +369,7 @@ def serve(index: str, config: "Optional[ServeConfig]" = None, token: Optional[st
     >>> import os, tempfile
     >>> import mvr
     >>> work = tempfile.mkdtemp()
-    >>> corpus = mvr.write_demo_corpus(os.path.join(work, "corpus.jsonl"), limit=60)
+    >>> corpus = mvr.write_demo_corpus(os.path.join(work, "corpus.jsonl"), limit=20)
     >>> index = os.path.join(work, "index")
     >>> _ = mvr.index(corpus, index)
     >>> config = mvr.ServeConfig(port=8765)
