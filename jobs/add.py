@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from mvr.jobs.common import ArgumentParser, check_utf8, console, output_console, print_config, run_job
+from mvr.jobs.common import ArgumentParser, check_utf8, console, print_config, run_job, print_update
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     m = load_manifest(args.index)
     print_config(f"mvr add: the configuration of {args.index} (version {m.version}), which the new documents are indexed with", IndexConfig.of_index(m.config))
     result = mvr.add(args.index, args.corpus, force=args.force, log=console.print)
-    output_console().print(f"{result.summary} (version {result.manifest.version}, {result.seconds:.1f} s)")
+    print_update(result)
     return 0
 
 

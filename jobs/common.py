@@ -355,6 +355,12 @@ def output_console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=160)
 
 
+def print_update(result: Any) -> None:
+    """The last line of ``mvr add``, ``delete`` and ``compact``: what the update did, the
+    index version it committed and its seconds (an ``UpdateResult``)."""
+    output_console().print(f"{result.summary} (version {result.manifest.version}, {result.seconds:.1f} s)")
+
+
 def print_config(title: str, config) -> None:
     from rich.syntax import Syntax
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from mvr.jobs.common import ArgumentParser, console, output_console, run_job
+from mvr.jobs.common import ArgumentParser, console, run_job, print_update
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     rule = {True: "always", False: "never (where the backend can reuse them)", None: f"when the churn since training exceeds {RETRAIN_CHURN:.0%}"}[args.retrain]
     console.rule(f"mvr compact {args.index}: retrain ANN quantizers {rule}")
     result = mvr.compact(args.index, retrain=args.retrain, log=console.print)
-    output_console().print(f"{result.summary} (version {result.manifest.version}, {result.seconds:.1f} s)")
+    print_update(result)
     return 0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from mvr.jobs.common import ArgumentParser, check_utf8, console, output_console, run_job
+from mvr.jobs.common import ArgumentParser, check_utf8, console, run_job, print_update
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     ids = read_ids_file(args.ids) if args.ids is not None else None
     console.rule(f"mvr delete: {len(ids) if ids is not None else 0} ids" + (f", where {args.where}" if args.where else "") + f" from {args.index}")
     result = mvr.delete(args.index, ids, args.where, log=console.print)
-    output_console().print(f"{result.summary} (version {result.manifest.version}, {result.seconds:.1f} s)")
+    print_update(result)
     return 0
 
 

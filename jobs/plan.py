@@ -45,7 +45,6 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--codes-hot-fraction", type=float, default=0.0,
                    help="share of a replica's memory-mapped codes to provision as resident page cache (default 0: RAM for the ANN index, "
                         "id maps and offsets only; 1: every code of the replica cached)")
-    p.add_argument("--serve-dtype", help=argparse.SUPPRESS)  # removed with SearchConfig.vectors_dtype: refused with a message
     p.add_argument("--no-bm25", action="store_true", help="no BM25 partitions (mvr build-ann --no-bm25)")
     p.add_argument("--partitions", type=int, help="a fixed number of partitions P (default: from --ram-per-partition-gb, else 1)")
     p.add_argument("--ram-per-partition-gb", type=float, help="RAM budget of one partition replica, decimal GB: P is the smallest that fits")
@@ -60,10 +59,8 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     import mvr
-    from mvr.operators.planning.capacity import SERVE_DTYPE_GONE, AnnSettings, ServeSettings, Throughput
+    from mvr.operators.planning.capacity import AnnSettings, ServeSettings, Throughput
 
-    if args.serve_dtype is not None:
-        return error(SERVE_DTYPE_GONE)
     try:
         workload = dict(
             tokens_per_passage=args.tokens_per_passage, dim=args.dim, codec=args.codec, pooled_codec=args.pooled_codec,

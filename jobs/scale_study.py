@@ -24,6 +24,7 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--distractors", help="comma-separated corpora (BEIR dirs or files) added as distractors")
     p.add_argument("--random-strings", type=int, help="random-string passages for the second experiment (0: skip it)")
     p.add_argument("--workdir", help="where corpora are indexed and the random strings written (up-to-date indexes are reused)")
+    p.add_argument("--index", action="append", metavar="CORPUS=INDEX", help="an index already built of the dataset or a distractor, used instead of indexing it (repeatable)")
     p.add_argument("--config", help="YAML file with a ScaleStudyConfig (index settings under 'index', BM25 under 'bm25')")
     p.add_argument("--split", help="qrels split (default test)")
     p.add_argument("--steps", type=positive_int, help="index sizes measured per experiment (default 5)")
@@ -43,6 +44,12 @@ def run(args: argparse.Namespace) -> int:
     overrides: dict = {"dataset": args.dataset, "split": args.split, "random_strings": args.random_strings, "workdir": args.workdir, "steps": args.steps, "seed": args.seed}
     overrides["distractors"] = _csv(args.distractors)
     overrides["modes"] = _csv(args.modes)
+    if args.index:
+        pairs = [i.partition("=") for i in args.index]
+        bad = [i for i, (corpus, eq, index) in zip(args.index, pairs) if not (corpus and eq and index)]
+        if bad:
+            raise ValueError(f"--index takes CORPUS=INDEX, got {bad[0]!r}")
+        overrides["indexes"] = {corpus: index for corpus, _, index in pairs}
     if args.dims:
         try:
             overrides["dims"] = [int(d) for d in _csv(args.dims) or []]

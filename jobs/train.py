@@ -14,12 +14,14 @@ from mvr.jobs.common import ArgumentParser, check_utf8, console, load_config, po
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    from mvr.operators.retrieval.scoring import MODES
+
     p = p or ArgumentParser(prog="python -m mvr.jobs.train", description=__doc__)
     p.add_argument("data", help="a corpus (file or directory mvr index reads), a BEIR directory with qrels/train.tsv, or a JSONL of {query, positive[, negatives]}")
     p.add_argument("out", help="the checkpoint directory to write (new or empty; or a stopped run's, to resume it)")
     p.add_argument("--config", help="YAML file with a TrainConfig")
     p.add_argument("--base", help="checkpoint to start from (default minilm, the packaged all-MiniLM-L6-v2)")
-    p.add_argument("--objective", choices=["maxsim", "first-m", "softmax-centroid", "pooled"], help="the search mode trained for (default maxsim)")
+    p.add_argument("--objective", choices=MODES, help="the search mode trained for (default maxsim)")
     p.add_argument("--steps", type=positive_int, help="optimiser steps (default: one pass over the pairs)")
     p.add_argument("--batch-size", type=positive_int, help="pairs a step a worker (default 16)")
     p.add_argument("--max-pairs", type=positive_int, help="a seeded sample of at most this many pairs")

@@ -13,7 +13,7 @@ from mvr.operators import codecs
 from mvr.operators.retrieval.candidates import FirstStage
 from mvr.operators.encode.checkpoint import read_conventions
 from mvr.operators.retrieval.fusion import HybridParams
-from mvr.operators.retrieval.scoring import MODES, VECTOR_KINDS
+from mvr.operators.retrieval.scoring import MODES, VECTOR_KINDS, DenseMode, SearchMode, SingleMode, VectorKind
 
 _Job = TypeVar("_Job", bound="_JobConfig")
 
@@ -289,7 +289,7 @@ class AnnBuildConfig(_JobConfig):
 
     backend: Literal["faiss-ivfpq", "scann"] = "faiss-ivfpq"
     partitions: int = Field(1, ge=1)
-    vectors: list[Literal["tokens", "centroids", "first-m", "pooled"]] = Field(default_factory=lambda: list(VECTOR_KINDS))
+    vectors: list[VectorKind] = Field(default_factory=lambda: list(VECTOR_KINDS))
     params: dict[str, Any] = Field(default_factory=dict)
     cpus_per_task: Optional[float] = Field(None, gt=0, description="default: a node's CPUs shared by the tasks that run at once")
     threads_per_task: Optional[int] = Field(None, ge=1, description="FAISS / ScaNN threads; default: the CPUs reserved")
@@ -318,7 +318,7 @@ class HybridConfig(_Section):
     and how many passages each side contributes. ``lam`` (λ) is the dense side's weight;
     ``mvr tune-hybrid`` picks it on held-out queries."""
 
-    dense: Literal["maxsim", "softmax-centroid", "first-m", "pooled"] = "maxsim"
+    dense: DenseMode = "maxsim"
     fusion: Literal["weighted", "rrf"] = "weighted"
     lam: float = Field(0.8, ge=0, le=1, description="λ: fused = λ·dense' + (1−λ)·bm25' (each side min-max normalised over its norm_depth best)")
     rrf_k: int = Field(60, ge=1, description="reciprocal rank fusion: 1/(rrf_k + rank) per side")
@@ -355,7 +355,7 @@ class EvalConfig(_JobConfig):
 
     dataset: str = ""
     split: str = "test"
-    modes: list[Literal["maxsim", "softmax-centroid", "first-m", "pooled", "bm25", "hybrid"]] = Field(default_factory=lambda: list(MODES))
+    modes: list[SearchMode] = Field(default_factory=lambda: list(MODES))
     k: int = Field(100, ge=10, le=1000, description="documents retrieved a query (R@100 needs 100)")
     overlap: bool = Field(True, description="also run exact search for overlap@10 with the exact ranking")
     sweep: list[float] = Field(default_factory=list)
@@ -411,7 +411,7 @@ class ServeConfig(_JobConfig):
         "EveryNode",
         description="Serve's HTTP proxies: on every node with a replica (behind a load balancer) or on the head only",
     )
-    modes: Optional[list[Literal["maxsim", "softmax-centroid", "first-m", "pooled", "bm25", "hybrid"]]] = Field(
+    modes: Optional[list[SearchMode]] = Field(
         None, description="None: the dense modes, plus bm25 and hybrid when the index has BM25 partitions"
     )
     search: SearchConfig = SearchConfig()
@@ -457,10 +457,13 @@ class ScaleStudyConfig(_JobConfig):
     random_strings: int = Field(0, ge=0, description="random-string passages for the second experiment (0: skip it)")
     steps: int = Field(5, ge=2, description="index sizes measured, judged passages only up to everything")
     dims: list[int] = Field(default_factory=lambda: [384, 128, 64], description="pooled single-vector dimensions (PCA fitted on the dataset's corpus)")
-    modes: list[Literal["bm25", "pooled", "maxsim", "first-m", "softmax-centroid"]] = Field(
+    modes: list[SingleMode] = Field(
         default_factory=lambda: ["bm25", "pooled", "maxsim", "first-m", "softmax-centroid"]
     )
     workdir: str = Field("", description="where the corpora are indexed (an up-to-date index is reused)")
+    indexes: dict[str, str] = Field(
+        default_factory=dict, description="indexes already built of the dataset or a distractor: {corpus: index URL}, used as they are instead of indexing it"
+    )
     seed: int = 0
     index: IndexConfig = IndexConfig()
 
@@ -476,7 +479,7 @@ class TuneHybridConfig(_JobConfig):
 
     dataset: str = ""
     split: str = "test"
-    dense: Literal["maxsim", "softmax-centroid", "first-m", "pooled"] = "maxsim"
+    dense: DenseMode = "maxsim"
     grid: list[float] = Field(default_factory=lambda: [round(0.05 * i, 2) for i in range(21)], description="λ values tried")
     folds: int = Field(2, ge=2, description="query folds: λ is tuned on all but one, reported on that one")
     seed: int = 0
@@ -506,7 +509,7 @@ class TrainDataConfig(_Section):
     negatives_from: list[str] = Field(
         default_factory=list, description="mvr indexes to mine hard negatives with (BM25 or a dense mode): a pair's in the one holding its positive (else the first)"
     )
-    negatives_mode: Literal["bm25", "maxsim", "softmax-centroid", "first-m", "pooled"] = "bm25"
+    negatives_mode: SingleMode = "bm25"
     negatives: int = Field(1, ge=0, le=16, description="hard negatives a pair, drawn from the ranking's places skip+1 to depth")
     negatives_skip: int = Field(2, ge=0, description="top places of the ranking never drawn (likely unjudged positives)")
     negatives_depth: int = Field(30, ge=2, le=1000)
@@ -558,7 +561,7 @@ class TrainConfig(_JobConfig):
     _user_sections = ("tokenizer",)
 
     base: str = Field("minilm", description="the checkpoint to start from (as model.name)")
-    objective: Literal["maxsim", "first-m", "softmax-centroid", "pooled"] = "maxsim"
+    objective: DenseMode = "maxsim"
     tokenizer: TokenizerConfig = TokenizerConfig()
     compress: CompressConfig = CompressConfig()
     data: TrainDataConfig = TrainDataConfig()

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mvr.operators.retrieval.bm25 import BM25Partition
-from mvr.storage.partitions import INDEX_SUBDIR, PASSAGES_FILE, ShardSlice, local_copy, read_partition_passages, saved_files, write_files
+from mvr.storage.partitions import INDEX_SUBDIR, PASSAGES_FILE, ShardSlice, local_copy, passages_parquet, read_partition_passages, saved_files, write_files
 from mvr.storage.shards import read_shard
 from mvr.storage.tombstones import live_mask
 
@@ -49,16 +49,7 @@ def write_bm25_partition(index_url: str, rel_dir: str, first_passage: int, part:
     """Write one BM25 partition under ``rel_dir``; its manifest entry (path, first_passage,
     passages, terms in its vocabulary, files with bytes and sha256)."""
     n = len(part)
-    table = pa.table(
-        {
-            "passage": pa.array(np.arange(first_passage, first_passage + n, dtype=np.int64)),
-            "doc_id": pa.array(part.doc_ids, pa.string()),
-            "passage_idx": pa.array(part.passage_idx, pa.int32()),
-        }
-    )
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
-    files = {PASSAGES_FILE: buf.getvalue(), **saved_files(part.save, INDEX_SUBDIR)}
+    files = {PASSAGES_FILE: passages_parquet(first_passage, part.doc_ids, part.passage_idx), **saved_files(part.save, INDEX_SUBDIR)}
     return {
         "path": rel_dir,
         "first_passage": int(first_passage),

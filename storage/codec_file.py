@@ -98,11 +98,6 @@ def codec_of(codec_set: Mapping[str, codecs.Codec], kind: str) -> codecs.Codec:
     return codec_set[KIND_GROUP[kind]]
 
 
-def write_codec(url: str, codec: codecs.Codec) -> None:
-    """Write one codec file (``codecs.to_bytes``) at ``url``, atomically."""
-    fs.write_bytes_atomic(url, codecs.to_bytes(codec))
-
-
 def read_codec(url: str) -> codecs.Codec:
     """The codec in the file at ``url``; ``CodecFileError`` naming it when it cannot be read,
     is truncated or corrupted."""

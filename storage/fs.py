@@ -64,20 +64,39 @@ def open_file(url: str, mode: str = "rb", **kwargs: Any):
 def write_bytes_atomic(url: str, data: bytes) -> None:
     """Write ``data`` so that readers see either nothing or the whole file. A failed local
     write leaves no temporary file; a full disk's OSError names ``url``."""
-    fs, path = resolve(url)
-    parent = posixpath.dirname(path)
-    if parent:
-        fs.makedirs(parent, exist_ok=True)
+    fs, path = _resolve_made_parent(url)
     if isinstance(fs, LocalFileSystem):
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        tmp = _local_tmp_file(path, url, data, fsync=False)
         try:
-            with fs.open(tmp, "wb") as f:
-                f.write(data)
-            fs.mv(tmp, path)  # os.replace: atomic on one filesystem
+            os.replace(tmp, path)  # atomic on one filesystem
         except OSError as exc:
             raise _write_failed(exc, tmp, url)
     else:
         fs.pipe_file(path, data)
+
+
+def _resolve_made_parent(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """``resolve(url)``, the file's parent directory made first."""
+    fs, path = resolve(url)
+    parent = posixpath.dirname(path)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    return fs, path
+
+
+def _local_tmp_file(path: str, url: str, data: bytes, fsync: bool) -> str:
+    """``data`` in a new temporary file beside the local ``path`` (flushed to the disk when
+    ``fsync``): its path. A failed write leaves no temporary file (``_write_failed``)."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+    except OSError as exc:
+        raise _write_failed(exc, tmp, url)
+    return tmp
 
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # a full disk, a full quota
@@ -114,19 +133,9 @@ def create_exclusive(url: str, data: bytes) -> None:
     fails if the name exists). Elsewhere: the filesystem's exclusive mode (``open(…, "xb")``:
     a conditional PUT such as S3's ``If-None-Match: *`` or GCS's ``ifGenerationMatch=0``);
     ``ExclusiveCreateUnsupported`` when it has none, rather than a commit that could race."""
-    fs, path = resolve(url)
-    parent = posixpath.dirname(path)
-    if parent:
-        fs.makedirs(parent, exist_ok=True)
+    fs, path = _resolve_made_parent(url)
     if isinstance(fs, LocalFileSystem):
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as exc:
-            raise _write_failed(exc, tmp, url)
+        tmp = _local_tmp_file(path, url, data, fsync=True)
         try:
             os.link(tmp, path)
         finally:

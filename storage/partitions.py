@@ -177,21 +177,28 @@ def _file_entry(data: bytes) -> dict[str, Any]:
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
+def passages_parquet(first_passage: int, doc_ids: Sequence[str], passage_idx: np.ndarray) -> bytes:
+    """A partition's ``PASSAGES_FILE`` (ANN and BM25 alike): its passages' index-wide numbers
+    from ``first_passage``, doc ids and passage_idx, as zstd Parquet bytes."""
+    n = len(doc_ids)
+    table = pa.table(
+        {
+            "passage": pa.array(np.arange(first_passage, first_passage + n, dtype=np.int64)),
+            "doc_id": pa.array(doc_ids, pa.string()),
+            "passage_idx": pa.array(passage_idx, pa.int32()),
+        }
+    )
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
 def write_partition(index_url: str, rel_dir: str, first_passage: int, passages: PassageVectors, ann: AnnIndex) -> dict[str, Any]:
     """Write a partition's id maps and ANN index under ``rel_dir`` (no vectors: they stay in
     the shards); its manifest entry (path, passages, vectors, first_passage, files with bytes
     and sha256, ANN params)."""
     n = len(passages.doc_ids)
-    table = pa.table(
-        {
-            "passage": pa.array(np.arange(first_passage, first_passage + n, dtype=np.int64)),
-            "doc_id": pa.array(passages.doc_ids, pa.string()),
-            "passage_idx": pa.array(passages.passage_idx, pa.int32()),
-        }
-    )
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
-    files = {PASSAGES_FILE: buf.getvalue(), **saved_files(ann.save, INDEX_SUBDIR)}
+    files = {PASSAGES_FILE: passages_parquet(first_passage, passages.doc_ids, passages.passage_idx), **saved_files(ann.save, INDEX_SUBDIR)}
     return {
         "path": rel_dir,
         "first_passage": int(first_passage),
@@ -298,14 +305,3 @@ def exact_partition(index_url: str, manifest: Manifest, kind: str, codecs: Mappi
     (plan,) = plan_partitions(manifest, 1) if manifest.shards else [PartitionPlan(0, 0, 0, [])]
     pv = read_passages(index_url, manifest.shards, plan.slices, kind, codecs, sha256=True)
     return Partition(kind, pv.vectors, pv.doc_ids, pv.passage_idx, live=live_mask(index_url, manifest.tombstones, 0, plan.passages))
-
-
-def remove_stale_builds(index_url: str, kind: str, keep: Optional[str], root: str = ANN_DIR) -> int:
-    """Delete build directories under ``root``/``kind`` other than ``keep`` (older or failed
-    builds; ``kind`` "" for a root without kinds)."""
-    removed = 0
-    for url in fs.list_dirs(fs.join(index_url, root, kind) if kind else fs.join(index_url, root)):
-        if url.rstrip("/").rsplit("/", 1)[-1] != keep:
-            fs.remove(url, recursive=True)
-            removed += 1
-    return removed

@@ -157,11 +157,6 @@ def packed_column(packed: Packed) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(packed.offsets.astype(np.int32)), _vectors(packed.vectors))
 
 
-def matrix_to_arrow(matrix: np.ndarray) -> pa.Array:
-    """(n, dim) float array → vector column (float16)."""
-    return _vectors(matrix)
-
-
 def arrow_to_packed(column: pa.ChunkedArray | pa.Array) -> Packed:
     """list<vector> column → Packed with (total, dim) float16 vectors (a view, no copy)."""
     if isinstance(column, pa.ChunkedArray):
@@ -169,10 +164,3 @@ def arrow_to_packed(column: pa.ChunkedArray | pa.Array) -> Packed:
     offsets = np.asarray(column.offsets, dtype=np.int64)
     values = column.values.slice(offsets[0], offsets[-1] - offsets[0])
     return Packed(_matrix(values), offsets - offsets[0])
-
-
-def arrow_to_matrix(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """vector column → (n, dim) float16 (a view, no copy)."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    return _matrix(column)

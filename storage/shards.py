@@ -226,12 +226,6 @@ def _raise_missing_columns(url: str, columns: Optional[list[str]]) -> None:
         raise KeyError(f"no column {', '.join(lacking)} in {url}")
 
 
-def iter_shards(index_url: str, paths: Sequence[str], columns: Optional[list[str]] = None) -> Iterator[pa.Table]:
-    """Stream the shards at ``paths`` (relative to the index), one table each."""
-    for p in paths:
-        yield read_shard(index_url, p, columns)
-
-
 def sha256_of(index_url: str, rel_path: str) -> str:
     h = hashlib.sha256()
     with fs.open_file(fs.join(index_url, rel_path)) as f:
@@ -240,7 +234,3 @@ def sha256_of(index_url: str, rel_path: str) -> str:
     return h.hexdigest()
 
 
-def shard_dim(index_url: str, rel_path: str) -> int:
-    """Decoded vector dimension of a shard's codes, from its codes file's schema."""
-    with fs.open_file(fs.join(index_url, codes_path(rel_path))) as f:
-        return int(pa.ipc.open_file(f).schema.metadata[b"mvr.dim"])

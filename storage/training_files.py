@@ -28,7 +28,12 @@ PAIR_SCHEMA = pa.schema(
     ]
 )
 TRAINER_STATE = "trainer_state.pt"  # optimiser, schedule and step: in a checkpoint, not in OUT
-DENSE_DIR = "1_Dense"
+
+
+def dense_dir(i: int) -> str:
+    """The directory of a checkpoint's ``i``-th Dense module (from 1): PyLate's ``1_Dense``,
+    ``2_Dense``, …"""
+    return f"{i}_Dense"
 
 
 def pairs_table(rows: list[dict[str, Any]]) -> pa.Table:
@@ -68,7 +73,7 @@ def write_model_dir(directory: str, backbone, tokenizer, dense_layers: list, con
     tokenizer.save_pretrained(out)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
     for i, layer in enumerate(dense_layers, 1):
-        sub = out / (DENSE_DIR if i == 1 else f"{i}_Dense")
+        sub = out / dense_dir(i)
         sub.mkdir(exist_ok=True)
         (sub / "config.json").write_text(json.dumps(layer.config, indent=2))
         save_file({k: v.detach().cpu().contiguous() for k, v in layer.state_dict().items()}, str(sub / "model.safetensors"))

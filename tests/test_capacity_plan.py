@@ -48,6 +48,16 @@ def test_default_rules_are_the_backends_own():
         assert ann_index_size("faiss-ivfpq", 384, n).params["nlist"] == nlist
 
 
+def test_the_plan_assumes_the_configuration_defaults():
+    """The planner (operators/, below the configuration) keeps the two defaults it plans with
+    as constants of its own: they equal the configuration's."""
+    from mvr.operators.planning import capacity
+    from mvr.pipeline.config import CompressConfig, RuntimeConfig
+
+    assert capacity.ROWS_PER_SHARD == RuntimeConfig.model_fields["write_rows_per_shard"].default
+    assert capacity.CODEC_SAMPLE_VECTORS == CompressConfig.model_fields["codec_sample_vectors"].default
+
+
 def test_shard_bytes_follow_the_schema():
     w = Workload(passages=2048, tokens_per_passage=10, dim=8, codec="float16", pooled_codec="float16", first_m=8, centroids=4, text_bytes_per_passage=100)
     assert w.bytes_per_vector == 16 and w.codec_dim == 8
@@ -230,8 +240,6 @@ def test_plan_job_prints_tables_and_json(capsys):
     assert main(["--passages", "10", "--codec", "int9"]) == 2
     assert main(["--passages", "5000", "--codec", "int8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["storage"]["lines"][0]["how"].endswith("(int8) + 4 B list offset")
-    assert main(["--passages", "10", "--serve-dtype", "float16"]) == 2
-    assert "--serve-dtype is gone" in capsys.readouterr().err
     assert human_bytes(1.5e12) == "1.50 TB"
 
 

@@ -148,14 +148,3 @@ def test_doc_ids_filter_checks():
         fx.check_doc_ids([str(i) for i in range(fx.MAX_DOC_IDS + 1)])
     with pytest.raises(fx.FilterError, match=r"doc_ids\[1\] is not valid Unicode text: a lone surrogate U\+D800 at character 2"):
         fx.check_doc_ids(["ok", "id\ud800"])
-
-
-def test_reference_evaluator_uses_three_valued_logic():
-    rows = [{"year": 2010, "src": "a"}, {"year": None, "src": "b"}, {"src": None}, {"year": 1999, "src": "a"}]
-    assert fx.matches("year >= 2000", rows) == [True, False, False, False]
-    assert fx.matches("NOT (year >= 2000)", rows) == [False, False, False, True]  # NULL stays unknown
-    assert fx.matches("year IS NULL", rows) == [False, True, True, False]
-    assert fx.matches("year != 2010 OR src = 'b'", rows) == [False, True, False, True]
-    assert fx.matches("src NOT IN ('a')", rows) == [False, True, False, False]
-    assert fx.matches("year NOT BETWEEN 2000 AND 2020", rows) == [False, False, False, True]
-    assert fx.columns_used("a = 1 AND (b IS NULL OR NOT c)") == ["a", "b", "c"]

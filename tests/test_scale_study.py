@@ -49,16 +49,12 @@ def test_pca_random_strings_and_share():
 
 
 @pytest.mark.ray
-def test_scale_study_msmarco_with_dbpedia_distractors(msmarco_index, dbpedia_index, datasets, tmp_path, monkeypatch, capsys):
+def test_scale_study_msmarco_with_dbpedia_distractors(msmarco_index, dbpedia_index, datasets, tmp_path, capsys):
     ms, db = str(datasets / "msmarco-sample"), str(datasets / "dbpedia-sample")
-    prebuilt = {ms: msmarco_index, db: dbpedia_index}
-    import mvr.pipeline.studies.scale_study as study  # the job imports it when it runs
-
-    real = study.scale_study
-    monkeypatch.setattr(study, "scale_study", lambda config, log: real(config, log=log, indexes=prebuilt))
     out = tmp_path / "study.json"
     argv = [
-        "--dataset", ms, "--distractors", db, "--random-strings", str(RANDOM_STRINGS), "--workdir", str(tmp_path / "work"),
+        "--dataset", ms, "--distractors", db, "--index", f"{ms}={msmarco_index}", "--index", f"{db}={dbpedia_index}",
+        "--random-strings", str(RANDOM_STRINGS), "--workdir", str(tmp_path / "work"),
         "--steps", "3", "--dims", "384,64", "--modes", "bm25,pooled,maxsim", "--json", str(out),
     ]  # fmt: skip
     assert job.main(argv) == 0

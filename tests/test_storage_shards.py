@@ -10,7 +10,7 @@ from mvr.storage.index_dir import remove_orphan_shards
 from mvr.storage.manifest import Manifest, ShardEntry, commit_manifest, load_manifest
 from mvr.operators import codecs
 from mvr.storage.schema import arrow_to_codes, codes_to_arrow, shard_schema
-from mvr.storage.shards import committed_in_block, covered_seqs, open_codes, read_shard, seq_ranges, sha256_of, shard_dim, write_shard
+from mvr.storage.shards import committed_in_block, covered_seqs, open_codes, read_shard, seq_ranges, sha256_of, write_shard
 from mvr.storage.integrity import IntegrityError
 from mvr.storage.verify import codes_file
 
@@ -45,7 +45,8 @@ def test_shard_roundtrip_and_commit_record(index_url):
     assert rec["path"] == "shards/00000-000000-0000000.parquet" and rec["codes"] == "shards/00000-000000-0000000.codes.arrow"
     assert rec["rows"] == 5 and rec["seq_ranges"] == [[0, 4]]
     assert rec["sha256"] == sha256_of(index_url, rec["path"]) and rec["codes_sha256"] == sha256_of(index_url, rec["codes"])
-    assert shard_dim(index_url, rec["path"]) == 8
+    with fs.open_file(fs.join(index_url, rec["codes"])) as f:
+        assert pa.ipc.open_file(f).schema.metadata[b"mvr.dim"] == b"8"  # the decoded dimension, in the codes file's schema
     assert committed_in_block(index_url, "00000-000000") == [rec]
     back = read_shard(index_url, rec["path"])
     assert "tokens" not in back.column_names and back["doc_id"].to_pylist() == [f"d{i}" for i in range(5)]

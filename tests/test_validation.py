@@ -2,7 +2,7 @@
 
 import json
 
-from mvr.operators.encode.validation import Document, Reject, is_tsv_header, parse_jsonl_line, parse_rows, parse_tsv_line
+from mvr.operators.encode.validation import Document, Reject, parse_jsonl_line, parse_rows, parse_tsv_line, tsv_header
 
 
 def test_jsonl_valid_and_int_id():
@@ -74,10 +74,10 @@ def test_byte_order_mark_and_tsv_headers():
     out = parse_rows([(0, bom + b'{"_id": "j", "text": "x"}')], "jsonl", first_block_of_file=True)
     assert out == [Document(0, "j", "", "x")]
     for header in (b"id\ttext", b"ID\tText", b"doc_id\tcontents\ttitle", b"pid\tpassage", b"docid\tbody"):
-        assert is_tsv_header(header), header
-    assert is_tsv_header(b"id\ttext\ttitle\textra")  # a metadata column
+        assert tsv_header(header) is not None, header
+    assert tsv_header(b"id\ttext\ttitle\textra") is not None  # a metadata column
     for data in (b"d1\ttext", b"id\ta real passage with words", b"id", b"id\ttext\ttext"):
-        assert not is_tsv_header(data), data
+        assert tsv_header(data) is None, data
 
 
 def test_tsv_encoded_surrogates_and_parquet_bytes():

@@ -75,6 +75,7 @@ class Codec(ABC):
     ``_state`` / ``_from_state`` for serialisation."""
 
     family: ClassVar[str]  # registry key (the part of the name before "-")
+    example_arg: ClassVar[Optional[int]] = None  # the name's parameter in examples ("residual-2"); None: the family takes none
 
     dim_in: int
     dim_out: int
@@ -180,6 +181,7 @@ class Transform(ABC):
     (n, dim_out) float32."""
 
     family: ClassVar[str]
+    example_arg: ClassVar[Optional[int]] = None  # as Codec's
     dim_in: int
     dim_out: int
     normalize: bool = False

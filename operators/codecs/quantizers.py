@@ -17,6 +17,8 @@ class PQ(Codec):
     unit length."""
 
     family = "pq"
+    example_arg = 48
+    MIN_VECTORS = 256  # 256 centroids per sub-space: FAISS k-means needs a point for each
 
     def __init__(self, m: int, centroids: np.ndarray, normalize: bool) -> None:
         import faiss
@@ -50,8 +52,8 @@ class PQ(Codec):
         dim = x.shape[1]
         if m < 1 or dim % m:
             raise ValueError(f"pq-{m}: the dimension {dim} is not divisible by {m}")
-        if len(x) < 256:
-            raise ValueError(f"pq-{m}: a sample of at least 256 vectors is needed (256 centroids per sub-space), got {len(x)}")
+        if len(x) < PQ.MIN_VECTORS:
+            raise ValueError(f"pq-{m}: a sample of at least {PQ.MIN_VECTORS} vectors is needed (256 centroids per sub-space), got {len(x)}")
         pq = faiss.ProductQuantizer(dim, m, 8)
         pq.cp.seed = seed
         if niter:
@@ -83,6 +85,7 @@ class PCA(Transform):
     ``normalize`` (unit inputs) outputs are rescaled to unit length."""
 
     family = "pca"
+    example_arg = 128
 
     def __init__(self, matrix: np.ndarray, mean: np.ndarray, normalize: bool, center: bool) -> None:
         self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)  # (D, dim_in)

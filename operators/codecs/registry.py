@@ -7,16 +7,23 @@ from typing import Any, Optional
 
 import numpy as np
 
-from mvr.operators.codecs.base import Codec
+from mvr.operators.codecs.base import Codec, Transform
 from mvr.operators.codecs.quantizers import PCA, PQ, Composed
 from mvr.operators.codecs.residual import Residual
 from mvr.operators.codecs.scalar import Float16, Int8
 
 
-FAMILIES: dict[str, type] = {c.family: c for c in (Float16, Int8, Residual, PQ)}
-TRANSFORMS: dict[str, type] = {PCA.family: PCA}
-_TAKES_ARG = {"float16": False, "int8": False, "residual": True, "pq": True, "pca": True}
-EXAMPLES = ("float16", "int8", "residual-2", "pq-48", "pca-128+residual-2")
+# A codec or transform family is one entry here: its class names it (``family``) and says
+# whether its name takes a parameter, with the one examples show (``example_arg``).
+FAMILIES: dict[str, type[Codec]] = {c.family: c for c in (Float16, Int8, Residual, PQ)}
+TRANSFORMS: dict[str, type[Transform]] = {PCA.family: PCA}
+
+
+def _example(cls: type[Codec] | type[Transform]) -> str:
+    return cls.family if cls.example_arg is None else f"{cls.family}-{cls.example_arg}"
+
+
+EXAMPLES = (*map(_example, FAMILIES.values()), f"{_example(PCA)}+{_example(Residual)}")
 
 
 def parse_name(name: str) -> list[tuple[str, Optional[int]]]:
@@ -30,9 +37,9 @@ def parse_name(name: str) -> list[tuple[str, Optional[int]]]:
         if family not in known:
             what = "a transform (" + ", ".join(TRANSFORMS) + ")" if known is TRANSFORMS else "a codec (" + ", ".join(FAMILIES) + ")"
             raise ValueError(f"unknown codec {name!r}: {part!r} is not {what}; e.g. {', '.join(EXAMPLES)}")
-        if _TAKES_ARG[family]:
+        if known[family].example_arg is not None:
             if not arg.isdigit() or int(arg) < 1:
-                raise ValueError(f"unknown codec {name!r}: {family} takes a positive integer, e.g. {family}-{ {'residual': 2, 'pq': 48, 'pca': 128}[family] }")
+                raise ValueError(f"unknown codec {name!r}: {family} takes a positive integer, e.g. {_example(known[family])}")
             if family == "residual" and int(arg) not in Residual.NBITS:
                 raise ValueError(f"unknown codec {name!r}: residual-N takes N bits a value, one of {', '.join(map(str, Residual.NBITS))}")
             out.append((family, int(arg)))
@@ -117,7 +124,7 @@ AUTO_PCA_DIM = 192  # the PCA dimension of ``auto`` for wider models (docs/codec
 # 0.87 of 1,959, 0.90 of 5,339 and more; the fallback, residual-1 at the full dimension, was
 # ahead of pca-192+residual-1 at every size (by 0.03-0.12), so it costs bytes, not quality.
 PCA_MIN_VECTORS_PER_DIM = 2
-PQ_MIN_VECTORS = 256  # pq-M: 256 centroids per sub-space, FAISS k-means needs a point for each
+PQ_MIN_VECTORS = PQ.MIN_VECTORS  # pq-M
 
 
 def min_sample(name: str) -> int:

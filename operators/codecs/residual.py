@@ -46,6 +46,7 @@ class Residual(Codec):
     ||x - y/|y||| ≤ ||x - y|| + | |y| - 1 | ≤ 2||x - y||."""
 
     family = "residual"
+    example_arg = 2
     NBITS = (1, 2, 4, 8)
 
     def __init__(self, nbits: int, centroids: np.ndarray, cutoffs: np.ndarray, weights: np.ndarray,

@@ -305,11 +305,6 @@ def tsv_header(raw: bytes) -> Optional[TsvHeader]:
     return TsvHeader.of(names)
 
 
-def is_tsv_header(raw: bytes) -> bool:
-    """True for a header line (``tsv_header``)."""
-    return tsv_header(raw) is not None
-
-
 def parse_record(obj: dict, index: int, id_field: str, text_field: str, title_field: Optional[str]) -> Row:
     """One row of a columnar input (Parquet) given as a dict; every other column of it is a
     metadata key."""

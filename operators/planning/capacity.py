@@ -40,6 +40,7 @@ from typing import Any, Callable, Optional
 
 from mvr.operators import codecs
 from mvr.operators.ann.base import ADD_BATCH
+from mvr.operators.retrieval.scoring import VECTOR_KINDS
 from mvr.operators.ann.defaults import (
     AH_CENTERS,
     BRUTE_FORCE_BELOW,
@@ -50,17 +51,12 @@ from mvr.operators.ann.defaults import (
     training_sample_size,
 )
 
-VECTOR_KINDS = ("tokens", "centroids", "first-m", "pooled")
 LIST_KINDS = ("tokens", "centroids", "first-m")  # list<code> columns: an int32 offset a passage each
 ANN_BACKENDS = ("faiss-ivfpq", "scann", "none")
-ROWS_PER_SHARD = 1024  # RuntimeConfig.write_rows_per_shard default
-CODEC_SAMPLE_VECTORS = 65_536  # CompressConfig.codec_sample_vectors default
+# the configuration's defaults the plan assumes (pipeline/config.py, a layer above: a test holds them equal)
+ROWS_PER_SHARD = 1024  # RuntimeConfig.write_rows_per_shard
+CODEC_SAMPLE_VECTORS = 65_536  # CompressConfig.codec_sample_vectors
 PY_STR_BYTES, PY_POINTER = 49, 8  # CPython: an ASCII str object is 49 + len bytes; a list slot 8
-SERVE_DTYPE_GONE = (
-    "--serve-dtype is gone: schema 2 serves the codes memory-mapped from the shards and decodes only the candidates "
-    "(SearchConfig.vectors_dtype was removed), so no exact float16/float32 copy of the vectors is held in RAM; "
-    "use --codec to size the stored codes and --codes-hot-fraction for the page cache"
-)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ without torch)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Literal, Protocol, Sequence, get_args
 
 import numpy as np
 
@@ -110,12 +110,16 @@ def dot(query: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     return dot_many(_row(query), vectors)[0]
 
 
-# Search modes and the stored vectors each one scores (and searches with ANN).
-MODES = ("maxsim", "softmax-centroid", "first-m", "pooled")
-# All search modes: the dense ones, BM25 alone, and a dense mode fused with BM25.
-SEARCH_MODES = MODES + ("bm25", "hybrid")
-MODE_VECTORS = {"maxsim": "tokens", "softmax-centroid": "centroids", "first-m": "first-m", "pooled": "pooled"}
-VECTOR_KINDS = ("tokens", "centroids", "first-m", "pooled")
+# Search modes and the stored vectors each one scores (and searches with ANN): the one source
+# of both, as types (the configuration's and the request's fields) and as tuples.
+DenseMode = Literal["maxsim", "softmax-centroid", "first-m", "pooled"]
+SingleMode = Literal["bm25", DenseMode]  # one side ranks: BM25 or a dense mode (hybrid fuses the two)
+SearchMode = Literal[DenseMode, "bm25", "hybrid"]  # all: the dense ones, BM25 alone, a dense mode fused with BM25
+VectorKind = Literal["tokens", "centroids", "first-m", "pooled"]
+MODES: tuple[DenseMode, ...] = get_args(DenseMode)
+SEARCH_MODES: tuple[SearchMode, ...] = get_args(SearchMode)
+VECTOR_KINDS: tuple[VectorKind, ...] = get_args(VectorKind)
+MODE_VECTORS: dict[DenseMode, VectorKind] = {"maxsim": "tokens", "softmax-centroid": "centroids", "first-m": "first-m", "pooled": "pooled"}
 
 
 class QueryVectors(Protocol):

@@ -259,3 +259,9 @@ class LocalPartition:
         future = asyncio.get_running_loop().create_future()
         future.set_result({**self.host.info(), "placement": "ingress"})
         return future
+
+
+def local_trip(hosts: Sequence[LocalPartition], calls: dict[int, tuple[str, tuple]]) -> dict[int, Any]:
+    """One trip of a query plan to hosts in this process (``plan.run_trips``'s ``trip``):
+    {host: its call's result}, each host's call run in turn."""
+    return {i: hosts[i].run(method, *args) for i, (method, args) in calls.items()}

@@ -15,6 +15,7 @@ share of them its allowed rows on every trip."""
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
@@ -29,7 +30,7 @@ from mvr.operators.encode.query import EncodedQuery, QueryEncoder
 from mvr.operators.retrieval.scoring import MODE_VECTORS, MODES, check_search_mode
 from mvr.operators.encode.tokenizer import PassageTokenizer
 from mvr.pipeline.config import IndexConfig, SearchConfig
-from mvr.pipeline.retrieval.host import LocalPartition, PartitionHost
+from mvr.pipeline.retrieval.host import LocalPartition, PartitionHost, local_trip
 from mvr.pipeline.retrieval.layout import ServedMode, ServingLayout, ShardSpec, plan_layout
 from mvr.pipeline.retrieval.plan import Calls, QueryPlan, SearchResult, run_trips
 from mvr.pipeline.retrieval.request import Restriction, RestrictionCache, request_settings, resolve_restriction, validate_request
@@ -77,9 +78,6 @@ class Searcher:
         self.query_encoder = load_query_encoder(self.manifest.config, encoder, load_codecs(index_url, self.manifest.codecs))
         self._catalog: Optional[Catalog] = None
         self._restrictions = RestrictionCache()
-
-    def _trip(self, calls: Calls) -> dict[int, Any]:
-        return {i: self.hosts[i].run(method, *args) for i, (method, args) in calls.items()}
 
     @property
     def partitions(self) -> dict[str, list[Partition]]:
@@ -142,7 +140,7 @@ class Searcher:
         """For each query, each partition's part of its hybrid union
         (``QueryPlan.hybrid_parts_batch``: one trip for all of them); ``fuse`` them for any
         fusion setting."""
-        return run_trips(self.plan.hybrid_parts_batch(queries, params, fs, restriction), self._trip)[0]
+        return run_trips(self.plan.hybrid_parts_batch(queries, params, fs, restriction), partial(local_trip, self.hosts))[0]
 
     def search_encoded(
         self, query: EncodedQuery, k: int = 10, mode: str = "maxsim", encode_ms: float = 0.0, restriction: Optional[Restriction] = None, **knobs: Any
@@ -152,7 +150,7 @@ class Searcher:
         allows (None: all; ``Searcher.restriction`` makes one from a filter)."""
         self.check(query.text, k, mode)
         self._check_knobs(mode, knobs)
-        return run_trips(self.plan.search(query, k, mode, knobs, restriction, encode_ms), self._trip)
+        return run_trips(self.plan.search(query, k, mode, knobs, restriction, encode_ms), partial(local_trip, self.hosts))
 
     def search_encoded_batch(
         self,
@@ -216,15 +214,12 @@ class PartitionSearch:
         self.plan = QueryPlan(ServingLayout("<in memory>", 0, modes, specs), config or SearchConfig())
         self.hosts = [LocalPartition(PartitionHost.of_partitions(i, {kind: p}, {kind: firsts[i]})) for i, p in enumerate(partitions)]
 
-    def _trip(self, calls: Calls) -> dict[int, Any]:
-        return {i: self.hosts[i].run(method, *args) for i, (method, args) in calls.items()}
-
     def search(
         self, query: EncodedQuery, k: int, mode: str, knobs: Optional[dict[str, Any]] = None, restriction: Optional[Restriction] = None,
         first_stage: Optional[FirstStage] = None,
     ) -> SearchResult:
         """``QueryPlan.search`` over these partitions."""
-        return run_trips(self.plan.search(query, k, mode, knobs, restriction, first_stage=first_stage), self._trip)
+        return run_trips(self.plan.search(query, k, mode, knobs, restriction, first_stage=first_stage), partial(local_trip, self.hosts))
 
 
     def search_batch(

@@ -379,10 +379,10 @@ def measure(
 # ---------------------------------------------------------------- the study
 
 
-def scale_study(config: ScaleStudyConfig, log: Callable[[str], None] = print, indexes: Optional[Mapping[str, str]] = None) -> ScaleStudyResult:
-    """Run both experiments ``config`` describes (see the module docstring). ``indexes``:
-    {corpus URL: index URL} of corpora already indexed (e.g. by tests); the others, and the
-    random-string corpus, are indexed in ``config.workdir`` (reused when up to date)."""
+def scale_study(config: ScaleStudyConfig, log: Callable[[str], None] = print) -> ScaleStudyResult:
+    """Run both experiments ``config`` describes (see the module docstring). The corpora
+    ``config.indexes`` names are searched in those indexes; the others, and the random-string
+    corpus, are indexed in ``config.workdir`` (reused when up to date)."""
     t0 = time.perf_counter()
     _check(config)
     collection = read_collection(config.dataset, config.split)
@@ -391,7 +391,7 @@ def scale_study(config: ScaleStudyConfig, log: Callable[[str], None] = print, in
         raise ValueError(f"{config.dataset}: no judged queries in split {config.split!r}")
     qids = list(queries)
 
-    urls, distractor_names, random_name = build_indexes(config, dict(indexes or {}), log)
+    urls, distractor_names, random_name = build_indexes(config, config.indexes, log)
     full_dim = int(check_compatible(urls)["dim"])
     t_index = time.perf_counter()
     ds_name = corpus_name(config.dataset)

@@ -33,7 +33,7 @@ from mvr.operators.retrieval.scoring import MODES
 from mvr.operators.training.loss import contrastive_loss, preservation_loss
 from mvr.operators.training.order import BatchOrder, pair_lengths
 from mvr.pipeline.config import TrainConfig
-from mvr.storage.training_files import TRAINER_STATE, read_pairs, write_model_dir
+from mvr.storage.training_files import TRAINER_STATE, dense_dir, read_pairs, write_model_dir
 
 PROGRESS = "progress.json"  # in the run directory: the workers' pid, step and loss (for users, and the kill test)
 METRICS = "metrics.jsonl"  # in the run directory: every step's metrics, a line a step (the loss curve)
@@ -150,7 +150,7 @@ def _restore(model, optimizer, scheduler, directory: str) -> int:
     d = Path(directory)
     model.backbone.load_state_dict(AutoModel.from_pretrained(str(d)).state_dict())
     for i, layer in enumerate(model.projection, 1):
-        layer.load_state_dict(DenseLayer.load(d / ("1_Dense" if i == 1 else f"{i}_Dense")).state_dict())
+        layer.load_state_dict(DenseLayer.load(d / dense_dir(i)).state_dict())
     state = torch.load(str(d / TRAINER_STATE), map_location="cpu", weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
