@@ -50,12 +50,11 @@ def main() -> None:
     p.add_argument("--dataset", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "msmarco-sample"))
     args = p.parse_args()
 
+    from mvr.operators.ann.ivfpq import PQ_ITERATIONS, PQ_POINTS_PER_CODE
     from mvr.pipeline.retrieval.searcher import load_query_encoder
     from mvr.storage.beir import read_collection
     from mvr.storage.manifest import load_manifest
     from mvr.storage.partitions import plan_partitions, read_passages
-
-    from mvr.operators.ann.ivfpq import PQ_ITERATIONS, PQ_POINTS_PER_CODE
 
     faiss.omp_set_num_threads(1)
     manifest = load_manifest(args.index)
@@ -101,8 +100,10 @@ def main() -> None:
     sub32 = sub16.vectors.astype(np.float32)
     qt = np.random.default_rng(1).standard_normal((32, sub32.shape[1])).astype(np.float32)
     matmul = min(_seconds(lambda: qt @ sub32.T) for _ in range(3))
-    print(f"5. 200 candidates ({len(sub32)} token vectors): float16→float32 cast {cast * 1e3:.1f} ms "
-          f"({sub32.size / cast / 1e9:.2f} G values/s), the 32-query-vector product itself {matmul * 1e3:.1f} ms")
+    print(
+        f"5. 200 candidates ({len(sub32)} token vectors): float16→float32 cast {cast * 1e3:.1f} ms "
+        f"({sub32.size / cast / 1e9:.2f} G values/s), the 32-query-vector product itself {matmul * 1e3:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -55,7 +55,9 @@ def probe(backend: str, n: int, dim: int) -> int:
 def measure(backend: str, n: int, dim: int, timeout: float = 1800) -> int:
     """``probe`` in a fresh Python process: its peak bytes above the imports."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe", backend, str(n), str(dim)], capture_output=True, text=True, timeout=timeout, env=env)
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--probe", backend, str(n), str(dim)], capture_output=True, text=True, timeout=timeout, env=env
+    )
     if out.returncode != 0:
         raise RuntimeError(f"the {backend} probe at {n} × {dim} failed:\n{out.stderr[-2000:]}")
     return int(out.stdout.split()[-1])

@@ -69,8 +69,10 @@ def main() -> None:
             plan = con.execute(f"EXPLAIN ANALYZE SELECT {COLUMNS} FROM passages WHERE doc_id IN ({', '.join('?' * args.k)})", sets[0]).fetchall()[0][1]
             scan = re.search(r"Type: (Index Scan|Sequential Scan)", plan)  # the table scan under the IN list
             groups = re.search(r"Row Groups Scanned: ([\d ,/]+?)\s*│", plan)
-            print(f"{n:>10} {ms['by_join']:>8.2f} {ms['by_in_list']:>8.2f} {ms['by_join'] / ms['by_in_list']:>6.2f}  "
-                  f"{scan.group(1) if scan else '?'}, row groups read {groups.group(1) if groups else '?'}")
+            print(
+                f"{n:>10} {ms['by_join']:>8.2f} {ms['by_in_list']:>8.2f} {ms['by_join'] / ms['by_in_list']:>6.2f}  "
+                f"{scan.group(1) if scan else '?'}, row groups read {groups.group(1) if groups else '?'}"
+            )
             con.close()
 
 

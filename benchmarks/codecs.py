@@ -74,10 +74,10 @@ import numpy as np
 from ir_measures import nDCG
 
 from mvr.operators import codecs
-from mvr.operators.retrieval import scoring
 from mvr.operators.ann.base import ADD_BATCH  # ADD_BATCH: vectors added to the ANN index at a time, as the builder
 from mvr.operators.ann.factory import make_index
 from mvr.operators.packed import Packed
+from mvr.operators.retrieval import scoring
 from mvr.operators.retrieval.partition import Partition
 from mvr.operators.retrieval.ranking import top_documents
 from mvr.pipeline.retrieval.searcher import load_query_encoder
@@ -86,10 +86,7 @@ from mvr.storage.codec_file import load_codecs
 from mvr.storage.manifest import load_manifest
 from mvr.storage.partitions import exact_partition
 
-DEFAULT_CODECS = (
-    "float16,int8,residual-1,residual-2,residual-4,pca-128+residual-2,pca-64+residual-2,"
-    "pca-128+pq-16,pca-64+residual-1,pq-48,pq-96"
-)
+DEFAULT_CODECS = "float16,int8,residual-1,residual-2,residual-4,pca-128+residual-2,pca-64+residual-2,pca-128+pq-16,pca-64+residual-1,pq-48,pq-96"
 DEPTH = 100  # documents ranked a query (nDCG@10 and overlap@10 need 10)
 ANN_BACKEND = "faiss-ivfpq"  # mvr's default first stage (pipeline/config.py AnnBuildConfig)
 LIST_OFFSET_BYTES = 4  # a list<code> column's int32 offset, one a passage
@@ -158,8 +155,9 @@ def _decode_rescore(codec: codecs.Codec, codes: np.ndarray, stored: Packed, part
     return decode_s, time.perf_counter() - t, run
 
 
-def _side_by_side(codec: codecs.Codec, reference: codecs.Codec, f16: np.ndarray, stored: Packed, part: Partition,
-                  encoded: dict[str, Any], repeats: int) -> tuple[dict[str, float], dict[str, float], dict, np.ndarray]:
+def _side_by_side(
+    codec: codecs.Codec, reference: codecs.Codec, f16: np.ndarray, stored: Packed, part: Partition, encoded: dict[str, Any], repeats: int
+) -> tuple[dict[str, float], dict[str, float], dict, np.ndarray]:
     """Times of ``codec`` and of float16 measured alternately: encode once each, decode +
     rescore ``repeats`` times each (the least of each kept). Returns (codec's, float16's
     times, codec's run, codec's codes)."""
@@ -197,8 +195,7 @@ def ann_bytes(decoded: np.ndarray, log=print) -> dict[str, Any]:
     total = sum(files.values())
     params = {k: v for k, v in index.params.items() if k in ("nlist", "m", "nbits", "training_sample_size")}
     log(f"    ANN {ANN_BACKEND} {params} over {n:,} × {dim}: {total:,} B {files} in {time.perf_counter() - t:.1f} s")
-    return {"ann_bytes": int(total), "ann_bytes_per_vector": round(total / n, 2), "ann_params": params,
-            "ann_build_s": round(time.perf_counter() - t, 1)}
+    return {"ann_bytes": int(total), "ann_bytes_per_vector": round(total / n, 2), "ann_params": params, "ann_build_s": round(time.perf_counter() - t, 1)}
 
 
 def read_reference(index: str, log=print) -> tuple[Any, Partition, Packed]:
@@ -258,9 +255,20 @@ def sample_rows(stored: Packed, size: int, seed: int, by: str = "vector") -> np.
     return rows
 
 
-def run_collection(index: str, dataset: str, names: list[str], sample_size: int, seed: int, repeats: int = 3, log=print,
-                   ann: str = "dim", seeds: Optional[list[int]] = None, timing: bool = True, sample_by: str = "vector",
-                   **options: Any) -> dict[str, Any]:
+def run_collection(
+    index: str,
+    dataset: str,
+    names: list[str],
+    sample_size: int,
+    seed: int,
+    repeats: int = 3,
+    log=print,
+    ann: str = "dim",
+    seeds: Optional[list[int]] = None,
+    timing: bool = True,
+    sample_by: str = "vector",
+    **options: Any,
+) -> dict[str, Any]:
     """The figures of every codec in ``names`` on one index and its dataset (float16 is the
     reference of Δ, overlap and the time ratios whether listed or not); ``ann``: "dim" (an
     ANN index measured once per output dimension), "codec" (once per codec) or "none";
@@ -368,21 +376,27 @@ def _seeds(result: dict[str, Any]) -> list[int]:
 
 def table(result: dict[str, Any]) -> str:
     seeds = _seeds(result)
-    head = f"{result['collection']}: {result['passages']:,} passages, {result['token_vectors']:,} token vectors (dim {result['dim']}), " \
-           f"{result['queries']} judged queries; codecs trained on {result['sample']:,} vectors, seed{'s' if len(seeds) > 1 else ''} " \
-           + ", ".join(map(str, seeds))
+    head = (
+        f"{result['collection']}: {result['passages']:,} passages, {result['token_vectors']:,} token vectors (dim {result['dim']}), "
+        f"{result['queries']} judged queries; codecs trained on {result['sample']:,} vectors, seed{'s' if len(seeds) > 1 else ''} " + ", ".join(map(str, seeds))
+    )
     params = {tuple(sorted(r["ann_params"].items())): r["dim"] for r in result["codecs"] if "ann_params" in r}
     if params:
         head += "; ANN: " + ", ".join(f"{ANN_BACKEND} at dim {d} {dict(p)}" for p, d in params.items())
     many = len(seeds) > 1
     lines = [
-        head, "",
-        "| codec | " + ("seed | " if many else "") + "dim | B/vec shards | B/vec ANN | B/vec total | nDCG@10 | Δ ± s.e. | overlap@10 | encode × | decode+rescore × | train s |",
+        head,
+        "",
+        "| codec | "
+        + ("seed | " if many else "")
+        + "dim | B/vec shards | B/vec ANN | B/vec total | nDCG@10 | Δ ± s.e. | overlap@10 | encode × | decode+rescore × | train s |",
         "| --- | " + ("---: | " if many else "") + "---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in result["codecs"]:
         lines.append(
-            f"| {r['codec']} | " + (f"{r.get('seed', result['seed'])} | " if many else "") + f"{r['dim']} | {_num(r.get('shard_bytes_per_vector', r['bytes_per_vector']), '.1f')} "
+            f"| {r['codec']} | "
+            + (f"{r.get('seed', result['seed'])} | " if many else "")
+            + f"{r['dim']} | {_num(r.get('shard_bytes_per_vector', r['bytes_per_vector']), '.1f')} "
             f"| {_num(r.get('ann_bytes_per_vector'), '.1f')} | {_num(r.get('total_bytes_per_vector'), '.1f')} "
             f"| {r['ndcg10']:.4f} | {r['delta_ndcg10']:+.4f} ± {r['delta_se']:.4f} | {r['overlap10']:.3f} "
             f"| {_num(r.get('encode_ratio'), '.1f')} | {_num(r.get('decode_rescore_ratio'), '.2f')} | {r['train_s']:.1f} |"
@@ -394,10 +408,17 @@ def seed_summary(results: list[dict[str, Any]]) -> str:
     """One row a codec over every collection and seed: bytes, then per collection the mean
     and worst Δ over the seeds (each seed's Δ in brackets) and the mean and least overlap@10."""
     names = list(dict.fromkeys(r["codec"] for r in results[0]["codecs"]))
-    head = "| codec | B/vec shards | B/vec total | " + " | ".join(
-        f"{res['collection']} Δ mean (worst) [per seed] | overlap@10 mean (least)" for res in results) + " |"
-    lines = [f"Over seeds {', '.join(map(str, _seeds(results[0])))} (Δ: nDCG@10 − float16's, exact MaxSim):", "", head,
-             "| --- | ---: | ---: | " + " | ".join("---: | ---:" for _ in results) + " |"]
+    head = (
+        "| codec | B/vec shards | B/vec total | "
+        + " | ".join(f"{res['collection']} Δ mean (worst) [per seed] | overlap@10 mean (least)" for res in results)
+        + " |"
+    )
+    lines = [
+        f"Over seeds {', '.join(map(str, _seeds(results[0])))} (Δ: nDCG@10 − float16's, exact MaxSim):",
+        "",
+        head,
+        "| --- | ---: | ---: | " + " | ".join("---: | ---:" for _ in results) + " |",
+    ]
     for n in names:
         rows = [[r for r in res["codecs"] if r["codec"] == n] for res in results]
         if not all(rows):
@@ -408,7 +429,9 @@ def seed_summary(results: list[dict[str, Any]]) -> str:
             d = [r["delta_ndcg10"] for r in rs]
             o = [r["overlap10"] for r in rs]
             cells.append(f"{np.mean(d):+.4f} ({min(d):+.4f}) [{', '.join(f'{x:+.4f}' for x in d)}] | {np.mean(o):.3f} ({min(o):.3f})")
-        lines.append(f"| {n} | {_num(first.get('shard_bytes_per_vector'), '.1f')} | {_num(first.get('total_bytes_per_vector'), '.1f')} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {n} | {_num(first.get('shard_bytes_per_vector'), '.1f')} | {_num(first.get('total_bytes_per_vector'), '.1f')} | " + " | ".join(cells) + " |"
+        )
     return "\n".join(lines)
 
 
@@ -459,8 +482,9 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
     for res, marker in zip(results, "os^D"):
         rows = res["codecs"]
         x = np.array([_served(r) for r in rows], dtype=float)
-        left.errorbar(x, [r["delta_ndcg10"] for r in rows], yerr=[r.get("delta_se", 0.0) for r in rows], fmt=marker,
-                      capsize=2, alpha=0.8, label=res["collection"])
+        left.errorbar(
+            x, [r["delta_ndcg10"] for r in rows], yerr=[r.get("delta_se", 0.0) for r in rows], fmt=marker, capsize=2, alpha=0.8, label=res["collection"]
+        )
         right.plot(x, [r["overlap10"] for r in rows], marker, alpha=0.8, label=res["collection"])
         for r, xi in zip(rows, x):
             right.annotate(r["codec"], (xi, r["overlap10"]), fontsize=6, xytext=(3, 2), textcoords="offset points")
@@ -500,21 +524,36 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", action="append", default=[], help="an mvr index (repeat, paired with --dataset)")
     p.add_argument("--dataset", action="append", default=[], help="its BEIR dataset directory (queries, qrels)")
-    p.add_argument("--from-json", action="append", default=[],
-                   help="print the tables (and --plot) of figures an earlier run wrote with --json (repeat to join runs); measure nothing")
+    p.add_argument(
+        "--from-json",
+        action="append",
+        default=[],
+        help="print the tables (and --plot) of figures an earlier run wrote with --json (repeat to join runs); measure nothing",
+    )
     p.add_argument("--codecs", default=DEFAULT_CODECS, help="comma-separated codec names")
     p.add_argument("--sample", type=int, default=1 << 16, help="token vectors each codec is trained on")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--seeds", help="comma-separated seeds: train and measure every codec once per seed (its own sample and training seed); "
-                   "a summary table gives the mean and worst over them")
-    p.add_argument("--sample-by", choices=("vector", "passage"), default="vector",
-                   help="training sample: uniform token vectors (default), or whole passages as mvr index's sample pass draws them")
+    p.add_argument(
+        "--seeds",
+        help="comma-separated seeds: train and measure every codec once per seed (its own sample and training seed); "
+        "a summary table gives the mean and worst over them",
+    )
+    p.add_argument(
+        "--sample-by",
+        choices=("vector", "passage"),
+        default="vector",
+        help="training sample: uniform token vectors (default), or whole passages as mvr index's sample pass draws them",
+    )
     p.add_argument("--no-timing", action="store_true", help="skip the side-by-side float16 timings (encode ×, decode+rescore × left out)")
     p.add_argument("--repeats", type=int, default=3, help="decode+rescore timings: the least of this many, alternating with float16")
     p.add_argument("--pca-center", action="store_true", help="centred PCA (default: uncentred, see operators/codecs/quantizers.py PCA)")
     p.add_argument("--niter", type=int, help="k-means iterations (default: residual 20, PQ 25)")
-    p.add_argument("--ann", choices=("dim", "codec", "none"), default="dim",
-                   help="measure the ANN index's bytes once per output dimension (default), for every codec, or not at all")
+    p.add_argument(
+        "--ann",
+        choices=("dim", "codec", "none"),
+        default="dim",
+        help="measure the ANN index's bytes once per output dimension (default), for every codec, or not at all",
+    )
     p.add_argument("--json", help="write the figures here")
     p.add_argument("--plot", help="write a PNG of ΔnDCG@10 against bytes per vector here")
     args = p.parse_args()
@@ -535,8 +574,10 @@ def main() -> None:
         options["niter"] = args.niter
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731 - progress apart from the tables
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else None
-    results = [run_collection(i, d, names, args.sample, args.seed, args.repeats, log, args.ann, seeds, not args.no_timing, args.sample_by, **options)
-               for i, d in zip(args.index, args.dataset)]
+    results = [
+        run_collection(i, d, names, args.sample, args.seed, args.repeats, log, args.ann, seeds, not args.no_timing, args.sample_by, **options)
+        for i, d in zip(args.index, args.dataset)
+    ]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

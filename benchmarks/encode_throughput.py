@@ -66,8 +66,10 @@ def main() -> None:
     for r, (w, c, bs, p_, ps) in enumerate(rows):
         print(f"{r + 1:<6}{w:>12.1f}{c:>12.1f}{bs:>8.0f}{p_:>12.1f}{ps:>8.0f}{w / p_:>11.2f}{c / p_:>11.2f}")
     warm, cold, pipe = (sum(x[i] for x in rows) for i in (0, 1, 3))
-    print(f"passages/s: bare warm {n_passages * len(rows) / warm:.1f}, bare cold {n_passages * len(rows) / cold:.1f}, "
-          f"mvr index {n_passages * len(rows) / pipe:.1f}")
+    print(
+        f"passages/s: bare warm {n_passages * len(rows) / warm:.1f}, bare cold {n_passages * len(rows) / cold:.1f}, "
+        f"mvr index {n_passages * len(rows) / pipe:.1f}"
+    )
     print(f"ratio pipeline / bare loop, all rounds: {warm / pipe:.2f} against the warm loop, {cold / pipe:.2f} against the cold one")
 
 

@@ -38,11 +38,25 @@ from gpu_check import DATASETS, pinned  # noqa: E402
 # named as constraints.txt names them
 UNPACKED = ("ray", "faiss-cpu", "duckdb")  # large: unpacked and xz-compressed
 WHEELS = (
-    "pydantic", "pydantic_core", "annotated-types", "typing-inspection", "typing_extensions",
-    "jsonschema", "jsonschema-specifications", "referencing", "rpds-py",
+    "pydantic",
+    "pydantic_core",
+    "annotated-types",
+    "typing-inspection",
+    "typing_extensions",
+    "jsonschema",
+    "jsonschema-specifications",
+    "referencing",
+    "rpds-py",
     # Ray Serve's import (init_ray(quiet=True) imports it to quiet its logger)
-    "fastapi", "starlette", "uvicorn", "watchfiles", "grpcio-reflection", "annotated-doc",
-    "opentelemetry-api", "opentelemetry-sdk", "opentelemetry-semantic-conventions",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "watchfiles",
+    "grpcio-reflection",
+    "annotated-doc",
+    "opentelemetry-api",
+    "opentelemetry-sdk",
+    "opentelemetry-semantic-conventions",
 )
 RAY_LEFT_OUT = ("ray/jars", "ray/rllib", "ray/llm", "ray/dashboard/client/build")
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34, 35)] + ["manylinux2014_x86_64", "manylinux1_x86_64"]
@@ -70,8 +84,23 @@ def download(names: tuple[str, ...], into: Path, python: str) -> dict[str, Path]
         if version is None:
             raise SystemExit(f"error: constraints.txt pins no {name}")
         before = set(into.iterdir())  # a fresh directory: each download adds its one wheel
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version", python,
-               "--implementation", "cp", *(a for p in PLATFORMS for a in ("--platform", p)), "-d", str(into), f"{name}=={version}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            python,
+            "--implementation",
+            "cp",
+            *(a for p in PLATFORMS for a in ("--platform", p)),
+            "-d",
+            str(into),
+            f"{name}=={version}",
+        ]
         subprocess.run(cmd, check=True)
         (wheels[name],) = set(into.iterdir()) - before
     return wheels
@@ -158,8 +187,8 @@ def main() -> int:
             print(f"error: {part} does not fit in one call", file=sys.stderr)
             return 1
     print("\nthe two calls (device tool `run`), the second at once after the first:")
-    print(f"1. carry [\".gpu/part1\"], command:\n{CALL_1}\n")
-    print(f"2. carry [\".gpu/part2\"], command:\n{CALL_2}")
+    print(f'1. carry [".gpu/part1"], command:\n{CALL_1}\n')
+    print(f'2. carry [".gpu/part2"], command:\n{CALL_2}')
     return 0
 
 

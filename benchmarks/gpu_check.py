@@ -113,10 +113,7 @@ def no_cuda_reason(s: CudaStatus) -> str:
         what = f"torch {s.torch_version} is a CPU build and {seen}"
     else:
         what = f"torch {s.torch_version} (CUDA {s.torch_cuda}) sees none" + (f" though nvidia-smi lists {len(s.nvidia_smi)}" if s.nvidia_smi else "")
-    return (
-        f"{what}; this script measures mvr's GPU paths and does not fall back to the CPU "
-        "(--dry-run runs its code on the CPU at a tiny size; docs/gpu.md)"
-    )
+    return f"{what}; this script measures mvr's GPU paths and does not fall back to the CPU (--dry-run runs its code on the CPU at a tiny size; docs/gpu.md)"
 
 
 def pinned(constraints: Path, name: str) -> Optional[str]:
@@ -354,8 +351,8 @@ def bare_loop(run: Run, encoder: Any, docs: list[dict]) -> tuple[float, float, i
     encode stage does: (seconds in all, of them tokenizing, passages, torch's peak MiB, the
     stored token vectors)."""
     from mvr.operators.encode.compress import l2_normalize
-    from mvr.operators.packed import Packed
     from mvr.operators.encode.tokenizer import PassageTokenizer
+    from mvr.operators.packed import Packed
 
     config = index_config(run)
     tokenizer = PassageTokenizer(encoder.tokenizer, **config.tokenizer.model_dump())
@@ -401,8 +398,18 @@ def step_encode(run: Run, name: str, encoder: Any) -> Optional[Encoded]:
     batches = f"batches of {config.runtime.encode_batch_size} passages, {config.runtime.encode_actor_batch} a call"
     if not run.ray:
         run.rows.append(
-            Row(step, what, "mvr index", None, f"bare loop ({encoder.device})", bare_rate, "passages/s",
-                {"bare loop": memory(bare_peak, "torch, this process", run.cuda)}, batches, "skipped: starts Ray (--no-ray)")
+            Row(
+                step,
+                what,
+                "mvr index",
+                None,
+                f"bare loop ({encoder.device})",
+                bare_rate,
+                "passages/s",
+                {"bare loop": memory(bare_peak, "torch, this process", run.cuda)},
+                batches,
+                "skipped: starts Ray (--no-ray)",
+            )
         )
         return encoded
     from mvr.pipeline.indexing.corpus_job import index_corpus
@@ -421,14 +428,25 @@ def step_encode(run: Run, name: str, encoder: Any) -> Optional[Encoded]:
     manifest = result.manifest
     enc = manifest.model.get("encode", {})
     n_pipe = int(manifest.counts["passages"])
-    plan = f"{enc.get('actors')} {'task(s)' if enc.get('in_tasks') else 'actor(s)'} × {enc.get('gpus_per_actor')} GPU on {enc.get('device')} ({enc.get('dtype')})"
+    plan = (
+        f"{enc.get('actors')} {'task(s)' if enc.get('in_tasks') else 'actor(s)'} × {enc.get('gpus_per_actor')} GPU on {enc.get('device')} ({enc.get('dtype')})"
+    )
     status = "ok"
     if run.cuda and enc.get("device") != "cuda":
         status = f"failed: the encode stage ran on {enc.get('device')}, not on the GPU"
     run.rows.append(
-        Row(step, what, f"mvr index ({enc.get('device')})", n_pipe / pipe_s, f"bare loop ({encoder.device})", bare_rate, "passages/s",
+        Row(
+            step,
+            what,
+            f"mvr index ({enc.get('device')})",
+            n_pipe / pipe_s,
+            f"bare loop ({encoder.device})",
+            bare_rate,
+            "passages/s",
             {"mvr index": memory(device_memory.peak_mib, "device, all processes", run.cuda), "bare loop": memory(bare_peak, "torch, this process", run.cuda)},
-            f"{plan}; {batches}; mvr index end to end ({pipe_s:.1f} s: validation, codec training, encoding, shards, catalog)", status)
+            f"{plan}; {batches}; mvr index end to end ({pipe_s:.1f} s: validation, codec training, encoding, shards, catalog)",
+            status,
+        )
     )
     details.update(index_s=pipe_s, index_passages=n_pipe, manifest_encode=enc, index=str(index), job_log=job_log)
     log(f"{step}: {name}: mvr index {n_pipe} passages in {pipe_s:.1f} s; {plan}")
@@ -456,8 +474,8 @@ def step_faiss(run: Run, decoded: np.ndarray) -> None:
     """Step 2: the same ``FAISS_PARTITIONS`` partitions of ``decoded`` ((n, dim) float32, the
     stored token vectors as the index decodes them) built with FAISS on the GPU and on the CPU."""
     from mvr.operators.ann.base import ADD_BATCH
-    from mvr.operators.ann.factory import make_index
     from mvr.operators.ann.defaults import BRUTE_FORCE_BELOW
+    from mvr.operators.ann.factory import make_index
 
     step = "faiss-ivfpq build"
     parts = np.array_split(np.arange(len(decoded)), FAISS_PARTITIONS)
@@ -490,21 +508,29 @@ def step_faiss(run: Run, decoded: np.ndarray) -> None:
         status = f"failed: the GPU side built on {devices['gpu']} (is faiss-gpu installed?)"
     n = len(decoded)
     run.rows.append(
-        Row(step, f"msmarco-sample token vectors ({n:,} × {decoded.shape[1]}), {FAISS_PARTITIONS} partitions: GPU ÷ CPU",
-            run.gpu_label, n / timings["gpu"], "CPU", n / timings["cpu"], "vectors/s",
+        Row(
+            step,
+            f"msmarco-sample token vectors ({n:,} × {decoded.shape[1]}), {FAISS_PARTITIONS} partitions: GPU ÷ CPU",
+            run.gpu_label,
+            n / timings["gpu"],
+            "CPU",
+            n / timings["cpu"],
+            "vectors/s",
             {"GPU side": memory(peaks["gpu"], "device, sampled; FAISS's own resources", run.cuda), "CPU": memory(peaks["cpu"], "device, sampled", run.cuda)},
-            f"train + add per partition; params {params or 'mvr build-ann defaults'}; built on {devices['gpu']} / {devices['cpu']}", status)
+            f"train + add per partition; params {params or 'mvr build-ann defaults'}; built on {devices['gpu']} / {devices['cpu']}",
+            status,
+        )
     )
     run.details["faiss"] = {"seconds": timings, "build_device": devices, "params": params, "vectors": n}
 
 
 def step_exact(run: Run, encoder: Any, encoded: Encoded, codecs_: dict[str, Any], query_texts: list[str]) -> None:
     """Step 3: exact MaxSim from codes and from float16, CUDA matmul on and off."""
+    from mvr.operators.encode.query import QueryEncoder
+    from mvr.operators.encode.tokenizer import PassageTokenizer
     from mvr.operators.retrieval import kernels
     from mvr.operators.retrieval.partition import Partition
-    from mvr.operators.encode.query import QueryEncoder
     from mvr.operators.retrieval.stored_vectors import StoredVectors
-    from mvr.operators.encode.tokenizer import PassageTokenizer
 
     step = "exact MaxSim"
     tokenizer = PassageTokenizer(encoder.tokenizer, **index_config(run).tokenizer.model_dump())
@@ -527,8 +553,13 @@ def step_exact(run: Run, encoder: Any, encoded: Encoded, codecs_: dict[str, Any]
                     for _ in range(run.rounds):
                         batch = part.rank_batch("maxsim", queries, K)
                     batch_s = (time.perf_counter() - t0) / run.rounds
-                side[name] = {"one_s": np.median(one, axis=0), "batch_s": batch_s, "top": [r.ranked.doc_ids for r in batch],
-                              "device": kernels.exact_device(), "peak": peak["mib"]}
+                side[name] = {
+                    "one_s": np.median(one, axis=0),
+                    "batch_s": batch_s,
+                    "top": [r.ranked.doc_ids for r in batch],
+                    "device": kernels.exact_device(),
+                    "peak": peak["mib"],
+                }
             same = float(np.mean([a == b for a, b in zip(side["gpu"]["top"], side["cpu"]["top"])]))
             status = "ok" if not run.cuda or side["gpu"]["device"] == "cuda" else "failed: the exact path did not use CUDA"
             what = f"{label}: {len(part):,} passages, {part.n_vectors:,} vectors × {part.dim}; {len(queries)} queries"
@@ -536,15 +567,36 @@ def step_exact(run: Run, encoder: Any, encoded: Encoded, codecs_: dict[str, Any]
             note = f"exact path on {side['gpu']['device']} / {side['cpu']['device']}; identical top-{K}: {same:.0%} of queries"
             one_gpu, one_cpu = side["gpu"]["one_s"], side["cpu"]["one_s"]
             run.rows.append(
-                Row(step, f"{what}, one at a time (Partition.rank): GPU ÷ CPU", run.gpu_label, len(queries) / float(one_gpu.sum()), "CPU",
-                    len(queries) / float(one_cpu.sum()), "queries/s", peak_gpu,
-                    f"{note}; p50 {1e3 * np.median(one_gpu):.2f} / {1e3 * np.median(one_cpu):.2f} ms", status)
+                Row(
+                    step,
+                    f"{what}, one at a time (Partition.rank): GPU ÷ CPU",
+                    run.gpu_label,
+                    len(queries) / float(one_gpu.sum()),
+                    "CPU",
+                    len(queries) / float(one_cpu.sum()),
+                    "queries/s",
+                    peak_gpu,
+                    f"{note}; p50 {1e3 * np.median(one_gpu):.2f} / {1e3 * np.median(one_cpu):.2f} ms",
+                    status,
+                )
             )
             run.rows.append(
-                Row(step, f"{what}, all in one batch (Partition.rank_batch): GPU ÷ CPU", run.gpu_label, len(queries) / side["gpu"]["batch_s"], "CPU",
-                    len(queries) / side["cpu"]["batch_s"], "queries/s", peak_gpu, note, status)
+                Row(
+                    step,
+                    f"{what}, all in one batch (Partition.rank_batch): GPU ÷ CPU",
+                    run.gpu_label,
+                    len(queries) / side["gpu"]["batch_s"],
+                    "CPU",
+                    len(queries) / side["cpu"]["batch_s"],
+                    "queries/s",
+                    peak_gpu,
+                    note,
+                    status,
+                )
             )
-            run.details.setdefault("exact", {})[label] = {k: {"batch_s": v["batch_s"], "one_ms": [round(1e3 * float(x), 3) for x in v["one_s"]], "device": v["device"]} for k, v in side.items()}
+            run.details.setdefault("exact", {})[label] = {
+                k: {"batch_s": v["batch_s"], "one_ms": [round(1e3 * float(x), 3) for x in v["one_s"]], "device": v["device"]} for k, v in side.items()
+            }
             log(f"{step}: {label}: batch {side['gpu']['batch_s'] * 1e3:.1f} / {side['cpu']['batch_s'] * 1e3:.1f} ms on {side['gpu']['device']} / cpu")
     finally:
         kernels.use_cuda(run.cuda)
@@ -589,13 +641,16 @@ def measure_mvr(searcher: Any, encoded: list[Any], rounds: int, concurrency: int
                 if r == 0:
                     top[i] = result
     per_query = np.median(ms, axis=0)
-    return {"per_query_ms": [round(float(v), 3) for v in per_query], "p50_ms": float(np.percentile(per_query, 50)), "qps": len(encoded) / float(np.median(walls))}, top
+    return {
+        "per_query_ms": [round(float(v), 3) for v in per_query],
+        "p50_ms": float(np.percentile(per_query, 50)),
+        "qps": len(encoded) / float(np.median(walls)),
+    }, top
 
 
 def step_peers(run: Run, encoder: Any) -> None:
     """Step 4: vs_plaid's comparison on the GPU, both peers, 1 and 16 concurrent queries."""
     import vs_plaid
-    from peers.plaid_venv import peer_env
     from mvr.pipeline.config import AnnBuildConfig, SearchConfig
     from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.indexing.corpus_job import index_corpus
@@ -603,6 +658,7 @@ def step_peers(run: Run, encoder: Any) -> None:
     from mvr.pipeline.retrieval.searcher import Searcher
     from mvr.storage.beir import read_collection
     from mvr.storage.manifest import load_manifest, read_manifest
+    from peers.plaid_venv import peer_env
 
     step = "vs peers"
     name = "msmarco-sample"
@@ -640,7 +696,10 @@ def step_peers(run: Run, encoder: Any) -> None:
                 if c == 1:
                     tops[label] = {query_ids[i]: r for i, r in top.items()}
         results[label]["peak"] = {"torch": peak["mib"], "device": device_memory.peak_mib}
-        log(f"{step}: {label}: " + ", ".join(f"c={c}: p50 {results[label][str(c)]['p50_ms']:.2f} ms, {results[label][str(c)]['qps']:.0f} QPS" for c in CONCURRENCY))
+        log(
+            f"{step}: {label}: "
+            + ", ".join(f"c={c}: p50 {results[label][str(c)]['p50_ms']:.2f} ms, {results[label][str(c)]['qps']:.0f} QPS" for c in CONCURRENCY)
+        )
     overlaps = {label: overlap_at_10(tops[label], tops["mvr exact"]) for label in searchers}
     device = "cuda" if run.cuda else "cpu"
     settings = {"concurrency": list(CONCURRENCY), "rounds": run.rounds, "top_k": K + extra, "threads": os.cpu_count()}
@@ -662,7 +721,10 @@ def step_peers(run: Run, encoder: Any) -> None:
         answer["device_peak_mib"] = device_memory.peak_mib
         answer["status"] = "ok"
         peer_results[peer] = answer
-        log(f"{step}: {peer}: build {answer['build_s']:.1f} s; " + ", ".join(f"c={c}: p50 {answer['concurrency'][str(c)]['p50_ms']:.2f} ms, {answer['concurrency'][str(c)]['qps']:.0f} QPS" for c in CONCURRENCY))
+        log(
+            f"{step}: {peer}: build {answer['build_s']:.1f} s; "
+            + ", ".join(f"c={c}: p50 {answer['concurrency'][str(c)]['p50_ms']:.2f} ms, {answer['concurrency'][str(c)]['qps']:.0f} QPS" for c in CONCURRENCY)
+        )
     n = len(encoded)
     for peer in PEERS:
         p = peer_results[peer]
@@ -684,8 +746,13 @@ def step_peers(run: Run, encoder: Any) -> None:
                 )
                 run.rows.append(Row(step, what, label, mine["qps"], peer, theirs["qps"], "queries/s", peak, note))
     run.details["peers"] = {
-        "index": str(index), "mvr_build_ann_s": build_s, "mvr_build_device": built_on, "mvr_build_device_peak_mib": build_memory.peak_mib,
-        "mvr": results, "overlap@10": overlaps, "peers": {k: {kk: vv for kk, vv in v.items() if kk != "top"} for k, v in peer_results.items()},
+        "index": str(index),
+        "mvr_build_ann_s": build_s,
+        "mvr_build_device": built_on,
+        "mvr_build_device_peak_mib": build_memory.peak_mib,
+        "mvr": results,
+        "overlap@10": overlaps,
+        "peers": {k: {kk: vv for kk, vv in v.items() if kk != "top"} for k, v in peer_results.items()},
         "concurrency": "mvr: that many threads on one in-process Searcher; a peer: calls of that many queries (its batch API)",
     }
 
@@ -722,8 +789,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# mvr GPU check",
         "",
-        f"{mode}; {report['date']}; {report['seconds']:.0f} s in all; versions: "
-        + ", ".join(f"{k} {v}" for k, v in report["versions"].items()),
+        f"{mode}; {report['date']}; {report['seconds']:.0f} s in all; versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()),
         "",
         f"Sizes: {report['sizes']}. Ratios are A ÷ B of a rate (higher: A is faster), A and B measured in this run.",
         "",
@@ -819,11 +885,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     run = Run(
-        cuda=cuda, dry=args.dry_run, ray=not args.no_ray, out=out, work=work, datasets=Path(args.datasets), model=args.model,
+        cuda=cuda,
+        dry=args.dry_run,
+        ray=not args.no_ray,
+        out=out,
+        work=work,
+        datasets=Path(args.datasets),
+        model=args.model,
         limit=args.limit if args.limit is not None else (DRY_LIMIT if args.dry_run else None),
         queries=args.queries if args.queries is not None else (DRY_QUERIES if args.dry_run else None),
         rounds=args.rounds or (DRY_ROUNDS if args.dry_run else GPU_ROUNDS),
-        copies=max(1, args.copies), skip=frozenset(s for s in args.skip.split(",") if s),
+        copies=max(1, args.copies),
+        skip=frozenset(s for s in args.skip.split(",") if s),
     )
     if run.skip - {"faiss", "peers"}:
         print(f"error: --skip takes faiss, peers; got {','.join(sorted(run.skip))}", file=sys.stderr)

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encode_throughput import Steal  # noqa: E402
+from encode_throughput import Steal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +60,7 @@ def tune(index: str, dataset: str, rounds: int, tmp: Path) -> dict[str, Any]:
     seconds: dict[str, list[float]] = {"before": [], "after": []}
     reported: dict[str, Any] = {}
     for r in range(rounds):
-        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+        for name in ("before", "after") if r % 2 == 0 else ("after", "before"):
             out = tmp / f"tune-{name}-{r}.json"
             extra = ["--batch", "1"] if name == "before" else []
             seconds[name].append(mvr("tune-hybrid", index, "--dataset", dataset, "--exact", "--json", str(out), *extra))
@@ -161,8 +161,10 @@ def main() -> None:
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     results["cpu_steal_percent"] = round(steal.percent(), 1)
 
-    print(f"\n{Path(index).name} ({Path(dataset).name}), load average {results['load_average_start'][0]:.2f} at the start, "
-          f"{results['load_average_end'][0]:.2f} at the end, CPU steal {results['cpu_steal_percent']:.0f}%\n")
+    print(
+        f"\n{Path(index).name} ({Path(dataset).name}), load average {results['load_average_start'][0]:.2f} at the start, "
+        f"{results['load_average_end'][0]:.2f} at the end, CPU steal {results['cpu_steal_percent']:.0f}%\n"
+    )
     if "tune_hybrid" in results:
         t = results["tune_hybrid"]
         print("| mvr tune-hybrid --exact | wall s (median) | runs | same figures |\n| --- | ---: | --- | --- |")
@@ -172,8 +174,10 @@ def main() -> None:
     print("| path | queries | one at a time: p50 ms | p95 ms | queries/s | batch of B: p50 ms | ms a query | queries/s | speed-up | same rankings |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for path, r in results["latency"].items():
-        print(f"| {path} (B = {r['batch']}) | {r['queries']} | {r['alone_p50_ms']:.1f} | {r['alone_p95_ms']:.1f} | {r['alone_qps']:.1f} | {r['batch_p50_ms']:.1f} | "
-              f"{r['batch_ms_a_query_p50']:.1f} | {r['batch_qps']:.1f} | {r['batch_qps'] / r['alone_qps']:.1f}x | {'yes' if r['same_rankings'] else 'NO'} |")
+        print(
+            f"| {path} (B = {r['batch']}) | {r['queries']} | {r['alone_p50_ms']:.1f} | {r['alone_p95_ms']:.1f} | {r['alone_qps']:.1f} | {r['batch_p50_ms']:.1f} | "
+            f"{r['batch_ms_a_query_p50']:.1f} | {r['batch_qps']:.1f} | {r['batch_qps'] / r['alone_qps']:.1f}x | {'yes' if r['same_rankings'] else 'NO'} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
         print(f"wrote {args.json}")

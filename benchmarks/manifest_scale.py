@@ -39,8 +39,19 @@ def main() -> None:
         block = f"part-{b:05d}-of-{args.blocks:05d}.jsonl"
         path = f"shards/{block}-{j * args.rows_per_shard:07d}.parquet"
         h = hashlib.sha256(str(i).encode()).hexdigest()
-        shards.append(ShardEntry.model_construct(path=path, codes=path[:-8] + ".codes.arrow", rows=args.rows_per_shard, tokens=args.rows_per_shard * 81,
-                                                 bytes=560_000, sha256=h, codes_bytes=1_700_000, codes_sha256=h[::-1], block_id=block))
+        shards.append(
+            ShardEntry.model_construct(
+                path=path,
+                codes=path[:-8] + ".codes.arrow",
+                rows=args.rows_per_shard,
+                tokens=args.rows_per_shard * 81,
+                bytes=560_000,
+                sha256=h,
+                codes_bytes=1_700_000,
+                codes_sha256=h[::-1],
+                block_id=block,
+            )
+        )
     m = Manifest(config={}, model={}, input={}, counts={"passages": args.passages}, dim=64, codecs={}, shards=shards)
     t = time.perf_counter()
     commit_manifest(args.out, m)

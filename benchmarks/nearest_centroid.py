@@ -34,8 +34,10 @@ def main() -> None:
     t0 = time.perf_counter()
     ours = _nearest(centroids, x)
     ours_s = time.perf_counter() - t0
-    print(f"{a.vectors:,} vectors, {a.centroids:,} centroids of {a.dim} dims: _nearest {ours_s:.2f} s, "
-          f"FAISS IndexFlatL2 {faiss_s:.2f} s ({faiss_s / ours_s:.1f}x); the same centroid for {np.mean(ours == theirs):.4f} of the vectors")
+    print(
+        f"{a.vectors:,} vectors, {a.centroids:,} centroids of {a.dim} dims: _nearest {ours_s:.2f} s, "
+        f"FAISS IndexFlatL2 {faiss_s:.2f} s ({faiss_s / ours_s:.1f}x); the same centroid for {np.mean(ours == theirs):.4f} of the vectors"
+    )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,8 @@ STAGES = [
 
 
 def main() -> None:
-    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.config import AnnBuildConfig, SearchConfig
+    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.retrieval.searcher import Searcher
     from mvr.storage.beir import read_collection
     from mvr.storage.manifest import load_manifest
@@ -63,7 +63,9 @@ def main() -> None:
             searcher.search_encoded(e, 10, "maxsim")
             ms.append((time.perf_counter() - t0) * 1e3)
     n = len(ms)
-    print(f"{args.backend}, maxsim, k = 10: {len(encoded)} queries x {args.rounds} rounds; p50 {np.percentile(ms, 50):.2f} ms, p95 {np.percentile(ms, 95):.2f} ms (no profiler)")
+    print(
+        f"{args.backend}, maxsim, k = 10: {len(encoded)} queries x {args.rounds} rounds; p50 {np.percentile(ms, 50):.2f} ms, p95 {np.percentile(ms, 95):.2f} ms (no profiler)"
+    )
 
     profile = cProfile.Profile()
     profile.enable()

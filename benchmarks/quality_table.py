@@ -27,7 +27,8 @@ import sys
 from typing import Any
 
 from mvr.operators.retrieval.scoring import MODES
-from mvr.pipeline.retrieval.evaluation import exact_quality as measure, paired_se
+from mvr.pipeline.retrieval.evaluation import exact_quality as measure
+from mvr.pipeline.retrieval.evaluation import paired_se
 from mvr.storage.beir import read_collection
 from mvr.storage.manifest import load_manifest
 
@@ -42,8 +43,12 @@ def run_collection(dataset: str, float_index: str, index: str) -> dict[str, Any]
     got = measure(dataset, index, MODES + sparse)
     rows = {}
     for mode in MODES:
-        rows[mode] = {"float": ref["ndcg10"][mode], "index": got["ndcg10"][mode],
-                      "delta": round(got["ndcg10"][mode] - ref["ndcg10"][mode], 4), "se": round(paired_se(got["per_query"][mode], ref["per_query"][mode]), 4)}
+        rows[mode] = {
+            "float": ref["ndcg10"][mode],
+            "index": got["ndcg10"][mode],
+            "delta": round(got["ndcg10"][mode] - ref["ndcg10"][mode], 4),
+            "se": round(paired_se(got["per_query"][mode], ref["per_query"][mode]), 4),
+        }
     for mode in sparse:
         rows[mode] = {"index": got["ndcg10"][mode]}
     if sparse:
@@ -53,16 +58,25 @@ def run_collection(dataset: str, float_index: str, index: str) -> dict[str, Any]
         rows["hybrid"]["se"] = round(paired_se(got["per_query"]["hybrid"], got["per_query"][better]), 4)
     rows["softmax-centroid"]["below_pooled"] = round(got["ndcg10"]["pooled"] - got["ndcg10"]["softmax-centroid"], 4)
     name = read_collection(dataset).name
-    return {"collection": name, "queries": len(ref["per_query"]["maxsim"]), "float_index": float_index, "index": index,
-            "codecs": {g: c["name"] for g, c in m.codecs.items()}, "centroid_space": m.config.get("compress", {}).get("centroid_space", "raw"),
-            "modes": rows}
+    return {
+        "collection": name,
+        "queries": len(ref["per_query"]["maxsim"]),
+        "float_index": float_index,
+        "index": index,
+        "codecs": {g: c["name"] for g, c in m.codecs.items()},
+        "centroid_space": m.config.get("compress", {}).get("centroid_space", "raw"),
+        "modes": rows,
+    }
 
 
 def table(results: list[dict[str, Any]]) -> str:
     head = "| mode | " + " | ".join(f"{r['collection']} ({r['queries']} q.) float | default | Δ ± s.e." for r in results) + " |"
     lines = [head, "| --- | " + " | ".join("---: | ---: | ---:" for _ in results) + " |"]
     for mode in MODES:
-        cells = [f"{r['modes'][mode]['float']:.4f} | {r['modes'][mode]['index']:.4f} | {r['modes'][mode]['delta']:+.4f} ± {r['modes'][mode]['se']:.4f}" for r in results]
+        cells = [
+            f"{r['modes'][mode]['float']:.4f} | {r['modes'][mode]['index']:.4f} | {r['modes'][mode]['delta']:+.4f} ± {r['modes'][mode]['se']:.4f}"
+            for r in results
+        ]
         lines.append(f"| {mode} | " + " | ".join(cells) + " |")
     for mode in ("bm25", "hybrid"):
         if all(mode in r["modes"] for r in results):
@@ -73,8 +87,13 @@ def table(results: list[dict[str, Any]]) -> str:
                 cells.append(f" | {x['index']:.4f} | {extra}")
             lines.append(f"| {mode} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("softmax-centroid below pooled (default index): " + ", ".join(f"{r['collection']} {r['modes']['softmax-centroid']['below_pooled']:+.4f}" for r in results))
-    lines.append("codecs of the default index: " + ", ".join(f"{g} {n}" for g, n in results[0]["codecs"].items()) + f"; centroids: {results[0]['centroid_space']} space")
+    lines.append(
+        "softmax-centroid below pooled (default index): "
+        + ", ".join(f"{r['collection']} {r['modes']['softmax-centroid']['below_pooled']:+.4f}" for r in results)
+    )
+    lines.append(
+        "codecs of the default index: " + ", ".join(f"{g} {n}" for g, n in results[0]["codecs"].items()) + f"; centroids: {results[0]['centroid_space']} space"
+    )
     return "\n".join(lines)
 
 

@@ -46,14 +46,16 @@ from typing import Optional
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encode_throughput import Steal  # noqa: E402
+from encode_throughput import Steal
 
 
 def dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def synthetic_corpus(codes: np.ndarray, lengths: np.ndarray, n_extra: int, id_bytes: int, rng: np.random.Generator, chunk: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_corpus(
+    codes: np.ndarray, lengths: np.ndarray, n_extra: int, id_bytes: int, rng: np.random.Generator, chunk: int = 1 << 22
+) -> tuple[np.ndarray, np.ndarray]:
     """(codes of the real and n_extra synthetic passages, (n + 1,) offsets): see the module
     docstring for how a synthetic passage is made. Written ``chunk`` vectors at a time into
     one array, so 10⁶ passages (80 M codes of 18 B) need no temporary larger than a chunk's."""
@@ -93,10 +95,14 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--backends", default="faiss-ivfpq,scann")
     p.add_argument("--out", default=None, help="PNG of p50 and bytes against passages")
-    p.add_argument("--k-prime", default=None,
-                   help="first-stage k' of the ANN paths, K or K:CAP (CAP: passages rescored at most), comma-separated for several on the same indexes (default: FirstStage's)")
-    p.add_argument("--partition-vectors", type=int, default=None,
-                   help="split a size into partitions of at most this many token vectors (default: one partition)")
+    p.add_argument(
+        "--k-prime",
+        default=None,
+        help="first-stage k' of the ANN paths, K or K:CAP (CAP: passages rescored at most), comma-separated for several on the same indexes (default: FirstStage's)",
+    )
+    p.add_argument(
+        "--partition-vectors", type=int, default=None, help="split a size into partitions of at most this many token vectors (default: one partition)"
+    )
     args = p.parse_args()
 
     from mvr.operators.ann.base import set_build_threads
@@ -128,7 +134,11 @@ def main() -> None:
     backends = args.backends.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
     default = FirstStage()
-    budgets = [(int(k.split(":")[0]), int(k.split(":")[1]) if ":" in k else default.candidate_cap) for k in args.k_prime.split(",")] if args.k_prime else [(default.k_prime, default.candidate_cap)]
+    budgets = (
+        [(int(k.split(":")[0]), int(k.split(":")[1]) if ":" in k else default.candidate_cap) for k in args.k_prime.split(",")]
+        if args.k_prime
+        else [(default.k_prime, default.candidate_cap)]
+    )
     print(f"k' (and rescoring cap) of the ANN paths: {', '.join(f'{k} ({cap})' for k, cap in budgets)}")
     print(f"real: {len(lengths):,} passages, {len(codes):,} token vectors of {codes.shape[1]} B ({codec.name}); {len(queries)} queries; sizes {sizes}")
     rows = []
@@ -148,7 +158,9 @@ def main() -> None:
                 t0 = time.perf_counter()
                 own = StoredVectors([all_codes[offsets[lo] : offsets[hi]]], offsets[lo : hi + 1] - offsets[lo], codec)
                 ann = make_index(backend, own.dim, own.n_vectors)
-                sample = np.sort(np.random.default_rng(0).choice(own.n_vectors, min(ann.params.get("training_sample_size", own.n_vectors), own.n_vectors), replace=False))
+                sample = np.sort(
+                    np.random.default_rng(0).choice(own.n_vectors, min(ann.params.get("training_sample_size", own.n_vectors), own.n_vectors), replace=False)
+                )
                 ann.train(own.decode(sample))
                 for block in own.vector_blocks(1 << 18):
                     ann.add(block)
@@ -166,7 +178,13 @@ def main() -> None:
                 name = backend if len(budgets) == 1 else f"{backend} k'{k_prime}" + ("" if cap == default.candidate_cap else f" cap {cap}")
                 paths[name] = (PartitionSearch(parts), FirstStage(k_prime=k_prime, candidate_cap=cap), ann_bytes, build_s, shown)
                 if set(knobs) != {held[backend][knob]}:
-                    paths[f"{name} held"] = (PartitionSearch(parts), FirstStage(k_prime=k_prime, candidate_cap=cap, ann=dict(held[backend])), ann_bytes, build_s, f"{knob} {held[backend][knob]}")
+                    paths[f"{name} held"] = (
+                        PartitionSearch(parts),
+                        FirstStage(k_prime=k_prime, candidate_cap=cap, ann=dict(held[backend])),
+                        ann_bytes,
+                        build_s,
+                        f"{knob} {held[backend][knob]}",
+                    )
         # exact once a query (it is the slow one), then the ANN paths in rotating order
         exact_ms, exact_top = [], []
         for q in queries:
@@ -180,7 +198,7 @@ def main() -> None:
         names = list(paths)
         for rnd in range(args.rounds):
             for qi, q in enumerate(queries):
-                for name in names[rnd % len(names):] + names[: rnd % len(names)]:
+                for name in names[rnd % len(names) :] + names[: rnd % len(names)]:
                     search, fs, *_ = paths[name]
                     t0 = time.perf_counter()
                     result = search.search(q, 10, "maxsim", first_stage=fs)
@@ -191,18 +209,49 @@ def main() -> None:
                     if rnd == 0:
                         overlap[name].append(len(set(result.ranked.doc_ids) & exact_top[qi]) / 10)
         code_bytes = all_codes.nbytes + offsets.nbytes
-        rows.append({"passages": n, "path": "exact", "partitions": 1, "p50_ms": statistics.median(exact_ms), "overlap": 1.0, "ann_bytes": 0, "code_bytes": code_bytes, "build_s": 0.0, "probe": "-",
-                     "candidates": 0.0, "rescore": statistics.median(exact_ms), "rescored": n})
-        for name, (search, fs, ann_bytes, build_s, probe) in paths.items():
+        rows.append(
+            {
+                "passages": n,
+                "path": "exact",
+                "partitions": 1,
+                "p50_ms": statistics.median(exact_ms),
+                "overlap": 1.0,
+                "ann_bytes": 0,
+                "code_bytes": code_bytes,
+                "build_s": 0.0,
+                "probe": "-",
+                "candidates": 0.0,
+                "rescore": statistics.median(exact_ms),
+                "rescored": n,
+            }
+        )
+        for name, (search, _fs, ann_bytes, build_s, probe) in paths.items():
             p50 = statistics.median(statistics.median(t) for t in times[name])
             split = {stage: statistics.median(v) for stage, v in stages[name].items()}
-            rows.append({"passages": n, "path": name, "partitions": len(search.hosts), "p50_ms": p50, "overlap": float(np.mean(overlap[name])), "ann_bytes": ann_bytes, "code_bytes": code_bytes, "build_s": build_s, "probe": probe, **split})
+            rows.append(
+                {
+                    "passages": n,
+                    "path": name,
+                    "partitions": len(search.hosts),
+                    "p50_ms": p50,
+                    "overlap": float(np.mean(overlap[name])),
+                    "ann_bytes": ann_bytes,
+                    "code_bytes": code_bytes,
+                    "build_s": build_s,
+                    "probe": probe,
+                    **split,
+                }
+            )
         print(f"\n{n:,} passages, {vectors.n_vectors:,} token vectors")
-        print(f"  {'path':<28} {'p50 ms':>9} {'first st.':>9} {'rescore':>8} {'rescored':>8} {'overlap@10':>10} {'ANN MB':>8} {'codes MB':>9} {'build s':>8} {'P':>3}  probe")
+        print(
+            f"  {'path':<28} {'p50 ms':>9} {'first st.':>9} {'rescore':>8} {'rescored':>8} {'overlap@10':>10} {'ANN MB':>8} {'codes MB':>9} {'build s':>8} {'P':>3}  probe"
+        )
         for r in rows:
             if r["passages"] == n:
-                print(f"  {r['path']:<28} {r['p50_ms']:>9.2f} {r['candidates']:>9.2f} {r['rescore']:>8.2f} {r['rescored']:>8.0f} {r['overlap']:>10.3f} "
-                      f"{r['ann_bytes'] / 1e6:>8.1f} {r['code_bytes'] / 1e6:>9.1f} {r['build_s']:>8.1f} {r['partitions']:>3}  {r['probe']}")
+                print(
+                    f"  {r['path']:<28} {r['p50_ms']:>9.2f} {r['candidates']:>9.2f} {r['rescore']:>8.2f} {r['rescored']:>8.0f} {r['overlap']:>10.3f} "
+                    f"{r['ann_bytes'] / 1e6:>8.1f} {r['code_bytes'] / 1e6:>9.1f} {r['build_s']:>8.1f} {r['partitions']:>3}  {r['probe']}"
+                )
         del paths, parts, exact, vectors, all_codes
     print("\ngrowth of p50 from the smallest to the largest size:")
     for name in dict.fromkeys(r["path"] for r in rows):

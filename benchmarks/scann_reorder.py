@@ -51,8 +51,13 @@ def index_bytes(directories: list[str]) -> int:
 
 def ram_bytes(directories: list[str]) -> int:
     """RSS growth of a fresh Python process loading these ANN index directories."""
-    out = subprocess.run([sys.executable, "-c", RSS_PROBE, *directories], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])})
+    out = subprocess.run(
+        [sys.executable, "-c", RSS_PROBE, *directories],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])},
+    )
     return int(json.loads(out.stdout.strip().splitlines()[-1])["rss_bytes"])
 
 
@@ -61,8 +66,8 @@ def load_average() -> float:
 
 
 def run_one(index: str, dataset: str, reorder_k: int, partitions: int, params: dict[str, Any], log=print) -> dict[str, Any]:
-    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.config import AnnBuildConfig, EvalConfig
+    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.retrieval.evaluation import evaluate
     from mvr.storage.manifest import load_manifest
 
@@ -74,16 +79,26 @@ def run_one(index: str, dataset: str, reorder_k: int, partitions: int, params: d
         dirs = [os.path.join(index, p["path"], "index") for p in build["partitions"]]
         vectors = sum(int(p.get("vectors", 0)) for p in build["partitions"])
         disk, ram = index_bytes(dirs), ram_bytes(dirs)
-        kinds[kind] = {"vectors": vectors, "disk_bytes": disk, "ram_bytes": ram,
-                       "disk_bytes_per_vector": round(disk / max(vectors, 1), 2), "ram_bytes_per_vector": round(ram / max(vectors, 1), 2),
-                       "files": sorted({f for d in dirs for f in os.listdir(d)})}
+        kinds[kind] = {
+            "vectors": vectors,
+            "disk_bytes": disk,
+            "ram_bytes": ram,
+            "disk_bytes_per_vector": round(disk / max(vectors, 1), 2),
+            "ram_bytes_per_vector": round(ram / max(vectors, 1), 2),
+            "files": sorted({f for d in dirs for f in os.listdir(d)}),
+        }
         log(f"  {kind}: {kinds[kind]}")
     load = load_average()
     log(f"  load average (1 min) before the evaluation: {load:.2f}")
     ev = evaluate(index, EvalConfig(dataset=dataset, modes=list(MODES)), log=log)
-    return {"reorder_k": reorder_k, "build_s": round(getattr(result, "seconds", float("nan")), 1), "load_average": round(load, 2),
-            "load_average_after": round(load_average(), 2), "kinds": kinds,
-            "modes": {m: {k: v for k, v in f.items() if k != "exact"} | {"exact_nDCG@10": f.get("exact", {}).get("nDCG@10")} for m, f in ev.modes.items()}}
+    return {
+        "reorder_k": reorder_k,
+        "build_s": round(getattr(result, "seconds", float("nan")), 1),
+        "load_average": round(load, 2),
+        "load_average_after": round(load_average(), 2),
+        "kinds": kinds,
+        "modes": {m: {k: v for k, v in f.items() if k != "exact"} | {"exact_nDCG@10": f.get("exact", {}).get("nDCG@10")} for m, f in ev.modes.items()},
+    }
 
 
 def table(results: list[dict[str, Any]]) -> str:

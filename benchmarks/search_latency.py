@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encode_throughput import Steal  # noqa: E402
+from encode_throughput import Steal
 
 
 def combined_corpus(datasets: Path, out: Path) -> None:
@@ -95,7 +95,7 @@ def exact_vs_bare(searcher, encoded, rounds: int, k: int = 10) -> dict:
     batch_s = []
     for r in range(rounds):
         for i, e in enumerate(encoded):
-            order = names[(i + r) % len(names):] + names[: (i + r) % len(names)]
+            order = names[(i + r) % len(names) :] + names[: (i + r) % len(names)]
             tops = {}
             for n in order:
                 t0 = time.perf_counter()
@@ -110,9 +110,14 @@ def exact_vs_bare(searcher, encoded, rounds: int, k: int = 10) -> dict:
     p50 = {n: float(np.percentile(np.median(t, axis=0), 50)) for n, t in times.items()}
     per_query_qps = 1e3 * len(encoded) / float(np.median(times["exact (mvr)"].sum(axis=1)))
     return {
-        "codec": v.codec.name if v.codec is not None else "float32", "passages": len(part), "vectors": v.n_vectors, "dim": v.dim,
-        "p50": p50, "same_top": {n: float(np.mean(a)) for n, a in agree.items()},
-        "batch_qps": len(encoded) / float(np.median(batch_s)), "per_query_qps": per_query_qps,
+        "codec": v.codec.name if v.codec is not None else "float32",
+        "passages": len(part),
+        "vectors": v.n_vectors,
+        "dim": v.dim,
+        "p50": p50,
+        "same_top": {n: float(np.mean(a)) for n, a in agree.items()},
+        "batch_qps": len(encoded) / float(np.median(batch_s)),
+        "per_query_qps": per_query_qps,
     }
 
 
@@ -125,8 +130,12 @@ def print_exact_vs_bare(rows: list[tuple[str, dict]], queries: int, rounds: int)
         ex = r["p50"]["exact (mvr)"]
         for n, ms in r["p50"].items():
             print(f"{label:<22}{r['codec']:>20}{r['vectors']:>9}{r['dim']:>5}{n:>18}{ms:>9.1f}{ms / ex:>7.2f}{r['same_top'][n]:>12.2f}")
-        print(f"{label:<22}{'':>20}{'':>9}{'':>5}{'batched exact':>18}  {r['batch_qps']:.1f} queries/s against {r['per_query_qps']:.1f} one at a time ({r['batch_qps'] / r['per_query_qps']:.1f}x)")
-    print("ratio: the loop's p50 / the exact path's p50 (>= 1: the exact path is at least as fast); same top-10: share of queries whose top-10 scores equal the exact path's (1e-4)")
+        print(
+            f"{label:<22}{'':>20}{'':>9}{'':>5}{'batched exact':>18}  {r['batch_qps']:.1f} queries/s against {r['per_query_qps']:.1f} one at a time ({r['batch_qps'] / r['per_query_qps']:.1f}x)"
+        )
+    print(
+        "ratio: the loop's p50 / the exact path's p50 (>= 1: the exact path is at least as fast); same top-10: share of queries whose top-10 scores equal the exact path's (1e-4)"
+    )
 
 
 def main() -> None:
@@ -141,8 +150,8 @@ def main() -> None:
     p.add_argument("--index", action="append", default=[], help="an existing index to measure instead of the two corpora (repeatable)")
     args = p.parse_args()
 
-    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
+    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.indexing.corpus_job import index_corpus
     from mvr.pipeline.retrieval.searcher import Searcher
     from mvr.storage.beir import read_collection
@@ -192,7 +201,7 @@ def main() -> None:
         tops = {}
         for r in range(args.rounds):
             for i, e in enumerate(encoded):
-                order = names[(i + r) % len(names):] + names[: (i + r) % len(names)]
+                order = names[(i + r) % len(names) :] + names[: (i + r) % len(names)]
                 for n in order:
                     t0 = time.perf_counter()
                     res = searchers[n].search_encoded(e, 10, "maxsim")
@@ -205,9 +214,18 @@ def main() -> None:
             overlap = np.mean([len(set(tops[n, i]) & set(tops["exact", i])) / 10 for i in range(len(encoded))])
             pq = per_query[n]
             report.append(
-                (label, passages, n, float(np.percentile(pq, 50)), float(np.percentile(pq, 95)), float(np.median(ex / pq)),
-                 float(np.percentile(ex, 50) / np.percentile(pq, 50)), float((np.percentile(ex, 50) + enc_ms) / (np.percentile(pq, 50) + enc_ms)),
-                 overlap, build_s.get(n, 0.0))
+                (
+                    label,
+                    passages,
+                    n,
+                    float(np.percentile(pq, 50)),
+                    float(np.percentile(pq, 95)),
+                    float(np.median(ex / pq)),
+                    float(np.percentile(ex, 50) / np.percentile(pq, 50)),
+                    float((np.percentile(ex, 50) + enc_ms) / (np.percentile(pq, 50) + enc_ms)),
+                    overlap,
+                    build_s.get(n, 0.0),
+                )
             )
         print(f"{label}: query encoding p50 {enc_ms:.1f} ms", flush=True)
     print_exact_vs_bare(exact_rows, len(queries), args.rounds)

@@ -23,8 +23,14 @@ sys.path.insert(0, str(HERE))
 
 BODY = {
     "results": [{"doc_id": f"d{i}", "score": 1.0, "title": "t" * 20, "text": "x" * 350} for i in range(10)],
-    "mode": "maxsim", "path": "ann", "candidates": 100, "timings_ms": {"encode": 1.0}, "partitions": 2,
-    "partitions_answered": 2, "degraded": False, "version": 1,
+    "mode": "maxsim",
+    "path": "ann",
+    "candidates": 100,
+    "timings_ms": {"encode": 1.0},
+    "partitions": 2,
+    "partitions_answered": 2,
+    "degraded": False,
+    "version": 1,
 }
 
 
@@ -93,7 +99,7 @@ def measure(direct: bool, clients: list[int], seconds: float, replicas: int, por
     for kind in ("requests", "keep-alive"):
         connections = [(RequestsClient if kind == "requests" else KeepAlive)(urls[c % len(urls)]) for c in range(max(clients))]
 
-        def ask(c: int, i: int):
+        def ask(c: int, i: int, connections: list = connections):
             status, data = connections[c].post("/search", {"query": queries[i % len(queries)], "k": 10, "mode": "maxsim"})
             return None if status == 200 and not json.loads(data)["degraded"] else str(status)
 
@@ -123,8 +129,25 @@ def main() -> None:
     print(f"  {'path':>14} {'client':>10} {'clients':>7} {'QPS':>8} {'p50 ms':>8} {'client CPU':>11} {'failed':>6}")
     for one in ("proxy", "direct"):  # each in its own process: the setting is read when Ray starts
         env = {**os.environ, "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1" if one == "direct" else "0", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
-        subprocess.run([sys.executable, __file__, "--one", one, "--clients", args.clients, "--seconds", str(args.seconds),
-                        "--replicas", str(args.replicas), "--port", str(args.port)], env=env, check=True, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                one,
+                "--clients",
+                args.clients,
+                "--seconds",
+                str(args.seconds),
+                "--replicas",
+                str(args.replicas),
+                "--port",
+                str(args.port),
+            ],
+            env=env,
+            check=True,
+            stderr=subprocess.DEVNULL,
+        )
     print("  (client CPU: ms of the load generator's own CPU a request, on the same cores)")
 
 

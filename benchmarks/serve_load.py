@@ -52,7 +52,7 @@ from typing import Optional
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encode_throughput import Steal  # noqa: E402
+from encode_throughput import Steal
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -73,7 +73,7 @@ def run_clients(ask, clients: int, seconds: float) -> dict:
             t0 = time.perf_counter()
             try:
                 failure = ask(c, i)
-            except Exception as e:  # noqa: BLE001 - a refused connection is a failure, not a dead client
+            except Exception as e:
                 failure = f"{type(e).__name__}: {e}"[:80]
             ms = (time.perf_counter() - t0) * 1e3
             with lock:
@@ -90,7 +90,15 @@ def run_clients(ask, clients: int, seconds: float) -> dict:
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    return {"clients": clients, "requests": len(latencies), "failures": failures, "qps": len(latencies) / wall, "p50": percentile(latencies, 50), "p95": percentile(latencies, 95), "p99": percentile(latencies, 99)}
+    return {
+        "clients": clients,
+        "requests": len(latencies),
+        "failures": failures,
+        "qps": len(latencies) / wall,
+        "p50": percentile(latencies, 50),
+        "p95": percentile(latencies, 95),
+        "p99": percentile(latencies, 99),
+    }
 
 
 def per_query(row: dict, batch: int) -> dict:
@@ -102,7 +110,7 @@ def attempt(work) -> Optional[str]:
     """``work()``: None, or the exception it raised as a short failure line."""
     try:
         work()
-    except Exception as e:  # noqa: BLE001 - counted and printed, as the service's failures
+    except Exception as e:
         return f"{type(e).__name__}: {e}"[:80]
     return None
 
@@ -251,13 +259,13 @@ def main() -> None:
 
     import json
 
-    from mvr.pipeline.indexing.ann_build import build_ann
-    from mvr.pipeline.serving.client import SearchClient
     from mvr.pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
+    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.indexing.corpus_job import index_corpus
     from mvr.pipeline.retrieval.local_search import answer
     from mvr.pipeline.retrieval.searcher import Searcher
     from mvr.pipeline.serving.app import DIRECT_INGRESS_ENV, deploy, shutdown
+    from mvr.pipeline.serving.client import SearchClient
     from mvr.storage.catalog import Catalog
     from mvr.storage.manifest import load_manifest, read_manifest
 
@@ -269,23 +277,37 @@ def main() -> None:
     if read_manifest(index) is None:
         index_corpus(str(datasets / "msmarco-sample"), index, IndexConfig(), log=lambda _: None)
     ann = load_manifest(index).ann
-    if not all(len(ann.get(k, {}).get("partitions", [])) == args.partitions and ann[k]["backend"] == "faiss-ivfpq" for k in ("tokens", "centroids", "first-m", "pooled")):
+    if not all(
+        len(ann.get(k, {}).get("partitions", [])) == args.partitions and ann[k]["backend"] == "faiss-ivfpq"
+        for k in ("tokens", "centroids", "first-m", "pooled")
+    ):
         build_ann(index, AnnBuildConfig(backend="faiss-ivfpq", partitions=args.partitions), log=print)
     with open(datasets / "msmarco-sample" / "queries.jsonl") as f:
         queries = [json.loads(line)["text"] for line in f if line.strip()]
 
-    config = ServeConfig.model_validate({
-        "port": args.port, "encoder": {"placement": args.placement, "threads": args.encoder_threads}, "partition": {"placement": args.partition_placement},
-        "searcher": {**ServeConfig().searcher.model_dump(), "replicas": args.searcher_replicas}, "one_trip_max_partitions": args.one_trip_max_partitions,
-        "direct_ingress": args.direct_ingress,
-    })
+    config = ServeConfig.model_validate(
+        {
+            "port": args.port,
+            "encoder": {"placement": args.placement, "threads": args.encoder_threads},
+            "partition": {"placement": args.partition_placement},
+            "searcher": {**ServeConfig().searcher.model_dump(), "replicas": args.searcher_replicas},
+            "one_trip_max_partitions": args.one_trip_max_partitions,
+            "direct_ingress": args.direct_ingress,
+        }
+    )
     d = deploy(index, config, log=print)
     r = d.resources
-    print(f"service: P={len(d.layout.shards)}; encoder ({args.placement}) {r.encoder.num_cpus:g} CPU x {r.encoder.threads} threads, "
-          + (f"partitions (deployment) {r.partition.num_cpus:g} CPU x {r.partition.threads} thread(s), " if d.index_app else "partitions (ingress, called in place), ")
-          + f"ingress {r.searcher.replicas} x {r.searcher.num_cpus:g} CPU"
-          + (f"; one trip to the partitions up to P={args.one_trip_max_partitions}" if d.index_app else "")
-          + (f"; direct ingress: {', '.join(d.direct_urls)}" if d.direct_urls else "; through Serve's proxy"))
+    print(
+        f"service: P={len(d.layout.shards)}; encoder ({args.placement}) {r.encoder.num_cpus:g} CPU x {r.encoder.threads} threads, "
+        + (
+            f"partitions (deployment) {r.partition.num_cpus:g} CPU x {r.partition.threads} thread(s), "
+            if d.index_app
+            else "partitions (ingress, called in place), "
+        )
+        + f"ingress {r.searcher.replicas} x {r.searcher.num_cpus:g} CPU"
+        + (f"; one trip to the partitions up to P={args.one_trip_max_partitions}" if d.index_app else "")
+        + (f"; direct ingress: {', '.join(d.direct_urls)}" if d.direct_urls else "; through Serve's proxy")
+    )
     urls = list(d.direct_urls) or [d.url]
     searcher = Searcher(index, modes=(args.mode,))
     catalog = Catalog(index)
@@ -300,7 +322,7 @@ def main() -> None:
         for rnd in range(args.rounds):
             # whole blocks, alternating which goes first: per-query alternation would let one
             # path's spinning OpenMP / torch threads slow the other's next query
-            for which in ((0, 1) if rnd % 2 == 0 else (1, 0)):
+            for which in (0, 1) if rnd % 2 == 0 else (1, 0):
                 for i, q in enumerate(queries):
                     t0 = time.perf_counter()
                     if which == 0:
@@ -319,7 +341,7 @@ def main() -> None:
         print(f"  Serve HTTP p50 {percentile(sp, 50):6.1f} ms  p99 {percentile(sp, 99):6.1f} ms")
         print(f"  Serve / in-process p50: {percentile(sp, 50) / percentile(lp, 50):.2f}x")
         floor = []
-        for i in range(100):  # HTTP in and out, the proxy and FastAPI: a request refused at validation
+        for _ in range(100):  # HTTP in and out, the proxy and FastAPI: a request refused at validation
             t0 = time.perf_counter()
             assert client.session.post(urls[0] + "/search", json={"query": ""}, timeout=60).status_code == 422
             floor.append((time.perf_counter() - t0) * 1e3)
@@ -329,9 +351,11 @@ def main() -> None:
         print("  " + " " * 12 + "".join(f"{n:>11}" for n in names))
         for path, got in stages.items():
             print(f"  {path:<12}" + "".join(f"{statistics.median(got.get(n, [float('nan')])):>11.2f}" for n in names))
-        print(f"\nload ({seconds:g} s a level, {args.mode}, k=10; in process: threads sharing one Searcher, and batched: "
-              f"min(2, clients) threads answering batches of clients / threads queries, the same cores; "
-              f"Serve: {'/search' if args.batch_queries == 1 else f'/search/batch of {args.batch_queries} queries'} a request):")
+        print(
+            f"\nload ({seconds:g} s a level, {args.mode}, k=10; in process: threads sharing one Searcher, and batched: "
+            f"min(2, clients) threads answering batches of clients / threads queries, the same cores; "
+            f"Serve: {'/search' if args.batch_queries == 1 else f'/search/batch of {args.batch_queries} queries'} a request):"
+        )
         print(f"  {'clients':>7} {'path':>10} {'requests':>8} {'QPS':>7} {'p50 ms':>8} {'p99 ms':>8} {'failed':>6} {'client ms':>9}")
         best = {"in-process": 0.0, "Serve HTTP": 0.0}
         for c in levels:
@@ -347,10 +371,14 @@ def main() -> None:
                 side = "Serve HTTP" if path == "Serve HTTP" else "in-process"  # in process: threads or batched, the better
                 best[side] = max(best[side], row["qps"])
                 client_col = f"{row['client_ms']:>9.2f}" if "client_ms" in row else f"{'-':>9}"
-                print(f"  {c:>7} {path:>10} {row['requests']:>8} {row['qps']:>7.1f} {row['p50']:>8.1f} {row['p99']:>8.1f} {len(row['failures']):>6} {client_col}")
+                print(
+                    f"  {c:>7} {path:>10} {row['requests']:>8} {row['qps']:>7.1f} {row['p50']:>8.1f} {row['p99']:>8.1f} {len(row['failures']):>6} {client_col}"
+                )
                 for f in row["failures"][:3]:
                     print(f"      failure: {f}")
-        print(f"  saturation (the best level of each; in process the better of threads and batched): Serve {best['Serve HTTP']:.1f} QPS / in process {best['in-process']:.1f} QPS = {best['Serve HTTP'] / max(best['in-process'], 1e-9):.2f}x")
+        print(
+            f"  saturation (the best level of each; in process the better of threads and batched): Serve {best['Serve HTTP']:.1f} QPS / in process {best['in-process']:.1f} QPS = {best['Serve HTTP'] / max(best['in-process'], 1e-9):.2f}x"
+        )
         trips = client.stats()["one_trip"]
     finally:
         client.close()

@@ -42,8 +42,7 @@ def main() -> None:
     p.add_argument("--dim", type=int, default=384)
     args = p.parse_args()
     rng = np.random.default_rng(0)
-    arrays = [rng.standard_normal((int(rng.integers(args.tokens // 2, args.tokens * 3 // 2)), args.dim)).astype(np.float16)
-              for _ in range(args.passages)]
+    arrays = [rng.standard_normal((int(rng.integers(args.tokens // 2, args.tokens * 3 // 2)), args.dim)).astype(np.float16) for _ in range(args.passages)]
     binary = packed_to_arrow(arrays, args.dim)
     packed = arrow_to_packed(binary)
     values = pa.FixedSizeListArray.from_arrays(pa.array(packed.vectors.reshape(-1)), args.dim)

@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encode_throughput import Steal  # noqa: E402
-from serve_load import load_level  # noqa: E402
+from encode_throughput import Steal
+from serve_load import load_level
 
 # What a bad client sends: (bytes, seconds to wait before sending them), in order.
 Schedule = Iterable[tuple[bytes, float]]
@@ -132,8 +132,12 @@ def request(body: bytes, content_length: Optional[int] = None, headers: bytes = 
     """(head, body) of a ``POST /search`` with ``body`` (``Connection: close``: the service
     closes the connection once it has answered)."""
     length = len(body) if content_length is None else content_length
-    head = (b"POST /search HTTP/1.1\r\nHost: mvr\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            + b"Content-Length: %d\r\n" % length + headers + b"\r\n")
+    head = (
+        b"POST /search HTTP/1.1\r\nHost: mvr\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        + b"Content-Length: %d\r\n" % length
+        + headers
+        + b"\r\n"
+    )
     return head, body
 
 
@@ -146,7 +150,7 @@ def slow_headers(body: bytes, interval_s: float, trickled: Optional[int] = None)
     the rest at once (a slow but valid request), or never (None: a header that never ends)."""
     head, body = request(body)
     if trickled is not None:
-        return [(head[i:i + 1], interval_s if i else 0.0) for i in range(trickled)] + [(head[trickled:] + body, interval_s)]
+        return [(head[i : i + 1], interval_s if i else 0.0) for i in range(trickled)] + [(head[trickled:] + body, interval_s)]
     start = head[: head.index(b"Content-Length")] + b"X-Slow: "
     return itertools.chain([(start, 0.0)], ((b"a", interval_s) for _ in itertools.count()))
 
@@ -159,7 +163,7 @@ def idle() -> Schedule:
 def slow_body(body: bytes, interval_s: float) -> Schedule:
     """Headers whole, then the body a byte every ``interval_s``."""
     head, body = request(body)
-    return [(head, 0.0)] + [(body[i:i + 1], interval_s) for i in range(len(body))]
+    return [(head, 0.0)] + [(body[i : i + 1], interval_s) for i in range(len(body))]
 
 
 def long_content_length(body: bytes, missing: int = 100) -> Schedule:
@@ -229,8 +233,15 @@ def mixed(url: str, address: tuple[str, int], queries: list[str], seconds: float
         holders = [Holders(address, kind, make, 1, limit_s=seconds, repeat=False) for kind, make in mixed_kinds(search_body()).items()]
         beside = level(url, queries, 1, seconds, holders, settle_s=0.0)
         bound = MIXED_P95_FACTOR * alone["p95"] + MIXED_P95_SLACK_MS
-        rounds.append({"alone": {k: alone[k] for k in ("requests", "p50", "p95")}, "beside": {k: beside[k] for k in ("requests", "p50", "p95")},
-                       "failures": len(alone["failures"]) + len(beside["failures"]), "p95_bound_ms": bound, "within": beside["p95"] <= bound})
+        rounds.append(
+            {
+                "alone": {k: alone[k] for k in ("requests", "p50", "p95")},
+                "beside": {k: beside[k] for k in ("requests", "p50", "p95")},
+                "failures": len(alone["failures"]) + len(beside["failures"]),
+                "p95_bound_ms": bound,
+                "within": beside["p95"] <= bound,
+            }
+        )
     return rounds
 
 
@@ -314,8 +325,13 @@ def main() -> None:
     p.add_argument("--slow-bodies", default="16,64", help="slow-body clients, a level each")
     p.add_argument("--hold-s", type=float, default=30.0, help="step 1: how long a bad client waits to be cut")
     p.add_argument("--body-timeout-s", type=float, default=None, help="the service's body_timeout_s (default: ServeConfig's)")
-    p.add_argument("--mixed", type=int, default=0, metavar="ROUNDS",
-                   help="also ROUNDS rounds of one valid client alone, then beside one bad client of each kind (p95 against the bound)")
+    p.add_argument(
+        "--mixed",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="also ROUNDS rounds of one valid client alone, then beside one bad client of each kind (p95 against the bound)",
+    )
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args()
 
@@ -340,13 +356,22 @@ def main() -> None:
     d = deploy(index, config, log=print)
     address = ("127.0.0.1", args.port)
     body = search_body()
-    results: dict = {"config": {"body_timeout_s": config.body_timeout_s, "max_header_bytes": config.max_header_bytes,
-                                "searcher_max_ongoing_requests": config.searcher.max_ongoing_requests, "clients": args.clients,
-                                "seconds": args.seconds, "index": index}}
+    results: dict = {
+        "config": {
+            "body_timeout_s": config.body_timeout_s,
+            "max_header_bytes": config.max_header_bytes,
+            "searcher_max_ongoing_requests": config.searcher.max_ongoing_requests,
+            "clients": args.clients,
+            "seconds": args.seconds,
+            "index": index,
+        }
+    }
     try:
         load_level([d.url], queries, "maxsim", 1, 2.0)  # warm up
-        print(f"\neach kind of bad client alone (waits at most {args.hold_s:g} s to be cut; body_timeout_s {config.body_timeout_s:g}, "
-              f"max_header_bytes {config.max_header_bytes}):\n")
+        print(
+            f"\neach kind of bad client alone (waits at most {args.hold_s:g} s to be cut; body_timeout_s {config.body_timeout_s:g}, "
+            f"max_header_bytes {config.max_header_bytes}):\n"
+        )
         print("| bad client | answered | connection | after (s) |\n| --- | --- | --- | --- |")
         results["kinds"] = []
         for kind, schedule in kinds(body).items():
@@ -364,18 +389,26 @@ def main() -> None:
             row.update(kind=kind, n=n)
             results["levels"].append({k: v for k, v in row.items() if k != "failures"} | {"failures": row["failures"][:5]})
             statuses = "/".join(map(str, row["cut_statuses"]))
-            print(f"| {kind} | {n} | {row['requests']} | {row['qps']:.1f} | {ms(row['p50'])} | {ms(row['p95'])} | {ms(row['p99'])} | "
-                  f"{len(row['failures'])} | {row['cut']}{f' ({statuses})' if statuses else ''} |")
+            print(
+                f"| {kind} | {n} | {row['requests']} | {row['qps']:.1f} | {ms(row['p50'])} | {ms(row['p95'])} | {ms(row['p99'])} | "
+                f"{len(row['failures'])} | {row['cut']}{f' ({statuses})' if statuses else ''} |"
+            )
             for failure in row["failures"][:3]:
                 print(f"    failure: {failure}")
         if args.mixed:
-            print(f"\none valid client alone for {args.seconds:g} s, then beside one bad client of each kind "
-                  f"({', '.join(mixed_kinds(body))}); bound: p95 beside <= {MIXED_P95_FACTOR:g} x alone + {MIXED_P95_SLACK_MS:g} ms:\n")
-            print("| round | alone p50 ms | alone p95 ms | beside p50 ms | beside p95 ms | bound ms | within | failed |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+            print(
+                f"\none valid client alone for {args.seconds:g} s, then beside one bad client of each kind "
+                f"({', '.join(mixed_kinds(body))}); bound: p95 beside <= {MIXED_P95_FACTOR:g} x alone + {MIXED_P95_SLACK_MS:g} ms:\n"
+            )
+            print(
+                "| round | alone p50 ms | alone p95 ms | beside p50 ms | beside p95 ms | bound ms | within | failed |\n| --- | --- | --- | --- | --- | --- | --- | --- |"
+            )
             results["mixed"] = mixed(d.url, address, queries, args.seconds, args.mixed)
             for i, r in enumerate(results["mixed"], 1):
                 a, b = r["alone"], r["beside"]
-                print(f"| {i} | {ms(a['p50'])} | {ms(a['p95'])} | {ms(b['p50'])} | {ms(b['p95'])} | {ms(r['p95_bound_ms'])} | {'yes' if r['within'] else 'no'} | {r['failures']} |")
+                print(
+                    f"| {i} | {ms(a['p50'])} | {ms(a['p95'])} | {ms(b['p50'])} | {ms(b['p95'])} | {ms(r['p95_bound_ms'])} | {'yes' if r['within'] else 'no'} | {r['failures']} |"
+                )
     finally:
         shutdown(config)
     results["steal_percent"] = steal.percent()

@@ -33,11 +33,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=6)
     args = p.parse_args()
 
-    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.config import AnnBuildConfig, IndexConfig
+    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.indexing.corpus_job import index_corpus
-    from mvr.pipeline.ray_runtime import init_ray
     from mvr.pipeline.indexing.updates import add_documents
+    from mvr.pipeline.ray_runtime import init_ray
 
     with open(Path(args.dataset) / "corpus.jsonl") as f:
         docs = [json.loads(line) for _, line in zip(range(200 + args.docs * args.rounds), f)]

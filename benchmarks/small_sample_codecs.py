@@ -82,10 +82,15 @@ def run(dataset: Path, sizes: list[int], held_out: int, n_queries: int) -> list[
             decoded = codec.decode(codec.encode(docs))
             found = top10([codec.project(q) for q in queries], decoded, offsets)
             inner = getattr(codec, "inner", codec)
-            rows.append({
-                "documents": n_docs, "vectors": len(sample), "codec": name, "centroids": getattr(inner, "n_centroids", None),
-                "overlap@10": float(np.mean([len(a & b) / 10 for a, b in zip(found, reference)])),
-            })
+            rows.append(
+                {
+                    "documents": n_docs,
+                    "vectors": len(sample),
+                    "codec": name,
+                    "centroids": getattr(inner, "n_centroids", None),
+                    "overlap@10": float(np.mean([len(a & b) / 10 for a, b in zip(found, reference)])),
+                }
+            )
             print(f"{n_docs:5d} docs {len(sample):7,d} vectors  {name:20s} k={rows[-1]['centroids']!s:6s} overlap@10 {rows[-1]['overlap@10']:.3f}", flush=True)
     return rows
 

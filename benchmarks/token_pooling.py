@@ -42,9 +42,9 @@ import ir_measures
 import numpy as np
 
 from mvr.operators import codecs
-from mvr.operators.planning.capacity import MEASURED
-from mvr.operators.packed import Packed
 from mvr.operators.encode.token_pooling import pool_passages
+from mvr.operators.packed import Packed
+from mvr.operators.planning.capacity import MEASURED
 from mvr.pipeline.retrieval.searcher import load_query_encoder
 from mvr.storage.beir import read_collection
 
@@ -76,8 +76,7 @@ def pool_packed(stored: Packed, factor: int) -> tuple[Packed, float]:
     return Packed.from_list(pooled, stored.vectors.shape[1]), seconds
 
 
-def run_collection(index: str, dataset: str, factors: list[int], codec_name: Optional[str], sample_size: int, seeds: list[int],
-                   log=print) -> dict[str, Any]:
+def run_collection(index: str, dataset: str, factors: list[int], codec_name: Optional[str], sample_size: int, seeds: list[int], log=print) -> dict[str, Any]:
     manifest, part, stored = read_reference(index, log)
     collection = read_collection(dataset)
     judged = collection.judged_queries
@@ -92,7 +91,9 @@ def run_collection(index: str, dataset: str, factors: list[int], codec_name: Opt
         pooled, seconds = pool_packed(stored, f)
         n = len(pooled.vectors)
         log(f"  factor {f}: {n:,} vectors ({n / len(part):.2f} a passage), pooled in {seconds:.1f} s")
-        variants: list[tuple[str, int, Any, np.ndarray, dict]] = [("float32", 0, None, pooled.vectors, {q: Query(e.tokens, e.pooled) for q, e in encoded.items()})]
+        variants: list[tuple[str, int, Any, np.ndarray, dict]] = [
+            ("float32", 0, None, pooled.vectors, {q: Query(e.tokens, e.pooled) for q, e in encoded.items()})
+        ]
         if name:
             for s in seeds:
                 rng = np.random.default_rng(s)
@@ -108,30 +109,48 @@ def run_collection(index: str, dataset: str, factors: list[int], codec_name: Opt
             ref = base.setdefault((cname, s), run)
             bpv = codec.bytes_per_vector if codec is not None else 2 * dim
             row = {
-                "factor": f, "codec": cname if codec is not None else "float16", "seed": s if codec is not None else None,
-                "vectors": int(n), "vectors_per_passage": round(n / len(part), 2),
+                "factor": f,
+                "codec": cname if codec is not None else "float16",
+                "seed": s if codec is not None else None,
+                "vectors": int(n),
+                "vectors_per_passage": round(n / len(part), 2),
                 "bytes_per_passage": round(n / len(part) * bpv + LIST_OFFSET_BYTES, 1),
                 "ndcg10": round(_ndcg10(run, qrels), 4),
-                "delta_ndcg10": None, "delta_se": round(_delta_se(run, ref, qrels), 4), "overlap10": round(_overlap10(run, ref), 4),
-                "pool_s": round(seconds, 2), "pool_ms_per_passage": round(1000 * seconds / len(part), 3),
+                "delta_ndcg10": None,
+                "delta_se": round(_delta_se(run, ref, qrels), 4),
+                "overlap10": round(_overlap10(run, ref), 4),
+                "pool_s": round(seconds, 2),
+                "pool_ms_per_passage": round(1000 * seconds / len(part), 3),
                 "pool_over_encode": round(1000 * seconds / len(part) / encode_ms, 4),
             }
             row["delta_ndcg10"] = round(row["ndcg10"] - _ndcg10(ref, qrels), 4)
             rows.append(row)
             log(f"    {row}")
     return {
-        "index": index, "dataset": dataset, "collection": collection.name, "passages": len(part), "dim": dim,
-        "queries": len(judged), "codec": name, "sample": sample_size, "seeds": seeds,
-        "encode_ms_per_passage": round(encode_ms, 2), "rows": rows,
+        "index": index,
+        "dataset": dataset,
+        "collection": collection.name,
+        "passages": len(part),
+        "dim": dim,
+        "queries": len(judged),
+        "codec": name,
+        "sample": sample_size,
+        "seeds": seeds,
+        "encode_ms_per_passage": round(encode_ms, 2),
+        "rows": rows,
     }
 
 
 def table(result: dict[str, Any]) -> str:
     lines = [
         f"{result['collection']}: {result['passages']:,} passages, {result['queries']} judged queries, dim {result['dim']}; "
-        + (f"codec {result['codec']} trained on {result['sample']:,} pooled vectors, seeds {', '.join(map(str, result['seeds']))}; "
-           if result["codec"] else "no codec (the pooled vectors as float16); ")
-        + f"encode {result['encode_ms_per_passage']} ms a passage (CPU, measured rate)", "",
+        + (
+            f"codec {result['codec']} trained on {result['sample']:,} pooled vectors, seeds {', '.join(map(str, result['seeds']))}; "
+            if result["codec"]
+            else "no codec (the pooled vectors as float16); "
+        )
+        + f"encode {result['encode_ms_per_passage']} ms a passage (CPU, measured rate)",
+        "",
         "| pool factor | vectors stored | a passage | vectors as | B/passage (token codes) | nDCG@10 | Δ to factor 1 ± s.e. | overlap@10 with factor 1 | pool ms/passage (× encode) |",
         "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]

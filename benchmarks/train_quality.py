@@ -119,12 +119,7 @@ def verdict(objective: str, rows: dict[str, dict[str, dict[str, float]]]) -> dic
     gain = round(sum(rows[c][objective]["delta"] for c in TRAINED_ON) / len(TRAINED_ON), 4)
     worst = min((rows[c][m]["delta"], f"{m} on {c}") for c in TRAINED_ON for m in MODES)
     unseen = rows["cranfield"][objective]["delta"]
-    return {
-        "gain": gain,
-        "worst": {"delta": worst[0], "where": worst[1]},
-        "cranfield": unseen,
-        "met": gain >= 0.03 and worst[0] >= -0.01 and unseen >= -0.01,
-    }
+    return {"gain": gain, "worst": {"delta": worst[0], "where": worst[1]}, "cranfield": unseen, "met": gain >= 0.03 and worst[0] >= -0.01 and unseen >= -0.01}
 
 
 def mean_rows(runs: list[dict[str, dict[str, dict[str, float]]]]) -> dict[str, dict[str, dict[str, float]]]:
@@ -157,10 +152,7 @@ def mean_training(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = [
-        "| objective | collection | " + " | ".join(MODES) + " |",
-        "| --- | --- | " + " | ".join("---" for _ in MODES) + " |",
-    ]
+    lines = ["| objective | collection | " + " | ".join(MODES) + " |", "| --- | --- | " + " | ".join("---" for _ in MODES) + " |"]
     for name in COLLECTIONS:
         lines.append(f"| base | {name} | " + " | ".join(f"{result['base'][name]['ndcg10'][m]:.4f}" for m in MODES) + " |")
     for obj, r in result["objectives"].items():
@@ -179,7 +171,9 @@ def markdown(result: dict[str, Any]) -> str:
         else f"nDCG@10 (Δ ± the paired standard error over the queries; seed {seeds[0]})"
     )
     lines.append("")
-    lines.append("| objective | its mode's gain (msmarco + dbpedia) | worst Δ of any mode there | its mode on cranfield | target met | steps × pairs | hard negatives a pair | training s | examples/s |")
+    lines.append(
+        "| objective | its mode's gain (msmarco + dbpedia) | worst Δ of any mode there | its mode on cranfield | target met | steps × pairs | hard negatives a pair | training s | examples/s |"
+    )
     lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for obj, r in result["objectives"].items():
         v, t = r["verdict"], r["training"]
@@ -198,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", help="comma-separated seeds, one run each: the table holds their mean, ± the standard deviation over them")
-    p.add_argument("--config", help="a TrainConfig YAML the runs start from (the objective, steps, batch size, seed and the data to train on are the benchmark's)")
+    p.add_argument(
+        "--config", help="a TrainConfig YAML the runs start from (the objective, steps, batch size, seed and the data to train on are the benchmark's)"
+    )
     p.add_argument(
         "--objective-config",
         action="append",
@@ -230,7 +226,13 @@ def main(argv: list[str] | None = None) -> int:
         base_index = {c: index_once(DATASETS / c / "corpus.jsonl", work / f"base-{c}", "minilm", bm25=c in TRAINED_ON) for c in COLLECTIONS}
         base = {c: quality_once(c, base_index[c]) for c in COLLECTIONS}
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
-    result: dict[str, Any] = {"steps": args.steps, "batch_size": args.batch_size, "seeds": seeds, "base": {c: {"ndcg10": base[c]["ndcg10"]} for c in COLLECTIONS}, "objectives": {}}
+    result: dict[str, Any] = {
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "seeds": seeds,
+        "base": {c: {"ndcg10": base[c]["ndcg10"]} for c in COLLECTIONS},
+        "objectives": {},
+    }
     own = dict(item.split("=", 1) for item in args.objective_config)
     for objective in [o.strip() for o in args.objectives.split(",") if o.strip()]:
         path = own.get(objective, args.config)
@@ -270,7 +272,11 @@ def main(argv: list[str] | None = None) -> int:
             result["objectives"][objective] = {"config": config.model_dump(mode="json", exclude={"train": {"seed"}}), "runs": runs}
             if args.only != "train":
                 mean = mean_rows([r["collections"] for r in runs])
-                result["objectives"][objective] |= {"collections": mean, "verdict": verdict(objective, mean), "training": mean_training([r["training"] for r in runs])}
+                result["objectives"][objective] |= {
+                    "collections": mean,
+                    "verdict": verdict(objective, mean),
+                    "training": mean_training([r["training"] for r in runs]),
+                }
                 log(markdown(result))
             if args.json_out:
                 Path(args.json_out).write_text(json.dumps(result, indent=1))

@@ -35,20 +35,23 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from mvr.pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
 from mvr.pipeline.indexing.ann_build import build_ann
 from mvr.pipeline.indexing.compaction import compact
-from mvr.pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
-from mvr.pipeline.retrieval.evaluation import overlap_at_10, quality
 from mvr.pipeline.indexing.corpus_job import index_corpus
+from mvr.pipeline.indexing.updates import add_documents, delete_documents
+from mvr.pipeline.retrieval.evaluation import overlap_at_10, quality
 from mvr.pipeline.retrieval.plan import SearchResult
 from mvr.pipeline.retrieval.request import Restriction
 from mvr.pipeline.retrieval.searcher import Searcher
-from mvr.pipeline.indexing.updates import add_documents, delete_documents
 from mvr.storage.beir import read_collection
 
 ANN = {"backend": "faiss-ivfpq", "partitions": 2, "vectors": ["tokens"]}
 SELECTIVITY = {"1 %": "bucket < 1", "10 %": "bucket < 10", "50 %": "bucket < 50"}
-QUIET: Callable[[str], None] = lambda _: None
+
+
+def QUIET(_: str) -> None:
+    return None
 
 
 def documents(dataset: Path, prefix: str = "") -> list[dict[str, Any]]:
@@ -93,7 +96,7 @@ def latencies(searchers: dict[str, tuple[Searcher, Optional[Restriction]]], text
     last: dict[str, list[SearchResult]] = {n: [None] * len(texts) for n in names}  # type: ignore[list-item]
     for r in range(rounds):
         for j in range(len(texts)):
-            for n in names[(r + j) % len(names):] + names[: (r + j) % len(names)]:
+            for n in names[(r + j) % len(names) :] + names[: (r + j) % len(names)]:
                 s, restriction = searchers[n]
                 t0 = time.perf_counter()
                 last[n][j] = s.search_encoded(encoded[n][j], 10, "maxsim", 0.0, restriction)
@@ -124,18 +127,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     out["build_s"] = t_build
     alive = {d["_id"]: d for d in base}
     for r in range(args.rounds):
-        new = pool[r * step:(r + 1) * step]
-        res, t_add = timed(lambda: add_documents(write_jsonl(work / f"add-{r}.jsonl", new), live, log=QUIET))
+        new = pool[r * step : (r + 1) * step]
+        res, t_add = timed(lambda: add_documents(write_jsonl(work / f"add-{r}.jsonl", new), live, log=QUIET))  # noqa: B023 - run within the iteration
         alive.update({d["_id"]: d for d in new})
         gone = sorted(rng.choice(sorted(alive), step, replace=False).tolist())
-        _, t_del = timed(lambda: delete_documents(live, gone, log=QUIET))
+        _, t_del = timed(lambda: delete_documents(live, gone, log=QUIET))  # noqa: B023 - run within the iteration
         for g in gone:
             del alive[g]
         m = res.manifest
         parts = len(m.ann["tokens"]["partitions"])
         out["rounds"].append({"add_s": t_add, "delete_s": t_del, "partitions": parts})
-        print(f"round {r + 1}: add {len(new)} in {t_add:.1f} s ({t_add / t_build:.3f} of the build), delete {len(gone)} in {t_del:.1f} s; "
-              f"{len(alive)} live documents, {parts} token partitions", flush=True)
+        print(
+            f"round {r + 1}: add {len(new)} in {t_add:.1f} s ({t_add / t_build:.3f} of the build), delete {len(gone)} in {t_del:.1f} s; "
+            f"{len(alive)} live documents, {parts} token partitions",
+            flush=True,
+        )
 
     collection = read_collection(str(datasets / "msmarco-sample"))
     queries = collection.judged_queries
@@ -163,23 +169,36 @@ def main(argv: Optional[list[str]] = None) -> int:
     for n in variants:
         a = dict(zip(ids, ann[n]["results"]))
         e = dict(zip(ids, exact[n]["results"]))
-        rows[n] = {"version": variants[n][0].manifest.version, "nDCG@10 ann": quality(a, collection)["nDCG@10"], "nDCG@10 exact": quality(e, collection)["nDCG@10"],
-                   "overlap@10": overlap_at_10(a, e), "p50_ms": round(ann[n]["p50_ms"], 2), "partitions": variants[n][0].partition_count("maxsim")}
+        rows[n] = {
+            "version": variants[n][0].manifest.version,
+            "nDCG@10 ann": quality(a, collection)["nDCG@10"],
+            "nDCG@10 exact": quality(e, collection)["nDCG@10"],
+            "overlap@10": overlap_at_10(a, e),
+            "p50_ms": round(ann[n]["p50_ms"], 2),
+            "partitions": variants[n][0].partition_count("maxsim"),
+        }
     out["quality"] = rows
 
     compacted = variants["compacted"][0]
     filt = {"none": (compacted, None), **{s: (compacted, compacted.restriction(f)) for s, f in SELECTIVITY.items()}}
     lat = latencies(filt, texts, args.latency_rounds)
     out["filters"] = {
-        s: {"filter": SELECTIVITY.get(s), "allowed_passages": len(filt[s][1]) if filt[s][1] is not None else None, "p50_ms": round(lat[s]["p50_ms"], 2),
-            "ratio": round(lat[s]["p50_ms"] / lat["none"]["p50_ms"], 2), "paths": sorted({r.path for r in lat[s]["results"]}),
-            "all_k": all(len(r.ranked) == 10 for r in lat[s]["results"])}
+        s: {
+            "filter": SELECTIVITY.get(s),
+            "allowed_passages": len(filt[s][1]) if filt[s][1] is not None else None,
+            "p50_ms": round(lat[s]["p50_ms"], 2),
+            "ratio": round(lat[s]["p50_ms"] / lat["none"]["p50_ms"], 2),
+            "paths": sorted({r.path for r in lat[s]["results"]}),
+            "all_k": all(len(r.ranked) == 10 for r in lat[s]["results"]),
+        }
         for s in filt
     }
 
     adds = [r["add_s"] for r in out["rounds"]]
-    print(f"\nadd 10 % ÷ rebuild everything: median {np.median(adds) / t_build:.3f} (adds {', '.join(f'{a:.1f}' for a in adds)} s; "
-          f"build {t_build:.1f} s; from-scratch build of the final documents {t_scratch:.1f} s: {np.median(adds) / t_scratch:.3f}); target ≤ 0.2")
+    print(
+        f"\nadd 10 % ÷ rebuild everything: median {np.median(adds) / t_build:.3f} (adds {', '.join(f'{a:.1f}' for a in adds)} s; "
+        f"build {t_build:.1f} s; from-scratch build of the final documents {t_scratch:.1f} s: {np.median(adds) / t_scratch:.3f}); target ≤ 0.2"
+    )
     print(f"compaction {t_compact:.1f} s ({t_compact / t_build:.2f} of the build)")
     print(f"\n{len(ids)} judged msmarco-sample queries, maxsim, k = 10; search only (encoding excluded)")
     print("| index | version | token partitions | nDCG@10 ANN | nDCG@10 exact | overlap@10 | p50 ms |")
@@ -193,7 +212,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("| selectivity | filter | allowed passages | path | every query k results | p50 ms | ÷ unfiltered |")
     print("| --- | --- | ---: | --- | --- | ---: | ---: |")
     for s, f in out["filters"].items():
-        print(f"| {s} | {f['filter'] or ''} | {f['allowed_passages'] if f['allowed_passages'] is not None else 'all'} | {'+'.join(f['paths'])} | {f['all_k']} | {f['p50_ms']:.2f} | {f['ratio']:.2f} |")
+        print(
+            f"| {s} | {f['filter'] or ''} | {f['allowed_passages'] if f['allowed_passages'] is not None else 'all'} | {'+'.join(f['paths'])} | {f['all_k']} | {f['p50_ms']:.2f} | {f['ratio']:.2f} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0

@@ -58,9 +58,9 @@ from typing import Any, Optional
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encode_throughput import Steal  # noqa: E402
-from peers.plaid_venv import ensure_venv, peer_env  # noqa: E402
-from search_latency import combined_corpus  # noqa: E402
+from encode_throughput import Steal
+from peers.plaid_venv import ensure_venv, peer_env
+from search_latency import combined_corpus
 
 K = 10
 K_RECALL = 100
@@ -201,10 +201,10 @@ def summary(ms: np.ndarray) -> dict[str, float]:
 def mvr_searchers(spec: Corpus, args: argparse.Namespace, encoder: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """The index (built unless the workdir holds it), its exact searcher and one ANN searcher
     a backend (partitions built now, timed): the searchers and their table rows."""
-    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.config import AnnBuildConfig, IndexConfig, SearchConfig
-    from mvr.pipeline.indexing.index_info import vector_bytes
+    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.indexing.corpus_job import index_corpus
+    from mvr.pipeline.indexing.index_info import vector_bytes
     from mvr.pipeline.retrieval.searcher import Searcher
     from mvr.storage.manifest import load_manifest, read_manifest
 
@@ -226,7 +226,12 @@ def mvr_searchers(spec: Corpus, args: argparse.Namespace, encoder: Any) -> tuple
         tokens = vector_bytes(index, load_manifest(index))["kinds"]["tokens"]
         rows["exact"]["bytes_per_vector"] = tokens["codes_per_vector"]
         default = " (default)" if backend == MVR_BACKENDS[0] else ""
-        rows[backend] = {"searcher": "mvr", "setting": f"{backend}{default}, P = {args.partitions}", "build_s": build_s, "bytes_per_vector": tokens["total_per_vector"]}
+        rows[backend] = {
+            "searcher": "mvr",
+            "setting": f"{backend}{default}, P = {args.partitions}",
+            "build_s": build_s,
+            "bytes_per_vector": tokens["total_per_vector"],
+        }
     return searchers, rows
 
 
@@ -238,7 +243,13 @@ def plaid_rows(ready: dict[str, Any]) -> dict[str, dict[str, Any]]:
         params = {**ready["defaults"]["create"], **build["create"], **ready["defaults"]["search"], **setting["search"]}
         params = {p: params[p] for p in ("nbits", "kmeans_niters", "n_ivf_probe", "n_full_scores")}
         label = f"{name} (nbits {params['nbits']}, probe {params['n_ivf_probe']}, full {params['n_full_scores']})"
-        rows[f"plaid:{name}"] = {"searcher": "fast-plaid", "setting": label, "params": params, "build_s": build["seconds"], "bytes_per_vector": build["bytes_per_vector"]}
+        rows[f"plaid:{name}"] = {
+            "searcher": "fast-plaid",
+            "setting": label,
+            "params": params,
+            "build_s": build["seconds"],
+            "bytes_per_vector": build["bytes_per_vector"],
+        }
     return rows
 
 

@@ -49,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
     print_config("mvr build-ann: configuration", config)
     from rich.table import Table
 
-    from mvr.jobs.build_bm25 import print_bm25
     import mvr
+    from mvr.jobs.build_bm25 import print_bm25
 
     result = mvr.build_ann(args.index, config, force=args.force, log=console.print)
     table = Table(title=f"ANN partitions of {args.index} (manifest version {result.manifest.version})")

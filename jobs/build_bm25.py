@@ -44,7 +44,9 @@ def print_bm25(manifest) -> None:
 
     entry = manifest.bm25
     c = entry["collection"]
-    table = Table(title=f"BM25 partitions (manifest version {manifest.version}): {c['passages']:,} passages, {c['terms']:,} terms, mean length {c['mean_length']:.1f}")
+    table = Table(
+        title=f"BM25 partitions (manifest version {manifest.version}): {c['passages']:,} passages, {c['terms']:,} terms, mean length {c['mean_length']:.1f}"
+    )
     for col in ("partition", "passages", "terms", "MB", "build s"):
         table.add_column(col, justify="right")
     for n, part in enumerate(entry["partitions"]):

@@ -89,7 +89,7 @@ def run_job(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
             traceback.print_exc()
         _line("interrupted")
         return 130
-    except Exception as exc:  # noqa: BLE001 - the one place every job's failure ends up
+    except Exception as exc:
         if debug():
             traceback.print_exc()
         else:  # the failed job's other Ray tasks, freed from here on, would log their errors with traces

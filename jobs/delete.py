@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from mvr.jobs.common import ArgumentParser, check_utf8, console, run_job, print_update
+from mvr.jobs.common import ArgumentParser, check_utf8, console, print_update, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

@@ -18,8 +18,9 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     from mvr.pipeline.studies.demo_corpus import DEFAULT_LIMIT
 
     p = p or ArgumentParser(prog="python -m mvr.jobs.demo", description=__doc__)
-    p.add_argument("--workdir", help="where corpus.jsonl and index/ go (default: a new temporary directory); "
-        "reused by a rerun, the index rebuilt when the corpus changed")
+    p.add_argument(
+        "--workdir", help="where corpus.jsonl and index/ go (default: a new temporary directory); reused by a rerun, the index rebuilt when the corpus changed"
+    )
     p.add_argument("--limit", type=positive_int, default=DEFAULT_LIMIT, help=f"documents in the corpus (default {DEFAULT_LIMIT})")
     p.add_argument("-k", "--k", type=positive_int, default=3, help="results shown per query (default 3)")
     p.add_argument("--port", type=port_number, default=8000, help="HTTP port of the demo service (default 8000)")
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         f"{mean_ms:.0f} ms/query mean in the service; {result.seconds:.1f} s total (service shut down)"
     )
     port = f" --port {args.port}" if args.port != ServeConfig().port else ""  # the service the hint starts listens where the URL says
-    out.print(f"try: mvr serve {shlex.quote(result.index_url)}{port}   then   mvr search --url {result.url} \"parse command-line arguments\"")
+    out.print(f'try: mvr serve {shlex.quote(result.index_url)}{port}   then   mvr search --url {result.url} "parse command-line arguments"')
     return 0
 
 

@@ -6,7 +6,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mvr.jobs.common import ArgumentParser, check_utf8, console, load_config, load_index_manifest, number_list, output_console, positive_int, print_config, run_job, write_outputs
+from mvr.jobs.common import (
+    ArgumentParser,
+    check_utf8,
+    console,
+    load_config,
+    load_index_manifest,
+    number_list,
+    output_console,
+    positive_int,
+    print_config,
+    run_job,
+    write_outputs,
+)
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -22,7 +34,11 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--exact", action="store_true", help="brute-force search only (the exact reference)")
     p.add_argument("--filter", metavar="EXPR", help="search only the documents this metadata filter selects (docs/filters.md)")
     p.add_argument("--no-overlap", action="store_true", help="skip the exact run that overlap@10 needs")
-    p.add_argument("--baseline", metavar="INDEX2", help="instead: exact search on INDEX2 and INDEX side by side, nDCG@10 per mode with Δ ± s.e. (e.g. a base and a trained checkpoint's indexes)")
+    p.add_argument(
+        "--baseline",
+        metavar="INDEX2",
+        help="instead: exact search on INDEX2 and INDEX side by side, nDCG@10 per mode with Δ ± s.e. (e.g. a base and a trained checkpoint's indexes)",
+    )
     p.add_argument("--sweep", help="comma-separated values of the first-stage knob, e.g. 4,8,16,32,64")
     p.add_argument("--sweep-knob", help="k_prime (default), candidate_cap, probe_fraction, nprobe, leaves_to_search or reorder_k")
     p.add_argument("--json", dest="json_out", help="write the results as JSON here (path or URL)")
@@ -72,8 +88,17 @@ def run(args: argparse.Namespace) -> int:
     for mode, f in result.modes.items():
         ex = f.get("exact", {})
         table.add_row(
-            mode, f["path"], str(f["partitions"]), f"{f['nDCG@10']:.4f}", f"{f['RR@10']:.4f}", f"{f['R@100']:.4f}",
-            f"{f['latency_ms_p50']:.1f}", f"{f['latency_ms_p95']:.1f}", _opt(f.get("overlap@10")), _opt(ex.get("nDCG@10")), _opt(ex.get("latency_ms_p50"), 1),
+            mode,
+            f["path"],
+            str(f["partitions"]),
+            f"{f['nDCG@10']:.4f}",
+            f"{f['RR@10']:.4f}",
+            f"{f['R@100']:.4f}",
+            f"{f['latency_ms_p50']:.1f}",
+            f"{f['latency_ms_p95']:.1f}",
+            _opt(f.get("overlap@10")),
+            _opt(ex.get("nDCG@10")),
+            _opt(ex.get("latency_ms_p50"), 1),
         )
     output_console().print(table)
     for mode, points in result.sweep.items():

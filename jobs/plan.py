@@ -21,17 +21,32 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p = p or ArgumentParser(prog="python -m mvr.jobs.plan", description=__doc__)
     m = MEASURED
     p.add_argument("--passages", type=int, required=True, help="passages after splitting documents")
-    p.add_argument("--tokens-per-passage", type=float, default=m["tokens_per_passage"].value,
-                   help=f"mean token vectors a passage before any pooling (default {m['tokens_per_passage'].value}: msmarco-sample, reference config; "
-                        f"{m['tokens_per_passage_colbert'].value} with configs/colbert.yaml)")
-    p.add_argument("--pool-factor", type=int, default=1,
-                   help="token pooling (CompressConfig.pool_factor): a passage stores tokens-per-passage ÷ factor token vectors (default 1: none)")
+    p.add_argument(
+        "--tokens-per-passage",
+        type=float,
+        default=m["tokens_per_passage"].value,
+        help=f"mean token vectors a passage before any pooling (default {m['tokens_per_passage'].value}: msmarco-sample, reference config; "
+        f"{m['tokens_per_passage_colbert'].value} with configs/colbert.yaml)",
+    )
+    p.add_argument(
+        "--pool-factor",
+        type=int,
+        default=1,
+        help="token pooling (CompressConfig.pool_factor): a passage stores tokens-per-passage ÷ factor token vectors (default 1: none)",
+    )
     p.add_argument("--dim", type=int, default=384, help="stored vector dimension (384: packaged MiniLM; 128: a ColBERT checkpoint's projection)")
-    p.add_argument("--codec", default=codecs.AUTO,
-                   help="the index codec (CompressConfig.codec): an operators/codecs name, e.g. " + ", ".join(codecs.EXAMPLES)
-                        + "; default auto: pca-192+residual-1 above 192 dims, residual-1 above 128, residual-2 at 128 or fewer")
-    p.add_argument("--pooled-codec", default="int8",
-                   help="codec of the pooled, first-m and centroid vectors (CompressConfig.pooled_codec, default int8: dim + 4 B a vector)")
+    p.add_argument(
+        "--codec",
+        default=codecs.AUTO,
+        help="the index codec (CompressConfig.codec): an operators/codecs name, e.g. "
+        + ", ".join(codecs.EXAMPLES)
+        + "; default auto: pca-192+residual-1 above 192 dims, residual-1 above 128, residual-2 at 128 or fewer",
+    )
+    p.add_argument(
+        "--pooled-codec",
+        default="int8",
+        help="codec of the pooled, first-m and centroid vectors (CompressConfig.pooled_codec, default int8: dim + 4 B a vector)",
+    )
     p.add_argument("--first-m", type=int, default=8, help="first-m vectors a passage (CompressConfig.first_m, default 8)")
     p.add_argument("--centroids", type=int, default=4, help="k-means centroids a passage (CompressConfig.centroids, default 4; colbert.yaml 8)")
     p.add_argument("--rows-per-shard", type=int, default=1024, help="passages a shard (RuntimeConfig.write_rows_per_shard, default 1024)")
@@ -42,16 +57,28 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--pq-m", type=int, help="FAISS sub-quantizers (default: the build default, the divisor of dim ≤ 96 nearest dim/8)")
     p.add_argument("--nbits", type=int, help="FAISS bits a code (default 8 at these sizes)")
     p.add_argument("--dims-per-block", type=int, default=2, help="ScaNN AH dimensions a block (default 2)")
-    p.add_argument("--codes-hot-fraction", type=float, default=0.0,
-                   help="share of a replica's memory-mapped codes to provision as resident page cache (default 0: RAM for the ANN index, "
-                        "id maps and offsets only; 1: every code of the replica cached)")
+    p.add_argument(
+        "--codes-hot-fraction",
+        type=float,
+        default=0.0,
+        help="share of a replica's memory-mapped codes to provision as resident page cache (default 0: RAM for the ANN index, "
+        "id maps and offsets only; 1: every code of the replica cached)",
+    )
     p.add_argument("--no-bm25", action="store_true", help="no BM25 partitions (mvr build-ann --no-bm25)")
     p.add_argument("--partitions", type=int, help="a fixed number of partitions P (default: from --ram-per-partition-gb, else 1)")
     p.add_argument("--ram-per-partition-gb", type=float, help="RAM budget of one partition replica, decimal GB: P is the smallest that fits")
-    p.add_argument("--size-by", choices=("peak", "steady"), default="peak",
-                   help="fit the budget with the high-water mark while a replica loads (peak, default) or its size once loaded (steady)")
-    p.add_argument("--cpu-passages-per-s", type=float, default=m["cpu_passages_per_s"].value,
-                   help=f"encode rate of one 2-vCPU node (default {m['cpu_passages_per_s'].value}: measured, see docs/capacity.md)")
+    p.add_argument(
+        "--size-by",
+        choices=("peak", "steady"),
+        default="peak",
+        help="fit the budget with the high-water mark while a replica loads (peak, default) or its size once loaded (steady)",
+    )
+    p.add_argument(
+        "--cpu-passages-per-s",
+        type=float,
+        default=m["cpu_passages_per_s"].value,
+        help=f"encode rate of one 2-vCPU node (default {m['cpu_passages_per_s'].value}: measured, see docs/capacity.md)",
+    )
     p.add_argument("--gpu-passages-per-s", type=float, help="encode rate of one GPU; not measured for mvr, so GPU-hours are given only with it")
     p.add_argument("--json", dest="json_out", action="store_true", help="print the plan as JSON instead of tables")
     return p
@@ -63,9 +90,16 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         workload = dict(
-            tokens_per_passage=args.tokens_per_passage, dim=args.dim, codec=args.codec, pooled_codec=args.pooled_codec,
-            first_m=args.first_m, centroids=args.centroids, text_bytes_per_passage=args.text_bytes_per_passage, doc_id_chars=args.doc_id_chars,
-            rows_per_shard=args.rows_per_shard, pool_factor=args.pool_factor,
+            tokens_per_passage=args.tokens_per_passage,
+            dim=args.dim,
+            codec=args.codec,
+            pooled_codec=args.pooled_codec,
+            first_m=args.first_m,
+            centroids=args.centroids,
+            text_bytes_per_passage=args.text_bytes_per_passage,
+            doc_id_chars=args.doc_id_chars,
+            rows_per_shard=args.rows_per_shard,
+            pool_factor=args.pool_factor,
         )
         ann = AnnSettings(args.ann, tuple(k.strip() for k in args.kinds.split(",") if k.strip()), args.pq_m, args.nbits, args.dims_per_block)
         serve = ServeSettings(not args.no_bm25, args.partitions, args.ram_per_partition_gb, args.size_by, args.codes_hot_fraction)
@@ -93,7 +127,10 @@ def print_plan(plan) -> None:
     inputs.add_column(justify="left", overflow="fold")
     for key, value in (
         ("passages", f"{w.passages:,}"),
-        ("token vectors a passage", f"{w.tokens_per_passage:g}" + (f", pooled ÷ {w.pool_factor}: {w.stored_tokens_per_passage:g} stored" if w.pool_factor > 1 else "")),
+        (
+            "token vectors a passage",
+            f"{w.tokens_per_passage:g}" + (f", pooled ÷ {w.pool_factor}: {w.stored_tokens_per_passage:g} stored" if w.pool_factor > 1 else ""),
+        ),
         ("dim, token codec", f"{w.dim}, {w.codec_name}{' (auto)' if w.codec == 'auto' else ''}: {w.bytes_per_vector} B a vector, decoded dim {w.codec_dim}"),
         ("pooled/first-m/centroids codec", f"{w.pooled_codec_name}: {w.bytes_per_vector_of('pooled')} B a vector, decoded dim {w.dim_of('pooled')}"),
         ("first-m, centroids", f"{w.first_m}, {w.centroids}"),
@@ -135,7 +172,11 @@ def print_plan(plan) -> None:
     enc = Table(title="encode")
     for col in ("what", "hours", "from"):
         enc.add_column(col, justify="right" if col == "hours" else "left", overflow="fold")
-    cpu_src = "measured: " + MEASURED["cpu_passages_per_s"].source if tp.cpu_passages_per_s == MEASURED["cpu_passages_per_s"].value else "given (--cpu-passages-per-s)"
+    cpu_src = (
+        "measured: " + MEASURED["cpu_passages_per_s"].source
+        if tp.cpu_passages_per_s == MEASURED["cpu_passages_per_s"].value
+        else "given (--cpu-passages-per-s)"
+    )
     enc.add_row("CPU node-hours (2 vCPUs)", f"{plan.cpu_node_hours:,.0f}", f"{tp.cpu_passages_per_s:g} passages/s, {cpu_src}")
     enc.add_row("CPU vCPU-hours", f"{plan.cpu_vcpu_hours:,.0f}", f"× {tp.cpu_vcpus} vCPUs")
     if plan.gpu_hours is None:

@@ -11,11 +11,7 @@ import sys
 
 from mvr.jobs.common import ArgumentParser, console, load_config, output_console, positive_int, print_config, run_job, write_outputs
 
-
-SHARES = {
-    "random_share": "% of queries with a random string above every relevant passage",
-    "random_top10": "% of queries with a random string in the top 10",
-}
+SHARES = {"random_share": "% of queries with a random string above every relevant passage", "random_top10": "% of queries with a random string in the top 10"}
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -24,7 +20,12 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--distractors", help="comma-separated corpora (BEIR dirs or files) added as distractors")
     p.add_argument("--random-strings", type=int, help="random-string passages for the second experiment (0: skip it)")
     p.add_argument("--workdir", help="where corpora are indexed and the random strings written (up-to-date indexes are reused)")
-    p.add_argument("--index", action="append", metavar="CORPUS=INDEX", help="an index already built of the dataset or a distractor, used instead of indexing it (repeatable)")
+    p.add_argument(
+        "--index",
+        action="append",
+        metavar="CORPUS=INDEX",
+        help="an index already built of the dataset or a distractor, used instead of indexing it (repeatable)",
+    )
     p.add_argument("--config", help="YAML file with a ScaleStudyConfig (index settings under 'index', BM25 under 'bm25')")
     p.add_argument("--split", help="qrels split (default test)")
     p.add_argument("--steps", type=positive_int, help="index sizes measured per experiment (default 5)")
@@ -41,7 +42,14 @@ def _csv(value: str | None) -> list[str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides: dict = {"dataset": args.dataset, "split": args.split, "random_strings": args.random_strings, "workdir": args.workdir, "steps": args.steps, "seed": args.seed}
+    overrides: dict = {
+        "dataset": args.dataset,
+        "split": args.split,
+        "random_strings": args.random_strings,
+        "workdir": args.workdir,
+        "steps": args.steps,
+        "seed": args.seed,
+    }
     overrides["distractors"] = _csv(args.distractors)
     overrides["modes"] = _csv(args.modes)
     if args.index:
@@ -94,7 +102,9 @@ def table(result, exp, metric: str):
         delta = f"{100 * (values[-1] - values[0]):+.1f}" if share else f"{values[-1] - values[0]:+.4f}"
         t.add_row(method, *cells, delta)
     if exp.name == "distractors":
-        t.caption = f"* = the whole {result.collection} corpus ({result.dataset_passages:,} passages); first column: its {result.judged_passages:,} judged passages"
+        t.caption = (
+            f"* = the whole {result.collection} corpus ({result.dataset_passages:,} passages); first column: its {result.judged_passages:,} judged passages"
+        )
     return t
 
 

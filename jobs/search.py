@@ -53,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
 
         parse(args.filter)  # syntax first, before any index or model is read
     if args.url:
-        return show(args, ask_service(args.url, args.token, args.query, args.k, args.mode, {**knobs, **({"filter": args.filter} if args.filter is not None else {})}))
+        return show(
+            args, ask_service(args.url, args.token, args.query, args.k, args.mode, {**knobs, **({"filter": args.filter} if args.filter is not None else {})})
+        )
     from mvr.pipeline.retrieval.local_search import answer
     from mvr.pipeline.retrieval.searcher import Searcher
     from mvr.storage.catalog import Catalog

@@ -12,7 +12,18 @@ import signal
 import sys
 import threading
 
-from mvr.jobs.common import ArgumentParser, check_port_free, console, error, load_config, load_index_manifest, output_console, port_number, print_config, run_job
+from mvr.jobs.common import (
+    ArgumentParser,
+    check_port_free,
+    console,
+    error,
+    load_config,
+    load_index_manifest,
+    output_console,
+    port_number,
+    print_config,
+    run_job,
+)
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -23,7 +34,9 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--config", help="YAML file with a ServeConfig (see configs/serve.yaml)")
     p.add_argument("--host", help="HTTP host (default 127.0.0.1; 0.0.0.0 to listen on every interface)")
     p.add_argument("--port", type=port_number, help="HTTP port (default 8000)")
-    p.add_argument("--modes", help=f"comma-separated modes to serve out of {','.join(SEARCH_MODES)} (default: the dense ones, and bm25 and hybrid when the index has BM25)")
+    p.add_argument(
+        "--modes", help=f"comma-separated modes to serve out of {','.join(SEARCH_MODES)} (default: the dense ones, and bm25 and hybrid when the index has BM25)"
+    )
     p.add_argument("--exact", action="store_true", help="serve brute-force search even where ANN partitions exist")
     p.add_argument("--poll", type=float, metavar="SECONDS", help="follow the index: switch to a newer committed version when one appears (checked this often)")
     p.add_argument("--token", help="require this bearer token on every request (default: $MVR_TOKEN when set)")
@@ -36,7 +49,9 @@ def load_serve_config(args: argparse.Namespace):
     from mvr.pipeline.config import ServeConfig
 
     modes = args.modes.split(",") if args.modes else None
-    return load_config(ServeConfig, args.config, **{"host": args.host, "port": args.port, "modes": modes, "search.exact": args.exact or None, "reload_poll_s": args.poll})
+    return load_config(
+        ServeConfig, args.config, **{"host": args.host, "port": args.port, "modes": modes, "search.exact": args.exact or None, "reload_poll_s": args.poll}
+    )
 
 
 def deployment_table(d):
@@ -47,7 +62,9 @@ def deployment_table(d):
         t.add_column(col)
     r = d.resources
     if d.encoder_app:
-        t.add_row(d.encoder_app, "QueryEncoder", str(r.encoder.replicas), f"{r.encoder.num_cpus:g}", f"{r.encoder.num_gpus:g}", str(r.encoder.threads or "-"), "model")
+        t.add_row(
+            d.encoder_app, "QueryEncoder", str(r.encoder.replicas), f"{r.encoder.num_cpus:g}", f"{r.encoder.num_gpus:g}", str(r.encoder.threads or "-"), "model"
+        )
     for s in d.layout.shards:
         holds = ", ".join(f"{k} ({'all, exact' if e is None else str(e['passages']) + ' passages'})" for k, e in s.kinds.items())
         if s.bm25:
@@ -70,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
         check_port_free(config.host, config.port)
     load_index_manifest(args.index)  # a missing or damaged index refused before Ray starts
     print_config("mvr serve: configuration", config)
-    from mvr.pipeline.serving.client import TOKEN_ENV
     from mvr.pipeline.serving.app import deploy, shutdown, start_reloader
+    from mvr.pipeline.serving.client import TOKEN_ENV
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     d = deploy(args.index, config, token, log=console.print, address=address)

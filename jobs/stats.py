@@ -39,14 +39,32 @@ def run(args: argparse.Namespace) -> int:
     for col in ("kind", "codec", "vectors", "codes bytes", "ANN index bytes", "codes B/vector", "ANN B/vector", "total B/vector"):
         per.add_column(col, justify="left" if col == "kind" else "right")
     for kind, k in vb["kinds"].items():
-        per.add_row(kind, f"{k['codec']} ({k['bytes_per_vector']} B)", f"{k['vectors']:,}", f"{k['codes_bytes']:,}", f"{k['ann_bytes']:,}",
-                    f"{k['codes_per_vector']:.2f}", f"{k['ann_per_vector']:.2f}", f"{k['total_per_vector']:.2f}")
+        per.add_row(
+            kind,
+            f"{k['codec']} ({k['bytes_per_vector']} B)",
+            f"{k['vectors']:,}",
+            f"{k['codes_bytes']:,}",
+            f"{k['ann_bytes']:,}",
+            f"{k['codes_per_vector']:.2f}",
+            f"{k['ann_per_vector']:.2f}",
+            f"{k['total_per_vector']:.2f}",
+        )
     t = vb["total"]
-    per.add_row("[bold]total[/bold]", "", f"{t['vectors']:,}", f"{t['codes_files_bytes']:,}", f"{t['ann_bytes']:,}",
-                f"{t['codes_files_bytes'] / max(t['vectors'], 1):.2f}", f"{t['ann_bytes'] / max(t['vectors'], 1):.2f}", f"[bold]{t['per_vector']:.2f}[/bold]")
+    per.add_row(
+        "[bold]total[/bold]",
+        "",
+        f"{t['vectors']:,}",
+        f"{t['codes_files_bytes']:,}",
+        f"{t['ann_bytes']:,}",
+        f"{t['codes_files_bytes'] / max(t['vectors'], 1):.2f}",
+        f"{t['ann_bytes'] / max(t['vectors'], 1):.2f}",
+        f"[bold]{t['per_vector']:.2f}[/bold]",
+    )
     out.print(per)
-    out.print("codes: each kind's column buffers (codes + int32 list offsets) in the shards' codes files; total: the codes files' whole bytes. "
-              "ANN: the index/ files of the kind's partitions. Not counted: passages.parquet files (ids), codecs/*.mvrc.")
+    out.print(
+        "codes: each kind's column buffers (codes + int32 list offsets) in the shards' codes files; total: the codes files' whole bytes. "
+        "ANN: the index/ files of the kind's partitions. Not counted: passages.parquet files (ids), codecs/*.mvrc."
+    )
     return 0
 
 

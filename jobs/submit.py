@@ -32,7 +32,6 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from mvr.jobs.cli import COMMANDS
-
     from mvr.pipeline.job_submission import TERMINAL, JobRunner
 
     module = COMMANDS[args.command][0].removeprefix("mvr.jobs.")

@@ -17,7 +17,9 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     from mvr.operators.retrieval.scoring import MODES
 
     p = p or ArgumentParser(prog="python -m mvr.jobs.train", description=__doc__)
-    p.add_argument("data", help="a corpus (file or directory mvr index reads), a BEIR directory with qrels/train.tsv, or a JSONL of {query, positive[, negatives]}")
+    p.add_argument(
+        "data", help="a corpus (file or directory mvr index reads), a BEIR directory with qrels/train.tsv, or a JSONL of {query, positive[, negatives]}"
+    )
     p.add_argument("out", help="the checkpoint directory to write (new or empty; or a stopped run's, to resume it)")
     p.add_argument("--config", help="YAML file with a TrainConfig")
     p.add_argument("--base", help="checkpoint to start from (default minilm, the packaged all-MiniLM-L6-v2)")
@@ -25,8 +27,18 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, help="optimiser steps (default: one pass over the pairs)")
     p.add_argument("--batch-size", type=positive_int, help="pairs a step a worker (default 16)")
     p.add_argument("--max-pairs", type=positive_int, help="a seeded sample of at most this many pairs")
-    p.add_argument("--negatives-from", metavar="INDEX", action="append", help="mine hard negatives with this mvr index (BM25 by default; repeat for several: a pair's in the one holding its positive)")
-    p.add_argument("--eval-dataset", metavar="DIR", action="append", help="a BEIR directory whose queries no training query may equal (repeat for several; data.on_overlap: refuse or drop)")
+    p.add_argument(
+        "--negatives-from",
+        metavar="INDEX",
+        action="append",
+        help="mine hard negatives with this mvr index (BM25 by default; repeat for several: a pair's in the one holding its positive)",
+    )
+    p.add_argument(
+        "--eval-dataset",
+        metavar="DIR",
+        action="append",
+        help="a BEIR directory whose queries no training query may equal (repeat for several; data.on_overlap: refuse or drop)",
+    )
     p.add_argument("--workers", type=positive_int, help="Ray Train workers (default 1)")
     p.add_argument("--seed", type=int, help="seed of the pairs, their order and the initialisation (default 0)")
     p.add_argument("--restart", action="store_true", help="discard OUT's run and start over")

@@ -7,7 +7,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mvr.jobs.common import ArgumentParser, console, load_config, load_index_manifest, number_list, output_console, positive_int, print_config, run_job, write_outputs
+from mvr.jobs.common import (
+    ArgumentParser,
+    console,
+    load_config,
+    load_index_manifest,
+    number_list,
+    output_console,
+    positive_int,
+    print_config,
+    run_job,
+    write_outputs,
+)
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -19,7 +30,11 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--dense", help="dense mode fused with BM25 (default maxsim)")
     p.add_argument("--folds", type=positive_int, help="query folds (default 2: tune on one half, report on the other, both ways)")
     p.add_argument("--grid", help="comma-separated λ values to try (default 0, 0.05, ..., 1)")
-    p.add_argument("--rule", choices=("one-se", "best"), help="how λ is picked on the tuning queries (default one-se: within one standard error of the best, the nearest the configured λ)")
+    p.add_argument(
+        "--rule",
+        choices=("one-se", "best"),
+        help="how λ is picked on the tuning queries (default one-se: within one standard error of the best, the nearest the configured λ)",
+    )
     p.add_argument("--exact", action="store_true", help="dense side by brute force even where ANN partitions exist")
     p.add_argument("--batch", type=positive_int, help="queries whose hybrid unions are taken together (default: all; 1: one at a time, the same unions)")
     p.add_argument("--json", dest="json_out", help="write the results as JSON here (path or URL)")

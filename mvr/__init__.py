@@ -97,10 +97,16 @@ def _log(log: Log) -> Callable[[str], None]:
 def __getattr__(name: str) -> Any:
     """The configuration classes and the search types, imported on first use."""
     lazy = {
-        "IndexConfig": "mvr.pipeline.config", "SearchConfig": "mvr.pipeline.config", "ServeConfig": "mvr.pipeline.config",
-        "AnnBuildConfig": "mvr.pipeline.config", "BM25BuildConfig": "mvr.pipeline.config", "TrainConfig": "mvr.pipeline.config",
-        "Searcher": "mvr.pipeline.retrieval.searcher", "SearchResult": "mvr.pipeline.retrieval.plan",
-        "SearchClient": "mvr.pipeline.serving.client", "FilterError": "mvr.operators.retrieval.filters",
+        "IndexConfig": "mvr.pipeline.config",
+        "SearchConfig": "mvr.pipeline.config",
+        "ServeConfig": "mvr.pipeline.config",
+        "AnnBuildConfig": "mvr.pipeline.config",
+        "BM25BuildConfig": "mvr.pipeline.config",
+        "TrainConfig": "mvr.pipeline.config",
+        "Searcher": "mvr.pipeline.retrieval.searcher",
+        "SearchResult": "mvr.pipeline.retrieval.plan",
+        "SearchClient": "mvr.pipeline.serving.client",
+        "FilterError": "mvr.operators.retrieval.filters",
     }
     if name in lazy:
         import importlib
@@ -207,7 +213,7 @@ def build_bm25(index: str, config: Any = None, log: Log = None) -> Any:
     return run(index, config or BM25BuildConfig(), log=_log(log))
 
 
-def open(index: str, modes: Sequence[str] = MODES, config: "Optional[SearchConfig]" = None) -> "Searcher":  # noqa: A001 - mvr.open
+def open(index: str, modes: Sequence[str] = MODES, config: "Optional[SearchConfig]" = None) -> "Searcher":
     """Open an index for search in this process: the same query plan the service runs.
 
     Parameters
@@ -412,7 +418,31 @@ def client(url: str, token: Optional[str] = None, timeout: float = 60.0) -> "Sea
 
 
 __all__ = [
-    "MODES", "SEARCH_MODES", "add", "build_ann", "build_bm25", "client", "compact", "delete", "index", "open", "plan", "serve",
-    "stats", "stop_serving", "train", "verify", "write_demo_corpus",
-    "IndexConfig", "SearchConfig", "ServeConfig", "AnnBuildConfig", "BM25BuildConfig", "TrainConfig", "Searcher", "SearchResult", "SearchClient", "FilterError",
+    "MODES",
+    "SEARCH_MODES",
+    "add",
+    "build_ann",
+    "build_bm25",
+    "client",
+    "compact",
+    "delete",
+    "index",
+    "open",
+    "plan",
+    "serve",
+    "stats",
+    "stop_serving",
+    "train",
+    "verify",
+    "write_demo_corpus",
+    "IndexConfig",
+    "SearchConfig",
+    "ServeConfig",
+    "AnnBuildConfig",
+    "BM25BuildConfig",
+    "TrainConfig",
+    "Searcher",
+    "SearchResult",
+    "SearchClient",
+    "FilterError",
 ]

@@ -10,8 +10,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from mvr.operators import codecs
-from mvr.operators.retrieval.candidates import FirstStage
 from mvr.operators.encode.checkpoint import read_conventions
+from mvr.operators.retrieval.candidates import FirstStage
 from mvr.operators.retrieval.fusion import HybridParams
 from mvr.operators.retrieval.scoring import MODES, VECTOR_KINDS, DenseMode, SearchMode, SingleMode, VectorKind
 
@@ -306,7 +306,11 @@ class FirstStageConfig(_Section):
     nprobe: Optional[int] = Field(None, ge=1, description="FAISS: coarse cells visited (overrides probe_fraction)")
     leaves_to_search: Optional[int] = Field(None, ge=1, description="ScaNN: tree leaves visited (overrides probe_fraction)")
     reorder_k: Optional[int] = Field(None, ge=1, description="ScaNN built with a reorder stage (reorder_k > 0; not the default): candidates re-ranked in float")
-    k_ref: int = Field(10, ge=1, description="the k that k_prime and candidate_cap are sized for: a search for more documents scales k_prime by k / k_ref and raises candidate_cap to 4·k")
+    k_ref: int = Field(
+        10,
+        ge=1,
+        description="the k that k_prime and candidate_cap are sized for: a search for more documents scales k_prime by k / k_ref and raises candidate_cap to 4·k",
+    )
 
     def first_stage(self) -> FirstStage:
         knobs = {"probe_fraction": self.probe_fraction, "nprobe": self.nprobe, "leaves_to_search": self.leaves_to_search, "reorder_k": self.reorder_k}
@@ -408,18 +412,17 @@ class ServeConfig(_JobConfig):
     port: int = Field(8000, ge=1, le=65535)
     app_name: str = Field("mvr", description="Serve application of the ingress (the HTTP route /)")
     proxy_location: Literal["EveryNode", "HeadOnly"] = Field(
-        "EveryNode",
-        description="Serve's HTTP proxies: on every node with a replica (behind a load balancer) or on the head only",
+        "EveryNode", description="Serve's HTTP proxies: on every node with a replica (behind a load balancer) or on the head only"
     )
-    modes: Optional[list[SearchMode]] = Field(
-        None, description="None: the dense modes, plus bm25 and hybrid when the index has BM25 partitions"
-    )
+    modes: Optional[list[SearchMode]] = Field(None, description="None: the dense modes, plus bm25 and hybrid when the index has BM25 partitions")
     search: SearchConfig = SearchConfig()
     encoder: EncoderReplicaConfig = EncoderReplicaConfig()
     partition: PartitionReplicaConfig = PartitionReplicaConfig()
     searcher: ReplicaConfig = ReplicaConfig(num_cpus=0.1, max_ongoing_requests=64)
     one_trip_max_partitions: int = Field(
-        8, ge=0, description="ANN modes over at most this many partitions take one trip: hits and each partition's likely share of the candidates rescored together (the same top-k; 0: always two trips)"
+        8,
+        ge=0,
+        description="ANN modes over at most this many partitions take one trip: hits and each partition's likely share of the candidates rescored together (the same top-k; 0: always two trips)",
     )
     direct_ingress: bool = Field(
         False,
@@ -427,7 +430,9 @@ class ServeConfig(_JobConfig):
         "no proxy hop; put a load balancer over them: docs/serve.md). Needs RAY_SERVE_ENABLE_DIRECT_INGRESS=1 in the Ray "
         "cluster's environment (mvr sets it when it starts Ray itself)",
     )
-    partition_timeout_s: float = Field(2.0, gt=0, description="a partition not answering a call within this (a coalesced trip: this times the calls it carries) is left out (degraded answer)")
+    partition_timeout_s: float = Field(
+        2.0, gt=0, description="a partition not answering a call within this (a coalesced trip: this times the calls it carries) is left out (degraded answer)"
+    )
     encode_timeout_s: float = Field(10.0, gt=0, description="a query not encoded within this is answered 503")
     max_batch_queries: int = Field(256, ge=1, description="queries in one POST /search/batch at most")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="request bodies above this are refused with 413")
@@ -435,10 +440,14 @@ class ServeConfig(_JobConfig):
         16384, ge=1024, description="requests whose headers total more bytes than this (as sent: names, values, separators) are refused with 431"
     )
     body_timeout_s: float = Field(
-        10.0, gt=0, description="a request body not received whole within this many seconds of its headers is refused with 408 "
-        "(a slow or stalled client; the ingress slot it held is freed)"
+        10.0,
+        gt=0,
+        description="a request body not received whole within this many seconds of its headers is refused with 408 "
+        "(a slow or stalled client; the ingress slot it held is freed)",
     )
-    cluster_share: float = Field(0.5, gt=0, le=1, description="share of the cluster's CPUs one index version reserves by default, so a new version can start beside it")
+    cluster_share: float = Field(
+        0.5, gt=0, le=1, description="share of the cluster's CPUs one index version reserves by default, so a new version can start beside it"
+    )
     reload_poll_s: Optional[float] = Field(
         None, gt=0, description="check the index for a newer committed version this often and switch to it (None: only on POST /admin/reload)"
     )
@@ -457,9 +466,7 @@ class ScaleStudyConfig(_JobConfig):
     random_strings: int = Field(0, ge=0, description="random-string passages for the second experiment (0: skip it)")
     steps: int = Field(5, ge=2, description="index sizes measured, judged passages only up to everything")
     dims: list[int] = Field(default_factory=lambda: [384, 128, 64], description="pooled single-vector dimensions (PCA fitted on the dataset's corpus)")
-    modes: list[SingleMode] = Field(
-        default_factory=lambda: ["bm25", "pooled", "maxsim", "first-m", "softmax-centroid"]
-    )
+    modes: list[SingleMode] = Field(default_factory=lambda: ["bm25", "pooled", "maxsim", "first-m", "softmax-centroid"])
     workdir: str = Field("", description="where the corpora are indexed (an up-to-date index is reused)")
     indexes: dict[str, str] = Field(
         default_factory=dict, description="indexes already built of the dataset or a distractor: {corpus: index URL}, used as they are instead of indexing it"
@@ -507,7 +514,8 @@ class TrainDataConfig(_Section):
     kinds: list[Literal["ict", "title"]] = Field(default_factory=lambda: ["ict", "title"], description="unsupervised pair kinds drawn from a corpus")
     max_pairs: Optional[int] = Field(None, ge=1, description="a seeded sample of at most this many pairs (None: all)")
     negatives_from: list[str] = Field(
-        default_factory=list, description="mvr indexes to mine hard negatives with (BM25 or a dense mode): a pair's in the one holding its positive (else the first)"
+        default_factory=list,
+        description="mvr indexes to mine hard negatives with (BM25 or a dense mode): a pair's in the one holding its positive (else the first)",
     )
     negatives_mode: SingleMode = "bm25"
     negatives: int = Field(1, ge=0, le=16, description="hard negatives a pair, drawn from the ranking's places skip+1 to depth")
@@ -515,7 +523,9 @@ class TrainDataConfig(_Section):
     negatives_depth: int = Field(30, ge=2, le=1000)
     eval_datasets: list[str] = Field(default_factory=list, description="BEIR directories whose queries no training query may equal")
     eval_split: str = "test"
-    on_overlap: Literal["refuse", "drop"] = Field("refuse", description="a training query equal to an evaluation query: refuse the data, or drop those pairs (and say so)")
+    on_overlap: Literal["refuse", "drop"] = Field(
+        "refuse", description="a training query equal to an evaluation query: refuse the data, or drop those pairs (and say so)"
+    )
 
 
 class TrainLoopConfig(_Section):
@@ -545,7 +555,9 @@ class TrainRuntimeConfig(_Section):
 
     workers: int = Field(1, ge=1)
     use_gpu: Optional[bool] = Field(None, description="None: when the cluster has GPUs")
-    cpus_per_worker: Optional[float] = Field(None, gt=0, description="CPUs reserved a worker, and its torch threads (None: 1 reserved, torch's default threads: all the node's cores)")
+    cpus_per_worker: Optional[float] = Field(
+        None, gt=0, description="CPUs reserved a worker, and its torch threads (None: 1 reserved, torch's default threads: all the node's cores)"
+    )
     max_failures: int = Field(3, ge=0, description="worker-group restarts from the last checkpoint before the job fails")
 
 

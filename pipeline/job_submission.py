@@ -22,32 +22,15 @@ from typing import Mapping, Optional, Sequence
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 # Relative to the working dir, gitignore syntax (Ray also skips what .gitignore lists).
-EXCLUDES = [
-    ".git",
-    "**/__pycache__",
-    "*.egg-info",
-    ".pytest_cache",
-    "docs/*.png",
-    "benchmarks/results",
-    "runs",
-]
+EXCLUDES = [".git", "**/__pycache__", "*.egg-info", ".pytest_cache", "docs/*.png", "benchmarks/results", "runs"]
 
 # Nothing is fetched from a hub at run time (the default model ships in a package).
-ENV_VARS = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
+ENV_VARS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
 
 
-def runtime_env(
-    working_dir: str = ".",
-    env_vars: Optional[Mapping[str, str]] = None,
-    excludes: Sequence[str] = (),
-    **extra,
-) -> dict:
+def runtime_env(working_dir: str = ".", env_vars: Optional[Mapping[str, str]] = None, excludes: Sequence[str] = (), **extra) -> dict:
     """The runtime env of an mvr job: ``working_dir`` (uploaded by the client), the default
     ``EXCLUDES`` plus ``excludes``, ``ENV_VARS`` updated with ``env_vars``; any other
     runtime-env field (``pip``, ``py_modules``, …) passes through ``extra``."""
@@ -86,22 +69,13 @@ class JobRunner:
         self.client = JobSubmissionClient(address, headers=headers or None)
 
     def submit(
-        self,
-        job: str,
-        args: Sequence[str] = (),
-        working_dir: str = ".",
-        env: Optional[dict] = None,
-        submission_id: Optional[str] = None,
-        **kwargs,
+        self, job: str, args: Sequence[str] = (), working_dir: str = ".", env: Optional[dict] = None, submission_id: Optional[str] = None, **kwargs
     ) -> str:
         """Submit ``python -m mvr.jobs.{job} ARGS`` with ``runtime_env(working_dir)`` (or ``env``).
         Returns the submission id. ``kwargs`` go to ``JobSubmissionClient.submit_job``
         (``entrypoint_num_cpus``, ``metadata``, …)."""
         return self.client.submit_job(
-            entrypoint=entrypoint(job, args),
-            runtime_env=env if env is not None else runtime_env(working_dir),
-            submission_id=submission_id,
-            **kwargs,
+            entrypoint=entrypoint(job, args), runtime_env=env if env is not None else runtime_env(working_dir), submission_id=submission_id, **kwargs
         )
 
     def status(self, job_id: str) -> JobStatus:

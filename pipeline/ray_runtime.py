@@ -15,7 +15,6 @@ import ray
 
 from mvr.pipeline.config import RuntimeConfig
 
-
 # Ray's own error when the raylet of a local cluster it starts has not registered with the GCS
 # within a fixed 30 s (ray/_private/node.py, ``Node.__init__``: no setting changes it)
 RAY_START_TIMEOUT = "The current node timed out during startup"
@@ -75,8 +74,7 @@ def _start_ray(address: Optional[str], level: int, quiet: bool) -> None:
             if attempt == RAY_START_ATTEMPTS:
                 raise
             log.warning(
-                "Ray's local start timed out (%s); its processes stopped, starting again (attempt %d of %d)",
-                RAY_START_TIMEOUT, attempt + 1, RAY_START_ATTEMPTS,
+                "Ray's local start timed out (%s); its processes stopped, starting again (attempt %d of %d)", RAY_START_TIMEOUT, attempt + 1, RAY_START_ATTEMPTS
             )
 
 

@@ -11,13 +11,10 @@ analyzer and scoring settings, and the collection statistics' totals."""
 
 from __future__ import annotations
 
-import io
 import posixpath
 from typing import Any, Optional, Sequence
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from mvr.operators.retrieval.bm25 import BM25Partition
 from mvr.storage.partitions import INDEX_SUBDIR, PASSAGES_FILE, ShardSlice, local_copy, passages_parquet, read_partition_passages, saved_files, write_files

@@ -10,9 +10,8 @@ import os
 import tempfile
 from typing import Any, Optional, Sequence
 
-import numpy as np
-
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -36,14 +35,14 @@ def connect(url: str, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
 def _arrow(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     """Run ``sql`` and fetch an Arrow table (DuckDB 1.x and 2.x spell this differently)."""
     rel = con.sql(sql)
-    fetch = getattr(rel, "to_arrow_table", None) or getattr(rel, "arrow")
+    fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
     return fetch()
 
 
 def _arrow_params(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any]) -> pa.Table:
     """Run ``sql`` with ``?`` parameters bound to ``params`` and fetch an Arrow table."""
     rel = con.sql(sql, params=list(params))
-    fetch = getattr(rel, "to_arrow_table", None) or getattr(rel, "arrow")
+    fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
     return fetch()
 
 
@@ -55,7 +54,8 @@ def find_duplicates(index_url: str, blocks: Sequence[InputBlock]) -> int:
     """Rows whose id appeared earlier in input order (first one wins) → duplicates file.
     Returns how many rows are duplicates."""
     con = connect(index_url)
-    table = _arrow(con,
+    table = _arrow(
+        con,
         f"""
         WITH valid AS (
             SELECT block_id, row_index, doc_id FROM read_parquet({_list(scan_urls(index_url, blocks))})
@@ -83,7 +83,8 @@ def write_rejects(index_url: str, blocks: Sequence[InputBlock]) -> int:
         line_base[b.url] += raw_rows(index_url, b.block_id)
     con = connect(index_url)
     con.register("block_lines", pa.table({"block_id": [f[0] for f in firsts], "source": [f[1] for f in firsts], "base": [f[2] for f in firsts]}))
-    table = _arrow(con,
+    table = _arrow(
+        con,
         f"""
         WITH r AS (
             SELECT block_id, row_index, doc_id, reason FROM read_parquet({_list(scan_urls(index_url, blocks))}) WHERE reason IS NOT NULL
@@ -102,9 +103,7 @@ def write_rejects(index_url: str, blocks: Sequence[InputBlock]) -> int:
 def scan_counts(index_url: str, blocks: Sequence[InputBlock]) -> dict:
     """Input rows, valid rows and duplicates over the staging scan results."""
     con = connect(index_url)
-    rows, valid = con.execute(
-        f"SELECT count(*), count(*) FILTER (WHERE reason IS NULL) FROM read_parquet({_list(scan_urls(index_url, blocks))})"
-    ).fetchone()
+    rows, valid = con.execute(f"SELECT count(*), count(*) FILTER (WHERE reason IS NULL) FROM read_parquet({_list(scan_urls(index_url, blocks))})").fetchone()
     (dups,) = con.execute(f"SELECT count(*) FROM read_parquet({_list([duplicates_url(index_url)])})").fetchone()
     return {"input_rows": int(rows), "valid_rows": int(valid), "duplicates": int(dups)}
 
@@ -135,7 +134,7 @@ def build_catalog(
             names = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({_list(urls)}, union_by_name=true)").fetchall()}
             meta = "p.metadata" if "metadata" in names else "NULL::VARCHAR"
             con.execute(
-                f"""CREATE TABLE passages AS SELECT {cols.replace('filename AS shard', 'p.filename AS shard')},
+                f"""CREATE TABLE passages AS SELECT {cols.replace("filename AS shard", "p.filename AS shard")},
                     (o.first_passage + p.file_row_number)::BIGINT AS passage, {meta} AS metadata
                     FROM read_parquet({_list(urls)}, filename=true, file_row_number=true, union_by_name=true) p
                     JOIN shard_order o ON p.filename = o.shard_url
@@ -208,10 +207,7 @@ def build_documents(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     parsed = json.loads(structure) if structure else {}
     columns = metadata_columns(parsed if isinstance(parsed, dict) else {})
     if columns:
-        con.execute(
-            "CREATE TABLE documents AS SELECT doc_id, unnest(json_transform(metadata::JSON, ?)) FROM doc_meta ORDER BY doc_id",
-            [json.dumps(columns)],
-        )
+        con.execute("CREATE TABLE documents AS SELECT doc_id, unnest(json_transform(metadata::JSON, ?)) FROM doc_meta ORDER BY doc_id", [json.dumps(columns)])
         for key, t in columns.items():
             if t != "VARCHAR":
                 continue
@@ -332,9 +328,7 @@ class Catalog:
             return [r[0] for r in cur.execute("SELECT DISTINCT doc_id FROM passages JOIN wanted USING (doc_id) ORDER BY doc_id").fetchall()]
 
     def rejects_by_reason(self) -> list[tuple[str, int]]:
-        return self.con.execute(
-            "SELECT split_part(reason, ':', 1) AS kind, count(*) FROM rejects GROUP BY kind ORDER BY 2 DESC, 1"
-        ).fetchall()
+        return self.con.execute("SELECT split_part(reason, ':', 1) AS kind, count(*) FROM rejects GROUP BY kind ORDER BY 2 DESC, 1").fetchall()
 
     def totals(self) -> dict:
         ((p, d, t),) = self.con.execute("SELECT count(*), count(DISTINCT doc_id), coalesce(sum(n_tokens), 0) FROM passages").fetchall()
@@ -349,7 +343,7 @@ class Catalog:
         with self.con.cursor() as cur:  # a cursor per call: callers may overlap (the Serve ingress)
             # an IN list is answered from the doc_id index (a join is planned as a scan of the table)
             rows = cur.execute(
-                f"""SELECT doc_id, title, text, char_start, char_end FROM passages WHERE doc_id IN ({', '.join('?' * len(wanted))})
+                f"""SELECT doc_id, title, text, char_start, char_end FROM passages WHERE doc_id IN ({", ".join("?" * len(wanted))})
                     ORDER BY doc_id, passage_idx""",
                 wanted,
             ).fetchall()

@@ -16,8 +16,8 @@ from typing import Any, Mapping, Optional
 
 from mvr.operators import codecs
 from mvr.storage import fs
-from mvr.storage.shards import STAGING_DIR
 from mvr.storage.integrity import ExpectedFile, read_listed, unreadable
+from mvr.storage.shards import STAGING_DIR
 
 CODECS_DIR = "codecs"
 GROUPS = ("tokens", "pooled")

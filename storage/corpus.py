@@ -64,9 +64,7 @@ def find_files(url: str) -> list[tuple[str, str, Optional[str]]]:
         raise CorpusError(f"corpus not found: {url}")
     if filesystem.isdir(path):
         beir = posixpath.join(path, "corpus.jsonl")
-        candidates = [beir] if filesystem.exists(beir) else sorted(
-            p for p in filesystem.find(path) if _format_of(p)[0] is not None
-        )
+        candidates = [beir] if filesystem.exists(beir) else sorted(p for p in filesystem.find(path) if _format_of(p)[0] is not None)
     else:
         candidates = [path]
     out = []

@@ -70,7 +70,7 @@ def write_bytes_atomic(url: str, data: bytes) -> None:
         try:
             os.replace(tmp, path)  # atomic on one filesystem
         except OSError as exc:
-            raise _write_failed(exc, tmp, url)
+            raise _write_failed(exc, tmp, url)  # noqa: B904 - the cause is set there (or the error is exc itself)
     else:
         fs.pipe_file(path, data)
 
@@ -95,7 +95,7 @@ def _local_tmp_file(path: str, url: str, data: bytes, fsync: bool) -> str:
                 f.flush()
                 os.fsync(f.fileno())
     except OSError as exc:
-        raise _write_failed(exc, tmp, url)
+        raise _write_failed(exc, tmp, url)  # noqa: B904 - the cause is set there (or the error is exc itself)
     return tmp
 
 

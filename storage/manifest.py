@@ -58,8 +58,17 @@ class ShardEntry(BaseModel):
 
 
 SHARD_LIST_SCHEMA = pa.schema(
-    [("path", pa.string()), ("codes", pa.string()), ("rows", pa.int64()), ("tokens", pa.int64()), ("bytes", pa.int64()),
-     ("sha256", pa.string()), ("codes_bytes", pa.int64()), ("codes_sha256", pa.string()), ("block_id", pa.string())]
+    [
+        ("path", pa.string()),
+        ("codes", pa.string()),
+        ("rows", pa.int64()),
+        ("tokens", pa.int64()),
+        ("bytes", pa.int64()),
+        ("sha256", pa.string()),
+        ("codes_bytes", pa.int64()),
+        ("codes_sha256", pa.string()),
+        ("block_id", pa.string()),
+    ]
 )
 
 
@@ -70,7 +79,9 @@ class ShardList(Sequence[ShardEntry]):
     whole-list computations (partition planning, totals) without a Python object a shard."""
 
     def __init__(self, columns: Mapping[str, Any]) -> None:
-        self.columns = {f.name: (np.asarray(columns[f.name], np.int64) if pa.types.is_integer(f.type) else _strings(columns[f.name])) for f in SHARD_LIST_SCHEMA}
+        self.columns = {
+            f.name: (np.asarray(columns[f.name], np.int64) if pa.types.is_integer(f.type) else _strings(columns[f.name])) for f in SHARD_LIST_SCHEMA
+        }
         self._by_path: Optional[dict[str, int]] = None
 
     @classmethod
@@ -242,7 +253,10 @@ def read_shard_list(index_url: str, entry: dict[str, Any]) -> ShardList:
     except (pa.ArrowException, OSError) as exc:
         raise unreadable(index_url, expected, exc, len(data)) from exc
     if table.num_rows != int(entry["count"]):
-        raise IntegrityError([FileCheck(expected.path, "shard list", "corrupted", expected.bytes, len(data), f"{table.num_rows} shards, the manifest says {entry['count']}")], index_url)
+        raise IntegrityError(
+            [FileCheck(expected.path, "shard list", "corrupted", expected.bytes, len(data), f"{table.num_rows} shards, the manifest says {entry['count']}")],
+            index_url,
+        )
     if not table.schema.equals(SHARD_LIST_SCHEMA, check_metadata=False):
         raise unreadable(index_url, expected, ValueError(f"columns {table.schema.names}, not {SHARD_LIST_SCHEMA.names}"), len(data))
     return ShardList.from_table(table)
@@ -293,7 +307,9 @@ def commit_manifest(index_url: str, manifest: Manifest, based_on: Optional[int] 
         fs.write_bytes_atomic(fs.join(index_url, rel), data)
     manifest.shard_list = {"path": rel, "bytes": len(data), "sha256": digest, "count": len(manifest.shards)}
     manifest.created_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    manifest.history = (manifest.history + [{"version": manifest.version, "operation": operation, "at": manifest.created_at, "summary": summary}])[-HISTORY_KEPT:]
+    manifest.history = (manifest.history + [{"version": manifest.version, "operation": operation, "at": manifest.created_at, "summary": summary}])[
+        -HISTORY_KEPT:
+    ]
     body = json.dumps(manifest.model_dump(mode="json"), indent=1).encode()
     try:
         fs.create_exclusive(version_url(index_url, manifest.version), body)

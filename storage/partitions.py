@@ -34,15 +34,15 @@ import pyarrow.parquet as pq
 from mvr.operators.ann.base import AnnIndex
 from mvr.operators.ann.factory import load_index
 from mvr.operators.codecs import Codec
-from mvr.storage.codec_file import codec_of
 from mvr.operators.retrieval.partition import Partition
 from mvr.operators.retrieval.stored_vectors import StoredVectors
 from mvr.storage import fs
+from mvr.storage.codec_file import codec_of
+from mvr.storage.integrity import ExpectedFile, FileCheck, IntegrityError, missing, read_listed, size_check, unreadable
 from mvr.storage.manifest import Manifest, ShardEntry, shard_lookup, shard_paths, shard_rows
 from mvr.storage.schema import arrow_to_codes
 from mvr.storage.shards import open_codes, read_shard_checked
 from mvr.storage.tombstones import live_mask
-from mvr.storage.integrity import ExpectedFile, FileCheck, IntegrityError, missing, read_listed, size_check, unreadable
 from mvr.storage.verify import codes_file
 
 ANN_DIR = "ann"
@@ -256,7 +256,7 @@ def _load(index_url: str, rel: str, subdir: str, load: Callable[[str], Any], dir
     ``IntegrityError`` naming the partition's directory (a file changed in place)."""
     try:
         return load(directory)
-    except Exception as exc:  # noqa: BLE001 - FAISS, ScaNN and bm25s raise their own types
+    except Exception as exc:
         raise unreadable(index_url, ExpectedFile(f"{rel}/{subdir}", "partition", None, None), exc) from exc
 
 

@@ -94,12 +94,7 @@ def codes_schema(codec_set: Mapping[str, Codec]) -> pa.Schema:
             pa.field("first_m", pa.list_(code)),
             pa.field("centroids", pa.list_(code)),
         ],
-        metadata={
-            "mvr.schema_version": str(SCHEMA_VERSION),
-            "mvr.codec.tokens": tokens.name,
-            "mvr.codec.pooled": pooled.name,
-            "mvr.dim": str(tokens.dim_out),
-        },
+        metadata={"mvr.schema_version": str(SCHEMA_VERSION), "mvr.codec.tokens": tokens.name, "mvr.codec.pooled": pooled.name, "mvr.dim": str(tokens.dim_out)},
     )
 
 

@@ -19,15 +19,15 @@ import io
 import json
 import os
 import posixpath
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mvr.storage import fs
-from mvr.storage.schema import CODE_COLUMNS
 from mvr.storage.integrity import ExpectedFile, IntegrityError, check_data, missing, size_check, unreadable
+from mvr.storage.schema import CODE_COLUMNS
 
 SHARDS_DIR = "shards"
 STAGING_DIR = "_staging"
@@ -150,9 +150,15 @@ def rewrite_shard(index_url: str, shard: dict, keep: np.ndarray, rel_dir: str) -
     fs.write_bytes_atomic(fs.join(index_url, codes_path(rel)), codes_data)
     fs.write_bytes_atomic(fs.join(index_url, rel), data)
     return {
-        "path": rel, "codes": codes_path(rel), "rows": table.num_rows, "tokens": int(pa.compute.sum(table["n_tokens"]).as_py() or 0),
-        "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "codes_bytes": len(codes_data),
-        "codes_sha256": hashlib.sha256(codes_data).hexdigest(), "block_id": shard["block_id"],
+        "path": rel,
+        "codes": codes_path(rel),
+        "rows": table.num_rows,
+        "tokens": int(pa.compute.sum(table["n_tokens"]).as_py() or 0),
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "codes_bytes": len(codes_data),
+        "codes_sha256": hashlib.sha256(codes_data).hexdigest(),
+        "block_id": shard["block_id"],
     }
 
 
@@ -232,5 +238,3 @@ def sha256_of(index_url: str, rel_path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-

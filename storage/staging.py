@@ -42,12 +42,7 @@ def write_scan(index_url: str, block: InputBlock, rows: list[tuple[int, Optional
     """Validation result of one block: (row_index, doc_id, reject reason or None) per row;
     ``raw_rows``: lines/rows read (a skipped TSV header included) for global line numbers.
     An id or reason that UTF-8 cannot hold (a lone surrogate) is stored with it escaped."""
-    columns = {
-        "block_id": [block.block_id] * len(rows),
-        "row_index": [r[0] for r in rows],
-        "doc_id": [r[1] for r in rows],
-        "reason": [r[2] for r in rows],
-    }
+    columns = {"block_id": [block.block_id] * len(rows), "row_index": [r[0] for r in rows], "doc_id": [r[1] for r in rows], "reason": [r[2] for r in rows]}
     schema = SCAN_SCHEMA.with_metadata({"raw_rows": str(raw_rows)})
     try:
         table = pa.table(columns, schema=schema)

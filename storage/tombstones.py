@@ -37,7 +37,12 @@ def write_tombstones(index_url: str, dead: np.ndarray) -> dict[str, Any]:
         return {}
     sink = io.BytesIO()
     pq.write_table(
-        pa.table({"passage": dead}), sink, compression="zstd", row_group_size=ROW_GROUP, use_dictionary=False, column_encoding={"passage": "DELTA_BINARY_PACKED"}
+        pa.table({"passage": dead}),
+        sink,
+        compression="zstd",
+        row_group_size=ROW_GROUP,
+        use_dictionary=False,
+        column_encoding={"passage": "DELTA_BINARY_PACKED"},
     )
     data = sink.getvalue()
     digest = hashlib.sha256(data).hexdigest()

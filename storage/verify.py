@@ -128,9 +128,7 @@ def _partition_files(part: dict, group: str) -> list[ExpectedFile]:
     return [ExpectedFile(f"{rel}/{name}", group, int(f["bytes"]), str(f["sha256"])) for name, f in sorted(part.get("files", {}).items())]
 
 
-def verify_index(
-    index_url: str, workers: int = 4, progress: Optional[Callable[[FileCheck], None]] = None, manifest: Optional[Manifest] = None
-) -> VerifyReport:
+def verify_index(index_url: str, workers: int = 4, progress: Optional[Callable[[FileCheck], None]] = None, manifest: Optional[Manifest] = None) -> VerifyReport:
     """Check every file the committed manifest of ``index_url`` lists (FileNotFoundError
     when there is no manifest)."""
     manifest = manifest or load_manifest(index_url)

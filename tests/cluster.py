@@ -170,8 +170,7 @@ class LocalCluster:
         cmd += ["--object-store-memory", str(self.object_store_bytes), *args]
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.env(), start_new_session=True, preexec_fn=_die_with_parent,
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env(), start_new_session=True, preexec_fn=_die_with_parent
             )
         node = Node(name, proc, log, head, resources)
         self.nodes.append(node)
@@ -182,11 +181,27 @@ class LocalCluster:
         node = self._spawn(
             "head",
             [
-                "--head", "--port", str(self.gcs_port), "--num-cpus", str(num_cpus), "--num-gpus", "0",
-                "--temp-dir", str(self.temp_dir), "--include-dashboard", "true",
-                "--dashboard-host", "127.0.0.1", "--dashboard-port", str(self.dashboard_port),
-                "--ray-client-server-port", str(client_port), "--dashboard-agent-listen-port", str(agent_port),
-                "--metrics-export-port", str(metrics_port),
+                "--head",
+                "--port",
+                str(self.gcs_port),
+                "--num-cpus",
+                str(num_cpus),
+                "--num-gpus",
+                "0",
+                "--temp-dir",
+                str(self.temp_dir),
+                "--include-dashboard",
+                "true",
+                "--dashboard-host",
+                "127.0.0.1",
+                "--dashboard-port",
+                str(self.dashboard_port),
+                "--ray-client-server-port",
+                str(client_port),
+                "--dashboard-agent-listen-port",
+                str(agent_port),
+                "--metrics-export-port",
+                str(metrics_port),
             ],
             head=True,
             resources={},
@@ -215,10 +230,20 @@ class LocalCluster:
         node = self._spawn(
             name,
             [
-                "--address", self.gcs_address, "--num-cpus", str(num_cpus), "--num-gpus", "0",
-                "--temp-dir", str(self.root / name),  # a disk of its own, as a machine has
-                "--resources", json.dumps(resources),
-                "--dashboard-agent-listen-port", str(agent_port), "--metrics-export-port", str(metrics_port),
+                "--address",
+                self.gcs_address,
+                "--num-cpus",
+                str(num_cpus),
+                "--num-gpus",
+                "0",
+                "--temp-dir",
+                str(self.root / name),  # a disk of its own, as a machine has
+                "--resources",
+                json.dumps(resources),
+                "--dashboard-agent-listen-port",
+                str(agent_port),
+                "--metrics-export-port",
+                str(metrics_port),
             ],
             head=False,
             resources=resources,

@@ -194,8 +194,8 @@ def cranfield_bm25(fixture_cache, cranfield_index) -> str:
 def msmarco_100(fixture_cache, datasets) -> str:
     """The first 100 msmarco-sample passages in 3 shards (~8,000 token vectors: IVFPQ at 7
     bits), FAISS partitions (P = 1) of tokens and pooled, BM25. Tests copy it to change it."""
-    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.config import AnnBuildConfig, IndexConfig
+    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.indexing.corpus_job import index_corpus
 
     config = IndexConfig.from_yaml(None, **{"limit": 100, "runtime.write_rows_per_shard": 40})
@@ -239,8 +239,17 @@ def serve_config(port: int, app_name: str, **settings):
 
 
 SLOW_FIXTURES = {
-    "msmarco_index", "dbpedia_index", "cranfield_index", "msmarco_100", "msmarco_meta_index", "msmarco_faiss2", "msmarco_scann1",
-    "dbpedia_faiss4", "dbpedia_bm25", "cranfield_bm25", "serve_port",
+    "msmarco_index",
+    "dbpedia_index",
+    "cranfield_index",
+    "msmarco_100",
+    "msmarco_meta_index",
+    "msmarco_faiss2",
+    "msmarco_scann1",
+    "dbpedia_faiss4",
+    "dbpedia_bm25",
+    "cranfield_bm25",
+    "serve_port",
 }
 
 
@@ -250,9 +259,27 @@ SLOW_FIXTURES = {
 # keep their file order. On a cold run (an empty fixture cache) the first modules after the
 # cluster tests build the whole-collection fixtures, which the later ones read.
 LONGEST_FIRST = (
-    "test_cluster_jobs", "test_search_ann", "test_hybrid", "test_filters", "test_serve", "test_updates", "test_train", "test_serve_live",
-    "test_resume", "test_startup_retry", "test_api", "test_demo", "test_updates_concurrency", "test_index_msmarco", "test_openapi_contract",
-    "test_full_disk", "test_deploy_damaged", "test_tiny_corpora", "test_slow_clients", "test_partition_memory", "test_capacity_plan",
+    "test_cluster_jobs",
+    "test_search_ann",
+    "test_hybrid",
+    "test_filters",
+    "test_serve",
+    "test_updates",
+    "test_train",
+    "test_serve_live",
+    "test_resume",
+    "test_startup_retry",
+    "test_api",
+    "test_demo",
+    "test_updates_concurrency",
+    "test_index_msmarco",
+    "test_openapi_contract",
+    "test_full_disk",
+    "test_deploy_damaged",
+    "test_tiny_corpora",
+    "test_slow_clients",
+    "test_partition_memory",
+    "test_capacity_plan",
     "test_cli_errors",
 )
 
@@ -311,7 +338,6 @@ def pytest_sessionstart(session) -> None:
 def pytest_runtest_setup(item) -> None:
     if item.config.getoption("--cpu-profile"):
         item.stash[_START_KEY] = (time.monotonic(), *_core_seconds())
-
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -38,8 +38,16 @@ from typing import Callable, Optional
 ROOT = Path(__file__).resolve().parents[1]
 # the source files whose change can change a cached index's bytes (relative to the root)
 SOURCES = (
-    "operators/encode", "operators/codecs", "operators/ann", "operators/retrieval/bm25.py", "operators/packed.py",
-    "storage", "pipeline/indexing", "pipeline/config.py", "tests/metadata_corpus.py", "tests/fixture_cache.py",
+    "operators/encode",
+    "operators/codecs",
+    "operators/ann",
+    "operators/retrieval/bm25.py",
+    "operators/packed.py",
+    "storage",
+    "pipeline/indexing",
+    "pipeline/config.py",
+    "tests/metadata_corpus.py",
+    "tests/fixture_cache.py",
 )
 LIBRARIES = ("torch", "transformers", "tokenizers", "faiss-cpu", "scann", "numpy", "pyarrow", "duckdb", "bm25s", "PyStemmer")
 KEEP = 2
@@ -105,7 +113,7 @@ def check_index(index: Path, recorded: dict) -> Optional[str]:
 
     try:
         manifest = load_manifest(str(index))
-    except Exception as e:  # noqa: BLE001 - any unreadable manifest is a damaged entry
+    except Exception as e:
         return f"manifest unreadable: {e}"
     report = verify_index(str(index), workers=2, manifest=manifest)
     if not report.ok:
@@ -123,8 +131,14 @@ class FixtureCache:
     """Built indexes by recipe under ``root`` (``default_root()``); ``fresh``: rebuild every
     entry once, the first time this process (or a run: ``fresh_marks``) asks for it."""
 
-    def __init__(self, root: Optional[Path] = None, environment: Optional[dict] = None, fresh: bool = False,
-                 fresh_marks: Optional[Path] = None, log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        root: Optional[Path] = None,
+        environment: Optional[dict] = None,
+        fresh: bool = False,
+        fresh_marks: Optional[Path] = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
         self.root = Path(root or default_root())
         self._environment = environment
         self.fresh = fresh
@@ -167,9 +181,15 @@ class FixtureCache:
             build(tmp / "index")
             from mvr.storage.manifest import load_manifest
 
-            record = {"name": name, "key": entry.name.rsplit("-", 1)[1], "recipe": recipe, "environment": self.environment,
-                      "version": load_manifest(str(tmp / "index")).version, "files": index_files(tmp / "index"),
-                      "built_s": round(time.monotonic() - t0, 1)}
+            record = {
+                "name": name,
+                "key": entry.name.rsplit("-", 1)[1],
+                "recipe": recipe,
+                "environment": self.environment,
+                "version": load_manifest(str(tmp / "index")).version,
+                "files": index_files(tmp / "index"),
+                "built_s": round(time.monotonic() - t0, 1),
+            }
             (tmp / ENTRY).write_text(json.dumps(record, indent=1, default=str))
             os.rename(tmp, entry)
             self._mark_fresh(entry)

@@ -15,7 +15,10 @@ TOPICS = ("alpha", "beta", "gamma", "delta")
 # rows that must be rejected, with the reason's beginning
 BAD_ROWS = [
     ({"_id": "bad-list", "title": "", "text": "metadata that is a list", "metadata": [1, 2]}, "bad metadata: metadata is a list, not an object"),
-    ({"_id": "bad-deep", "title": "", "text": "metadata nested too deep", "metadata": {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": 1}}}}}}}}}}, "bad metadata: nested more than"),
+    (
+        {"_id": "bad-deep", "title": "", "text": "metadata nested too deep", "metadata": {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": 1}}}}}}}}}},
+        "bad metadata: nested more than",
+    ),
     ({"_id": "bad-big", "title": "", "text": "metadata too large", "metadata": {"blob": "x" * 70_000}}, "bad metadata: metadata is"),
 ]
 

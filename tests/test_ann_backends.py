@@ -77,8 +77,7 @@ def test_recall_at_default_knobs(built, data, backend):
     search_ms = (time.perf_counter() - start) * 1000 / len(q)
     ids100, _ = index.search(q, 100)
     r10, r100 = recall(ids10, exact), recall(ids100, exact)
-    print(f"\n{backend} {index.params}: build {build_s:.2f} s, search {search_ms:.3f} ms/query, "
-          f"recall@10 {r10:.3f}, exact top-10 within top-100 {r100:.3f}")
+    print(f"\n{backend} {index.params}: build {build_s:.2f} s, search {search_ms:.3f} ms/query, recall@10 {r10:.3f}, exact top-10 within top-100 {r100:.3f}")
     assert r100 >= 0.95
     # Both rank by estimated scores by default (no reorder: exact rescoring from the codes
     # happens downstream), so their own top-10 misses near-ties. IVFPQ: measured 0.52 here with

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from mvr.pipeline.indexing.ann_build import build_ann, is_up_to_date
 from mvr.pipeline.config import AnnBuildConfig
+from mvr.pipeline.indexing.ann_build import build_ann, is_up_to_date
 from mvr.storage.manifest import load_manifest
 
 pytestmark = pytest.mark.ray

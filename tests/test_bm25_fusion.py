@@ -10,10 +10,10 @@ import pytest
 import Stemmer
 
 from helpers import read_jsonl
+from mvr.operators.encode.query import EncodedQuery
 from mvr.operators.retrieval.bm25 import Analyzer, BM25Partition, TermStats
 from mvr.operators.retrieval.fusion import HybridParams, ScoredPassages, fuse, union_of_best
 from mvr.operators.retrieval.partition import Partition
-from mvr.operators.encode.query import EncodedQuery
 
 N = 800
 QUERIES = ["what is the definition of a bank", "how long does it take to boil an egg", "causes of high blood pressure"]
@@ -45,7 +45,9 @@ def test_partitioned_bm25_equals_one_bm25s_index(passages, tmp_path):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
         assert (expected > 0).sum() > 0
         top = np.argsort(-expected, kind="stable")[:10]
-        merged = sorted((d for p in parts for d in zip(p.rank(analyzer([q])[0], 10).ranked.doc_ids, p.rank(analyzer([q])[0], 10).ranked.scores)), key=lambda x: -x[1])[:10]
+        merged = sorted(
+            (d for p in parts for d in zip(p.rank(analyzer([q])[0], 10).ranked.doc_ids, p.rank(analyzer([q])[0], 10).ranked.scores)), key=lambda x: -x[1]
+        )[:10]
         np.testing.assert_allclose([s for _, s in merged], expected[top], rtol=1e-5)
     assert analyzer(["the and of"]) == [[]] and not parts[0].rank([], 10).ranked.doc_ids
 

@@ -174,7 +174,11 @@ def test_ram_partitions_and_hours():
     assert one.ram_peak_bytes >= one.ram_steady_bytes > tokens_ann.ram_bytes
     # no vector copies while loading: the peak is the steady size + one passages.parquet and its table (ids: ~40 B a passage)
     transient = one.ram_peak_bytes - one.ram_steady_bytes
-    assert 0 < transient <= (10**7 * (MEASURED["partition_passage_bytes"].value + 8 + 4 + w.doc_id_chars + 8) + MEASURED["partition_file_footer_bytes"].value) * (1 + 1e-9)
+    assert (
+        0
+        < transient
+        <= (10**7 * (MEASURED["partition_passage_bytes"].value + 8 + 4 + w.doc_id_chars + 8) + MEASURED["partition_file_footer_bytes"].value) * (1 + 1e-9)
+    )
     assert transient < 0.05 * one.ram_steady_bytes
     with pytest.raises(ValueError, match="hot fraction"):
         ServeSettings(codes_hot_fraction=1.5)
@@ -456,7 +460,9 @@ def test_stats_measures_bytes_a_vector(msmarco_100, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # rich: wide enough not to fold the table
     assert main([msmarco_100]) == 0
     out = capsys.readouterr().out
-    assert m.codecs["tokens"]["name"] in out and m.codecs["pooled"]["name"] in out and "total B/vector" in out and f"{k['tokens']['total_per_vector']:.2f}" in out
+    assert (
+        m.codecs["tokens"]["name"] in out and m.codecs["pooled"]["name"] in out and "total B/vector" in out and f"{k['tokens']['total_per_vector']:.2f}" in out
+    )
 
 
 # The BM25 plan estimates three things from msmarco-sample's 5,000 passages; each is checked
@@ -484,4 +490,3 @@ def _check_bm25_plan(index_url, partitions, passages, planned) -> None:
     # with the index's own counts, only the bytes a term and a passage remain estimated
     counted = bm25_partition_files(passages, postings=postings, terms=bm25["terms"])
     assert abs(sum(counted.values()) - actual) <= VOCAB_BYTES_TOL * counted["terms"] + PARQUET_TOL * counted["passages"]
-

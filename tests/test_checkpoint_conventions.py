@@ -110,8 +110,15 @@ def test_training_keeps_the_base_checkpoints_conventions(tmp_path: Path):
 def test_pylate_defaults_for_missing_keys_and_default_prompt(tmp_path: Path):
     """Keys a PyLate file leaves out (or sets null) take PyLate's defaults; the default prompt
     is text before queries and documents; no expansion means nothing attended to."""
-    cfg = {"model_type": "ColBERT", "query_prefix": None, "document_prefix": "", "do_query_expansion": False,
-           "attend_to_expansion_tokens": True, "prompts": {"r": "search: "}, "default_prompt_name": "r"}
+    cfg = {
+        "model_type": "ColBERT",
+        "query_prefix": None,
+        "document_prefix": "",
+        "do_query_expansion": False,
+        "attend_to_expansion_tokens": True,
+        "prompts": {"r": "search: "},
+        "default_prompt_name": "r",
+    }
     t = IndexConfig.from_yaml(None, **{"model.name": _pylate_dir(tmp_path, cfg)}).tokenizer
     assert (t.query_marker, t.document_marker) == ("[Q] ", None)
     assert (t.query_tokens, t.passage_tokens) == (32, 180)
@@ -179,8 +186,15 @@ def test_models_without_conventions(tmp_path: Path):
     c = IndexConfig()
     assert c.tokenizer.conventions_source is None and c == IndexConfig.from_yaml(None)
     assert set(c.vector_settings()["tokenizer"]) == {
-        "passage_tokens", "stride_tokens", "split_long_documents", "query_tokens", "query_marker", "document_marker",
-        "query_augmentation", "skip_punctuation", "title_separator",
+        "passage_tokens",
+        "stride_tokens",
+        "split_long_documents",
+        "query_tokens",
+        "query_marker",
+        "document_marker",
+        "query_augmentation",
+        "skip_punctuation",
+        "title_separator",
     }
 
 
@@ -249,7 +263,9 @@ def _build_venv(venv: Path, log) -> None:
         tail = (out.stdout + out.stderr)[-3000:]
         shutil.rmtree(venv, ignore_errors=True)
         if i == 0:
-            pytest.skip(f"peer venv: no local torch=={TORCH_VERSION} wheel for pip (its find-links); PyPI's is the multi-GB CUDA build, which this test does not download:\n{tail}")
+            pytest.skip(
+                f"peer venv: no local torch=={TORCH_VERSION} wheel for pip (its find-links); PyPI's is the multi-GB CUDA build, which this test does not download:\n{tail}"
+            )
         if any(s in tail for s in _UNREACHABLE):
             pytest.skip(f"peer venv: PyPI is not reachable, so pylate / colbert-ai cannot be installed:\n{tail}")
         pytest.fail(f"peer venv: `{' '.join(cmd)}` failed:\n{tail}")
@@ -272,6 +288,7 @@ def peer_python(request) -> str:
             return
         with capture.global_and_fixture_disabled():
             print(f"\n{line}", flush=True)
+
     recipe = json.dumps([sys.version_info[:2], PEER_CONSTRAINTS, PEER_STEPS], sort_keys=True)
     root = Path(os.environ.get("MVR_PEER_VENVS", Path.home() / ".cache" / "mvr-peer-venvs")).expanduser()
     venv = root / hashlib.sha256(recipe.encode()).hexdigest()[:16]
@@ -422,7 +439,14 @@ def check_pylate_loads(peer_python: str, model: Path, markers: tuple, work: Path
 
     work.mkdir()
     (work / "texts.json").write_text(json.dumps({"queries": QUERIES, "documents": DOCUMENTS}))
-    out = subprocess.run([peer_python, str(ROOT / "tests" / "peers" / "reference_vectors.py"), "pylate-load", str(model), str(work)], capture_output=True, text=True, env=_peer_env(), cwd=work, timeout=600)
+    out = subprocess.run(
+        [peer_python, str(ROOT / "tests" / "peers" / "reference_vectors.py"), "pylate-load", str(model), str(work)],
+        capture_output=True,
+        text=True,
+        env=_peer_env(),
+        cwd=work,
+        timeout=600,
+    )
     assert out.returncode == 0, f"PyLate could not load mvr train's checkpoint:\n{out.stderr[-4000:]}"
     z = np.load(work / "loaded.npz")
     info = json.loads((work / "loaded.json").read_text())

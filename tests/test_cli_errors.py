@@ -62,7 +62,9 @@ def test_search_and_eval_on_a_missing_index(tmp_path, datasets):
 # --- arguments ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, says", [("0", "must be at least 1"), ("-5", "must be at least 1"), ("ten", "expected a whole number"), ("2.5", "expected a whole number")])
+@pytest.mark.parametrize(
+    "value, says", [("0", "must be at least 1"), ("-5", "must be at least 1"), ("ten", "expected a whole number"), ("2.5", "expected a whole number")]
+)
 def test_index_limit_must_be_a_positive_integer(tmp_path, corpus, value, says):
     r = mvr("index", corpus, tmp_path / "idx", "--limit", value)
     err = r.stderr.decode()
@@ -194,7 +196,9 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path):
     # then installs no KeyboardInterrupt handler), and something in this test process may have
     # ignored it (a full-suite run once hung here after the cluster tests)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mvr.jobs.cli", "build-bm25", str(tmp_path / "idx"), "--config", str(fifo)], cwd=ROOT, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "mvr.jobs.cli", "build-bm25", str(tmp_path / "idx"), "--config", str(fifo)],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     writer = None

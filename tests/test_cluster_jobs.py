@@ -40,8 +40,8 @@ from transformers import AutoModel, AutoTokenizer
 from cluster import LocalCluster, free_ports
 from helpers import ndcg10, read_jsonl, read_qrels
 from mvr.jobs import submit as submit_job
-from mvr.pipeline.serving.client import SearchClient
 from mvr.pipeline.job_submission import JobRunner
+from mvr.pipeline.serving.client import SearchClient
 from mvr.storage.catalog import Catalog
 from mvr.storage.manifest import load_manifest
 
@@ -233,7 +233,7 @@ def test_ann_eval_and_serve_jobs_on_the_recovered_index(cluster, runner, collect
     reference = independent_runs(collection)
     qrels = read_qrels(collection / "qrels" / "test.tsv")
     expected = {mode: ndcg10(run, qrels) for mode, run in reference.items()}
-    print(f"\ncluster eval: {({m: f['nDCG@10'] for m, f in figures.items()})}, independent: {expected}")
+    print(f"\ncluster eval: { ({m: f['nDCG@10'] for m, f in figures.items()}) }, independent: {expected}")
     assert figures["pooled"]["path"] == "ann" and figures["pooled"]["partitions"] == 2
     assert figures["pooled"]["overlap@10"] == 1.0  # P = 2 flat partitions: the exact ranking
     for mode in ("pooled", "maxsim"):

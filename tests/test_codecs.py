@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from mvr.operators import codecs
-from mvr.storage.codec_file import read_codec
 from mvr.operators.codecs import CodecFileError, Int8, Residual
 from mvr.operators.encode.compress import l2_normalize
 from mvr.operators.packed import Packed
+from mvr.storage.codec_file import read_codec
 
 NAMES = ["float16", "int8", "residual-1", "residual-2", "residual-4", "pq-8", "pca-32+residual-2", "pca-32+pq-8"]
 FAST = {"niter": 6}  # k-means iterations: the bounds below hold after any number of iterations
@@ -80,8 +80,19 @@ def test_names_and_sizes_at_the_benchmark_settings():
     n = 403_138  # msmarco-sample's token vectors: ColBERTv2's codebook is 2^13, uint16 ids
     assert codecs.default_centroids(n) == 8192 and codecs.id_dtype(8192) == np.dtype("<u2")
     assert codecs.id_dtype(256) == np.dtype("u1") and codecs.id_dtype(257) == np.dtype("<u2") and codecs.id_dtype(70_000) == np.dtype("<u4")
-    sizes = {"float16": 768, "int8": 388, "residual-1": 50, "residual-2": 98, "residual-4": 194, "pca-128+residual-2": 34,
-             "pca-64+residual-2": 18, "pca-128+pq-16": 16, "pca-64+residual-1": 10, "pq-48": 48, "pq-96": 96}
+    sizes = {
+        "float16": 768,
+        "int8": 388,
+        "residual-1": 50,
+        "residual-2": 98,
+        "residual-4": 194,
+        "pca-128+residual-2": 34,
+        "pca-64+residual-2": 18,
+        "pca-128+pq-16": 16,
+        "pca-64+residual-1": 10,
+        "pq-48": 48,
+        "pq-96": 96,
+    }
     assert {k: codecs.bytes_per_vector(k, 384, n_vectors=n) for k in sizes} == sizes
 
 
@@ -128,8 +139,12 @@ def test_named_codecs_fall_back_only_when_the_sample_cannot_train_them():
     assert codecs.choose("pca-128+pq-16", 384, 255).name == "residual-1" and codecs.choose("pca-64+pq-16", 128, 200).name == "residual-2"
     assert codecs.choose("pca-96+pq-32", 384, 200).name == "residual-1" == codecs.choose("pca-96+pq-32", 384, 1).name
     # what no sample can mend is refused, whatever the sample's size
-    for name, match in (("pca-500+residual-1", "output dimension must be 1..384"), ("pq-5", "not divisible by 5"),
-                        ("pca-128+pq-5", "dimension 128 is not divisible"), ("float32", "unknown codec")):
+    for name, match in (
+        ("pca-500+residual-1", "output dimension must be 1..384"),
+        ("pq-5", "not divisible by 5"),
+        ("pca-128+pq-5", "dimension 128 is not divisible"),
+        ("float32", "unknown codec"),
+    ):
         for n in (1, 100_000):
             with pytest.raises(ValueError, match=match):
                 codecs.choose(name, 384, n)

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from mvr.operators.retrieval import scoring
 from mvr.operators.encode.compress import Compressor, kmeans_centroids, projection_matrix
 from mvr.operators.packed import Packed
+from mvr.operators.retrieval import scoring
 
 
 def _reference_kmeans(x, k, iterations):

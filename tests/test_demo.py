@@ -32,7 +32,9 @@ def test_demo_prints_a_results_table_for_each_query(tmp_path, ray_address, serve
     port = serve_port
     # 140 documents: the first tier of the demo corpus (every topic and every module's own
     # docstring, 138 of them, the modules EXPECTED names among them) and two more
-    r = mvr("demo", "--workdir", tmp_path, "--limit", str(LIMIT), "-k", "3", "--port", str(port), env={"COLUMNS": "200", "RAY_ADDRESS": ray_address}, timeout=900)
+    r = mvr(
+        "demo", "--workdir", tmp_path, "--limit", str(LIMIT), "-k", "3", "--port", str(port), env={"COLUMNS": "200", "RAY_ADDRESS": ray_address}, timeout=900
+    )
     out, err = r.stdout.decode(), r.stderr.decode()
     assert r.returncode == 0, err[-3000:]
     assert "Traceback" not in out + err

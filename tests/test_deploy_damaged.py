@@ -84,9 +84,9 @@ def test_a_partition_that_fails_to_load_fails_the_deploy_once(msmarco_100, tmp_p
 
     from mvr.jobs.common import describe
     from mvr.pipeline.config import ServeConfig
+    from mvr.pipeline.indexing.updates import delete_documents
     from mvr.pipeline.serving.app import ReplicaStartError, deploy, shutdown
     from mvr.pipeline.serving.client import SearchClient
-    from mvr.pipeline.indexing.updates import delete_documents
     from mvr.storage.manifest import load_manifest
 
     index = str(tmp_path / "index")

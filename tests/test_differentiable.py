@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from mvr.operators.encode.compress import Compressor, l2_normalize, pad, pooled as np_pooled
+from mvr.operators.encode.compress import Compressor, l2_normalize, pad
+from mvr.operators.encode.compress import pooled as np_pooled
 from mvr.operators.encode.query import EncodedQuery
 from mvr.operators.packed import Packed
 from mvr.operators.retrieval import differentiable
-from mvr.operators.retrieval.scoring import MODES, MODE_VECTORS, score
+from mvr.operators.retrieval.scoring import MODE_VECTORS, MODES, score
 
 DIM, K, M = 16, 4, 8
 

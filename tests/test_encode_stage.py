@@ -25,9 +25,17 @@ def _batch() -> tuple[pa.Table, list]:
     passages = tok.split(["a", "b"], ["", ""], texts)
     batch = pa.table(
         {
-            "doc_id": ["a", "b"], "passage_idx": [0, 0], "block_id": ["b0", "b0"], "row_index": [0, 1], "seq": [0, 1],
-            "title": ["", ""], "text": texts, "char_start": [0, 0], "char_end": [len(t) for t in texts],
-            "metadata": [None, '{"year":2020}'], "input_ids": [p.input_ids for p in passages],
+            "doc_id": ["a", "b"],
+            "passage_idx": [0, 0],
+            "block_id": ["b0", "b0"],
+            "row_index": [0, 1],
+            "seq": [0, 1],
+            "title": ["", ""],
+            "text": texts,
+            "char_start": [0, 0],
+            "char_end": [len(t) for t in texts],
+            "metadata": [None, '{"year":2020}'],
+            "input_ids": [p.input_ids for p in passages],
         },
         schema=PASSAGE_SCHEMA,
     )
@@ -62,9 +70,12 @@ def test_rows_carry_every_representation_as_codes_and_empty_batches_pass(codec):
 def test_sample_is_capped_seeded_and_in_block_order():
     rng = np.random.default_rng(0)
     rows = [(f"b{b}", s, rng.standard_normal((3, 4)).astype(np.float32)) for b in range(3) for s in range(5)]
+
     def batch(part):
-        return pa.table({"block_id": [r[0] for r in part], "seq": pa.array([r[1] for r in part], pa.int32()),
-                         "tokens": arrow_to_packed_column([r[2] for r in part])})
+        return pa.table(
+            {"block_id": [r[0] for r in part], "seq": pa.array([r[1] for r in part], pa.int32()), "tokens": arrow_to_packed_column([r[2] for r in part])}
+        )
+
     one, n1 = sample_vectors([batch(rows[:7]), batch(rows[7:])], cap=20, seed=1)
     two, n2 = sample_vectors([batch(rows[7:][::-1]), batch(rows[:7][::-1])], cap=20, seed=1)  # another arrival order
     assert n1 == n2 == 15 and one.shape == (20, 4)

@@ -93,7 +93,11 @@ def test_stacked_dense_modules_with_residual(tmp_path: Path, minilm_tokenizer, s
     w1, w2, b2, r2 = torch.randn(16, 32), torch.randn(8, 16), torch.randn(8), torch.randn(8, 16)
     layers = [
         ("1_Dense", {"in_features": 32, "out_features": 16, "bias": False}, {"linear.weight": w1}),
-        ("2_Dense", {"in_features": 16, "out_features": 8, "bias": True, "use_residual": True}, {"linear.weight": w2, "linear.bias": b2, "residual.weight": r2}),
+        (
+            "2_Dense",
+            {"in_features": 16, "out_features": 8, "bias": True, "use_residual": True},
+            {"linear.weight": w2, "linear.bias": b2, "residual.weight": r2},
+        ),
     ]
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
     for i, (name, cfg, state) in enumerate(layers, 1):

@@ -18,11 +18,11 @@ import pytest
 
 from helpers import unit
 from mvr.operators import codecs
-from mvr.operators.retrieval import stored_vectors as sv_mod
 from mvr.operators.ann.factory import make_index
-from mvr.operators.packed import Packed
-from mvr.operators.retrieval.partition import Partition
 from mvr.operators.encode.query import EncodedQuery
+from mvr.operators.packed import Packed
+from mvr.operators.retrieval import stored_vectors as sv_mod
+from mvr.operators.retrieval.partition import Partition
 from mvr.operators.retrieval.ranking import best_first, top_documents
 from mvr.operators.retrieval.scoring import MODE_VECTORS, MODES, QueryBatch
 from mvr.operators.retrieval.stored_vectors import StoredVectors
@@ -41,12 +41,11 @@ def data():
     centroids = (rng.standard_normal((int(small.sum()), DIM)) * rng.uniform(0.5, 4, (int(small.sum()), 1))).astype(np.float32)
     pooled = unit(rng.standard_normal((PASSAGES, DIM)))
     doc_ids = [f"d{i // 3}" for i in range(PASSAGES)]  # three passages a document
-    queries = [
-        EncodedQuery(f"q{i}", unit(rng.standard_normal((int(rng.integers(1, 9)), DIM))), unit(rng.standard_normal(DIM)))
-        for i in range(9)
-    ]
+    queries = [EncodedQuery(f"q{i}", unit(rng.standard_normal((int(rng.integers(1, 9)), DIM))), unit(rng.standard_normal(DIM))) for i in range(9)]
     live = rng.random(PASSAGES) > 0.2
-    return SimpleNamespace(lengths=lengths, tokens=tokens, small=small, centroids=centroids, pooled=pooled, doc_ids=doc_ids, queries=queries, live=live, rng=rng)
+    return SimpleNamespace(
+        lengths=lengths, tokens=tokens, small=small, centroids=centroids, pooled=pooled, doc_ids=doc_ids, queries=queries, live=live, rng=rng
+    )
 
 
 _CODECS: dict[str, codecs.Codec] = {}
@@ -235,7 +234,13 @@ def test_searcher_batch_equals_search_encoded(data, mode):
         batched = s.search_batch(data.queries, K, mode, None, restriction, [1.0 + i for i in range(len(data.queries))])
         for i, (q, got) in enumerate(zip(data.queries, batched)):
             want = run_trips(s.plan.search(q, K, mode, None, restriction, 1.0 + i), s._trip)
-            assert (got.query, got.mode, got.path, got.candidates, got.allowed_passages) == (want.query, want.mode, want.path, want.candidates, want.allowed_passages)
+            assert (got.query, got.mode, got.path, got.candidates, got.allowed_passages) == (
+                want.query,
+                want.mode,
+                want.path,
+                want.candidates,
+                want.allowed_passages,
+            )
             assert got.ranked.doc_ids == want.ranked.doc_ids
             np.testing.assert_allclose(got.ranked.scores, want.ranked.scores, rtol=1e-5, atol=1e-6)
             assert got.timings_ms["encode"] == 1.0 + i and got.timings_ms["total"] >= got.timings_ms["rescore"]

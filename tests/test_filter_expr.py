@@ -102,7 +102,7 @@ LITERAL = re.compile(r"'|\d")
         ("draft", '("draft" = ?)', (True,)),
         ("not draft", '(NOT ("draft" = ?))', (True,)),
         ("draft = FALSE", '("draft" = ?)', (False,)),
-        ('"Two Words" = \'x\'', '("Two Words" = ?)', ("x",)),
+        ("\"Two Words\" = 'x'", '("Two Words" = ?)', ("x",)),
         ("YEAR = 1", '("year" = ?)', (1,)),
         ("doc_id IN ('1; DROP TABLE passages', '\" OR 1=1')", '("doc_id" IN (?, ?))', ("1; DROP TABLE passages", '" OR 1=1')),
         (

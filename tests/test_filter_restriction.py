@@ -11,10 +11,10 @@ import pytest
 
 from helpers import unit
 from mvr.operators.ann.factory import make_index
-from mvr.operators.retrieval.candidates import CandidateRounds, FirstStage
-from mvr.operators.packed import Packed
-from mvr.operators.retrieval.partition import Partition, allowed_as_rows, allowed_rows, in_allowed
 from mvr.operators.encode.query import EncodedQuery
+from mvr.operators.packed import Packed
+from mvr.operators.retrieval.candidates import CandidateRounds, FirstStage
+from mvr.operators.retrieval.partition import Partition, allowed_as_rows, allowed_rows, in_allowed
 from mvr.pipeline.retrieval.request import Restriction
 from mvr.pipeline.retrieval.searcher import PartitionSearch
 

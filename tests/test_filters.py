@@ -26,9 +26,9 @@ from mvr.operators.retrieval.ranking import top_documents
 from mvr.pipeline.config import SearchConfig
 from mvr.pipeline.retrieval.searcher import Searcher
 from mvr.storage.catalog import Catalog
+from mvr.storage.codec_file import load_codecs
 from mvr.storage.manifest import load_manifest
 from mvr.storage.partitions import exact_partition
-from mvr.storage.codec_file import load_codecs
 
 pytestmark = pytest.mark.ray
 
@@ -41,7 +41,10 @@ FILTERS = [
     ("topic IN ('alpha', 'beta') AND has_digit", lambda m: m["topic"] in ("alpha", "beta") and m["has_digit"]),
     ("rating IS NULL OR published >= DATE '2015-01-01'", lambda m: m["rating"] is None or m["published"] >= "2015-01-01"),
     ("NOT (score BETWEEN 10 AND 90) AND length > 200", lambda m: not (10 <= m["score"] <= 90) and m["length"] > 200),
-    ("tags IS NOT NULL AND year NOT IN (1990, 1991, 1992) AND rating != 3", lambda m: m["year"] not in (1990, 1991, 1992) and m["rating"] is not None and m["rating"] != 3),
+    (
+        "tags IS NOT NULL AND year NOT IN (1990, 1991, 1992) AND rating != 3",
+        lambda m: m["year"] not in (1990, 1991, 1992) and m["rating"] is not None and m["rating"] != 3,
+    ),
     ("bucket < 2 AND NOT has_digit", lambda m: m["bucket"] < 2 and not m["has_digit"]),  # < 1 %
 ]
 N_QUERIES = 20
@@ -94,8 +97,18 @@ def test_every_row_is_indexed_or_rejected_with_its_metadata_reason(msmarco_meta_
             assert rejects[row["_id"]].startswith(reason), rejects[row["_id"]]
         assert catalog.totals()["documents"] == len(msmarco_meta_index["docs"])
         types = catalog.filter_columns()
-        assert types == {"doc_id": "string", "bucket": "integer", "has_digit": "boolean", "length": "integer", "published": "date",
-                         "rating": "integer", "score": "float", "tags": "json", "topic": "string", "year": "integer"}
+        assert types == {
+            "doc_id": "string",
+            "bucket": "integer",
+            "has_digit": "boolean",
+            "length": "integer",
+            "published": "date",
+            "rating": "integer",
+            "score": "float",
+            "tags": "json",
+            "topic": "string",
+            "year": "integer",
+        }
         # passage numbers: the shards in manifest order, rows in shard order
         m = load_manifest(msmarco_meta_index["index"])
         numbers = catalog.con.execute("SELECT passage FROM passages ORDER BY passage").fetchnumpy()["passage"]
@@ -291,8 +304,24 @@ def test_cli_refuses_a_bad_filter_with_one_error_line(msmarco_meta_index):
 def test_cli_eval_with_a_filter(msmarco_meta_index, datasets, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = tmp_path / "eval.json"
-    cmd = [sys.executable, "-m", "mvr.jobs.cli", "eval", msmarco_meta_index["index"], "--dataset", str(datasets / "msmarco-sample"),
-           "--modes", "maxsim", "-k", "10", "--no-overlap", "--filter", "year < 2005", "--json", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mvr.jobs.cli",
+        "eval",
+        msmarco_meta_index["index"],
+        "--dataset",
+        str(datasets / "msmarco-sample"),
+        "--modes",
+        "maxsim",
+        "-k",
+        "10",
+        "--no-overlap",
+        "--filter",
+        "year < 2005",
+        "--json",
+        str(out),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     body = json.loads(out.read_text())
@@ -301,6 +330,7 @@ def test_cli_eval_with_a_filter(msmarco_meta_index, datasets, tmp_path):
 
 
 # -- the service ---------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def service(msmarco_meta_index, serve_port):

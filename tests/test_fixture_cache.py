@@ -85,9 +85,11 @@ def _commit_in_place(index: Path) -> None:
     commit_manifest(str(index), load_manifest(str(index)))  # a new version, as a test writing into the fixture would
 
 
-@pytest.mark.parametrize("harm", [_damage_a_shard, _commit_in_place, lambda index: (index / "stray.tmp").write_text("x"),
-                                  lambda index: (index.parent / ENTRY).unlink()],
-                         ids=["damaged", "committed-in-place", "extra-file", "unfinished"])
+@pytest.mark.parametrize(
+    "harm",
+    [_damage_a_shard, _commit_in_place, lambda index: (index / "stray.tmp").write_text("x"), lambda index: (index.parent / ENTRY).unlink()],
+    ids=["damaged", "committed-in-place", "extra-file", "unfinished"],
+)
 def test_a_damaged_written_or_unfinished_entry_is_built_again(tmp_path, copies, harm):
     build, built = copies
     logged: list[str] = []

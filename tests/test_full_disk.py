@@ -279,12 +279,20 @@ def test_a_commit_whose_pointer_finds_the_disk_full_is_committed(tmp_path):
 @pytest.mark.parametrize(
     "exc, line",
     [
-        (OSError(28, "No space left on device", "/d/idx/shards/x.codes.arrow"), "no space left on device writing /d/idx/shards/x.codes.arrow: free space there and run the command again"),
-        (RuntimeError("OSError: [Errno 28] No space left on device: '/d/idx/x'"), "no space left on device writing /d/idx/x: free space there and run the command again"),
+        (
+            OSError(28, "No space left on device", "/d/idx/shards/x.codes.arrow"),
+            "no space left on device writing /d/idx/shards/x.codes.arrow: free space there and run the command again",
+        ),
+        (
+            RuntimeError("OSError: [Errno 28] No space left on device: '/d/idx/x'"),
+            "no space left on device writing /d/idx/x: free space there and run the command again",
+        ),
         (OSError(28, "No space left on device"), "no space left on device: free space and run the command again"),
         (OSError(122, "Disk quota exceeded", "/d/x"), "disk quota exceeded writing /d/x: free space there and run the command again"),
-        (OSError("IO Error: Could not write file \"/d/c.duckdb\": No space left on device"),
-         'no space left on device (IO Error: Could not write file "/d/c.duckdb": No space left on device): free space and run the command again'),
+        (
+            OSError('IO Error: Could not write file "/d/c.duckdb": No space left on device'),
+            'no space left on device (IO Error: Could not write file "/d/c.duckdb": No space left on device): free space and run the command again',
+        ),
     ],
 )
 def test_a_full_disk_is_one_line_saying_what_to_do(exc, line):

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from mvr.operators import codecs
-
 from mvr.operators.retrieval import kernels
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,8 +147,19 @@ def test_copies_corpus_repeats_the_collection_and_keeps_the_first_copy(tmp_path)
     source = tmp_path / "data" / "c"
     source.mkdir(parents=True)
     (source / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "text": f"t{i}"}) + "\n" for i in ("a", "b", "c")))
-    run = Run(cuda=False, dry=True, ray=False, out=tmp_path, work=tmp_path / "w", datasets=tmp_path / "data", model="minilm",
-              limit=2, queries=None, rounds=1, copies=3)
+    run = Run(
+        cuda=False,
+        dry=True,
+        ray=False,
+        out=tmp_path,
+        work=tmp_path / "w",
+        datasets=tmp_path / "data",
+        model="minilm",
+        limit=2,
+        queries=None,
+        rounds=1,
+        copies=3,
+    )
     assert [d["_id"] for d in read_docs(encode_corpus(run, "c"), None)] == ["a", "b", "a~1", "b~1", "a~2", "b~2"]
     offsets = np.array([0, 2, 3, 5, 6, 8, 9])  # 6 passages: a, b twice over and again
     enc = Encoded(["a", "b", "a~1", "b~1", "a~2", "b~2"], np.zeros(6, np.int32), np.arange(9, dtype=np.float32)[:, None], offsets)
@@ -159,8 +169,9 @@ def test_copies_corpus_repeats_the_collection_and_keeps_the_first_copy(tmp_path)
 
 
 def test_skip_takes_only_known_steps(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--skip", "faiss,encode", "--out", str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--skip", "faiss,encode", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert done.returncode == 2 and "--skip takes faiss, peers" in done.stderr and not (tmp_path / "gpu_check.json").exists()
 
 

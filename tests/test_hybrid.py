@@ -17,8 +17,8 @@ import Stemmer
 from helpers import REFERENCE_NDCG10, REFERENCE_TOLERANCE, ndcg10, read_jsonl, read_qrels
 from mvr.jobs import tune_hybrid as tune_job
 from mvr.pipeline.config import SearchConfig
-from mvr.pipeline.retrieval.searcher import Searcher
 from mvr.pipeline.retrieval.layout import plan_layout
+from mvr.pipeline.retrieval.searcher import Searcher
 from mvr.storage.manifest import commit_manifest, load_manifest
 
 pytestmark = pytest.mark.ray
@@ -34,8 +34,12 @@ def independent_bm25(dataset) -> dict[str, list[tuple[str, float]]]:
     queries = read_jsonl(dataset / "queries.jsonl")
     stemmer = Stemmer.Stemmer("english")
     retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize([(c.get("title") or "") + " " + c["text"] for c in corpus], stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
-    docs, scores = retriever.retrieve(bm25s.tokenize([q["text"] for q in queries], stopwords="en", stemmer=stemmer, show_progress=False), k=10, show_progress=False)
+    retriever.index(
+        bm25s.tokenize([(c.get("title") or "") + " " + c["text"] for c in corpus], stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False
+    )
+    docs, scores = retriever.retrieve(
+        bm25s.tokenize([q["text"] for q in queries], stopwords="en", stemmer=stemmer, show_progress=False), k=10, show_progress=False
+    )
     return {q["_id"]: [(corpus[i]["_id"], float(s)) for i, s in zip(docs[j], scores[j])] for j, q in enumerate(queries)}
 
 

@@ -58,7 +58,9 @@ def reference(part: Partition, vectors, mode: str, query, sparse: np.ndarray, ro
     ok = part.live.copy() if part.live is not None else np.ones(PASSAGES, bool)
     if allowed is not None:
         ok &= np.isin(np.arange(PASSAGES), np.flatnonzero(allowed) if allowed.dtype == bool else allowed)
-    dense = np.array([score(mode, query, vectors.take(np.array([r])) if isinstance(vectors, Packed) else vectors[r : r + 1])[0] for r in range(PASSAGES)], np.float32)
+    dense = np.array(
+        [score(mode, query, vectors.take(np.array([r])) if isinstance(vectors, Packed) else vectors[r : r + 1])[0] for r in range(PASSAGES)], np.float32
+    )
     cand = np.flatnonzero(ok) if rows is None else np.intersect1d(rows, np.flatnonzero(ok))
     best_dense = cand[np.argsort(-dense[cand], kind="stable")[:N_BEST]]
     s = np.where(ok, sparse, 0)

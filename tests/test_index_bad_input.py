@@ -95,9 +95,7 @@ def test_rejects_carry_position_id_and_reason(messy):
 def test_long_document_is_split_into_passages(messy):
     cat = Catalog(messy["index"])
     try:
-        rows = cat.con.execute(
-            "SELECT passage_idx, n_tokens, char_start, char_end, text FROM passages WHERE doc_id = 'long-1' ORDER BY passage_idx"
-        ).fetchall()
+        rows = cat.con.execute("SELECT passage_idx, n_tokens, char_start, char_end, text FROM passages WHERE doc_id = 'long-1' ORDER BY passage_idx").fetchall()
     finally:
         cat.close()
     tok = load_tokenizer("minilm")
@@ -158,7 +156,12 @@ def hostile(tmp_path_factory, datasets):
         rb'{"_id": "pair", "text": "a surrogate pair is fine: \ud83d\ude00"}',  # 8
     ]
     (d / "a.jsonl").write_bytes(b"\n".join(jsonl) + b"\n")
-    tsv = [BOM + b"_id\ttext\ttitle", f"{real[2]['_id']}\t{real[2]['text']}\t".encode(), b"tsv-bad\tan encoded surrogate \xed\xa0\x80", f"{real[3]['_id']}\t{real[3]['text']}".encode()]
+    tsv = [
+        BOM + b"_id\ttext\ttitle",
+        f"{real[2]['_id']}\t{real[2]['text']}\t".encode(),
+        b"tsv-bad\tan encoded surrogate \xed\xa0\x80",
+        f"{real[3]['_id']}\t{real[3]['text']}".encode(),
+    ]
     (d / "b.tsv").write_bytes(b"\r\n".join(tsv) + b"\r\n")
     raw = pa.array([real[4]["text"].encode(), b"invalid \xff utf-8", real[5]["text"].encode()], pa.binary())
     text = pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())  # unvalidated, as a foreign writer may leave it
@@ -194,7 +197,7 @@ def test_hostile_rows_are_rejects_and_the_others_are_indexed(hostile):
         assert ids == {real[i]["_id"] for i in range(8)} | {"pair"}  # no BOM in an id, no "_id" header document
         assert dict(cat.rejects_by_reason()) == {"invalid unicode": 3, "JSON nested too deeply": 2, "invalid UTF-8": 3}
         assert cat.documents([real[7]["_id"]])[real[7]["_id"]]["text"] == real[7]["text"]  # read through the gzip stream
-        assert cat.documents(["pair"])["pair"]["text"] == "a surrogate pair is fine: \U0001F600"
+        assert cat.documents(["pair"])["pair"]["text"] == "a surrogate pair is fine: \U0001f600"
         assert cat.documents([real[2]["_id"]])[real[2]["_id"]]["text"] == real[2]["text"]  # CRLF and empty title dropped
     finally:
         cat.close()
@@ -266,4 +269,14 @@ def test_overwrite_keeps_user_files_and_the_old_index_until_the_new_corpus_is_va
     for extra in ([], ["--overwrite"]):
         assert index_job.main([str(inside), str(index), *extra]) == 2
     assert inside.read_text() == open(first).read() and load_manifest(str(index)) == after
-    assert sorted(os.listdir(index)) == ["catalog.duckdb", "codecs", "corpus.jsonl", "manifest.json", "notes.txt", "rejects.parquet", "shard-lists", "shards", "versions"]
+    assert sorted(os.listdir(index)) == [
+        "catalog.duckdb",
+        "codecs",
+        "corpus.jsonl",
+        "manifest.json",
+        "notes.txt",
+        "rejects.parquet",
+        "shard-lists",
+        "shards",
+        "versions",
+    ]

@@ -43,7 +43,8 @@ def test_parquet_with_wrong_columns_is_refused_on_the_driver(tmp_path, capsys):
     path = tmp_path / "c.parquet"
     pq.write_table(pa.table({"key": ["a"], "passage": ["x"]}), path)
     _refused(
-        [path, tmp_path / "idx"], capsys,
+        [path, tmp_path / "idx"],
+        capsys,
         "c.parquet: a Parquet corpus needs an id column (one of _id, id, doc_id, docid) and a text column (one of text, contents, body)",
         "found columns: key, passage (no id and text column)",
     )

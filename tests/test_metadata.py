@@ -12,16 +12,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from mvr.operators.encode.validation import (
-    MAX_METADATA_BYTES,
-    MAX_METADATA_DEPTH,
-    MAX_METADATA_KEYS,
-    Document,
-    Reject,
-    parse_jsonl_line,
-    parse_rows,
-    tsv_value,
-)
+from mvr.operators.encode.validation import MAX_METADATA_BYTES, MAX_METADATA_DEPTH, MAX_METADATA_KEYS, Document, Reject, parse_jsonl_line, parse_rows, tsv_value
 from mvr.storage.catalog import build_documents
 
 
@@ -80,7 +71,12 @@ def test_lone_surrogate_and_deep_json_in_metadata_are_rejects_not_tracebacks():
 
 
 def test_tsv_with_a_header_carries_its_extra_columns_typed():
-    rows = [(0, b"id\ttext\ttitle\tyear\tscore\tdraft\tcode"), (1, b"a\tfirst\tT\t2010\t0.5\ttrue\t007"), (2, b"b\tsecond\t\t\t-1e3\tfalse\tx y"), (3, b"c\tshort\tT")]
+    rows = [
+        (0, b"id\ttext\ttitle\tyear\tscore\tdraft\tcode"),
+        (1, b"a\tfirst\tT\t2010\t0.5\ttrue\t007"),
+        (2, b"b\tsecond\t\t\t-1e3\tfalse\tx y"),
+        (3, b"c\tshort\tT"),
+    ]
     out = parse_rows(rows, "tsv", first_block_of_file=True)
     assert [type(r).__name__ for r in out] == ["Document", "Document", "Reject"]
     assert out[0].title == "T" and json.loads(out[0].metadata) == {"year": 2010, "score": 0.5, "draft": True, "code": "007"}
@@ -120,23 +116,47 @@ def test_parquet_extra_columns_are_metadata(tmp_path):
 
 def _catalog_con(docs: list[tuple[str, int, object]]) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
-    con.register("p", pa.table({"doc_id": [d for d, _, _ in docs], "passage": pa.array([n for _, n, _ in docs], pa.int64()),
-                                "metadata": [None if m is None else json.dumps(m) for _, _, m in docs]}))
+    con.register(
+        "p",
+        pa.table(
+            {
+                "doc_id": [d for d, _, _ in docs],
+                "passage": pa.array([n for _, n, _ in docs], pa.int64()),
+                "metadata": [None if m is None else json.dumps(m) for _, _, m in docs],
+            }
+        ),
+    )
     con.execute("CREATE TABLE passages AS SELECT * FROM p")
     return con
 
 
 def test_documents_table_types_its_columns_across_documents():
-    con = _catalog_con([
-        ("a", 0, {"year": 2001, "src": "wiki", "pub": "2020-01-02", "score": 1, "tags": [1], "draft": True, "doc_id": "shadowed", "mixed": "x", "nothing": None}),
-        ("a", 1, {"year": 2001}),  # a later passage: the document's metadata is its first passage's
-        ("b", 2, None),
-        ("c", 3, {"year": -5, "score": 2.5, "pub": "2021-12-31", "mixed": 3, "obj": {"k": "v"}}),
-        ("d", 4, {"pub": "not a date"}),
-    ])
+    con = _catalog_con(
+        [
+            (
+                "a",
+                0,
+                {"year": 2001, "src": "wiki", "pub": "2020-01-02", "score": 1, "tags": [1], "draft": True, "doc_id": "shadowed", "mixed": "x", "nothing": None},
+            ),
+            ("a", 1, {"year": 2001}),  # a later passage: the document's metadata is its first passage's
+            ("b", 2, None),
+            ("c", 3, {"year": -5, "score": 2.5, "pub": "2021-12-31", "mixed": 3, "obj": {"k": "v"}}),
+            ("d", 4, {"pub": "not a date"}),
+        ]
+    )
     types = build_documents(con)
-    assert types == {"doc_id": "string", "draft": "boolean", "mixed": "json", "nothing": "json", "obj": "json", "pub": "string",
-                     "score": "float", "src": "string", "tags": "json", "year": "integer"}
+    assert types == {
+        "doc_id": "string",
+        "draft": "boolean",
+        "mixed": "json",
+        "nothing": "json",
+        "obj": "json",
+        "pub": "string",
+        "score": "float",
+        "src": "string",
+        "tags": "json",
+        "year": "integer",
+    }
     rows = {r[0]: r for r in con.execute("SELECT doc_id, year, score, src, draft, pub FROM documents").fetchall()}
     assert rows["a"] == ("a", 2001, 1.0, "wiki", True, "2020-01-02") and rows["b"] == ("b", None, None, None, None, None)
     assert rows["c"][1:3] == (-5, 2.5)

@@ -94,7 +94,9 @@ def test_the_wheel_installs_mvr_alone_at_the_top_level(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
-    purelib = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
+    purelib = Path(
+        subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    )
     # mvr's dependencies from the running environment, whether it is a venv or a bare
     # interpreter (``--system-site-packages`` would see the base interpreter's, not a venv's):
     # its site-packages on the new venv's path, after the venv's own (a path a .pth file adds
@@ -109,7 +111,11 @@ def test_the_wheel_installs_mvr_alone_at_the_top_level(tmp_path):
     assert set(os.listdir(venv / "bin")) - bin_before == {"mvr"}
     where = subprocess.run(
         [str(py), "-c", "import mvr, mvr.pipeline.retrieval.plan as p, mvr.operators.ann.defaults as d; print(mvr.__file__, p.__file__, d.BRUTE_FORCE_BELOW)"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     assert where.returncode == 0, where.stderr
     assert all(str(purelib) in p for p in where.stdout.split()[:2]), where.stdout

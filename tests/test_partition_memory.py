@@ -125,11 +125,21 @@ def _build_big_index(path: Path) -> None:
         small = codes_to_arrow(codec.encode(x[::TOKENS]), np.arange(n + 1))
         table = pa.table(
             {
-                "doc_id": [f"s{s}-{i}" for i in range(n)], "passage_idx": pa.array(np.zeros(n, np.int32)), "block_id": [f"b{s}"] * n,
-                "row_index": pa.array(np.arange(n, dtype=np.int32)), "seq": pa.array(np.arange(n, dtype=np.int32)), "title": [""] * n,
-                "text": ["t"] * n, "char_start": pa.array(np.zeros(n, np.int32)), "char_end": pa.array(np.ones(n, np.int32)), "metadata": [None] * n,
-                "n_tokens": pa.array(np.full(n, TOKENS, np.int32)), "tokens": tokens,
-                "pooled": codes_to_arrow(codec.encode(x[::TOKENS])), "first_m": small, "centroids": small,
+                "doc_id": [f"s{s}-{i}" for i in range(n)],
+                "passage_idx": pa.array(np.zeros(n, np.int32)),
+                "block_id": [f"b{s}"] * n,
+                "row_index": pa.array(np.arange(n, dtype=np.int32)),
+                "seq": pa.array(np.arange(n, dtype=np.int32)),
+                "title": [""] * n,
+                "text": ["t"] * n,
+                "char_start": pa.array(np.zeros(n, np.int32)),
+                "char_end": pa.array(np.ones(n, np.int32)),
+                "metadata": [None] * n,
+                "n_tokens": pa.array(np.full(n, TOKENS, np.int32)),
+                "tokens": tokens,
+                "pooled": codes_to_arrow(codec.encode(x[::TOKENS])),
+                "first_m": small,
+                "centroids": small,
             },
             schema=shard_schema({"tokens": codec, "pooled": codec}),
         )
@@ -150,7 +160,9 @@ def _build_big_index(path: Path) -> None:
     del pv, v, ann
     # no rejected rows, and the catalog of the passages: an index as `mvr verify` knows one
     # (what the fixture cache checks before reusing it)
-    rejects = pa.schema([("source", pa.string()), ("line", pa.int64()), ("block_id", pa.string()), ("row_index", pa.int32()), ("doc_id", pa.string()), ("reason", pa.string())])
+    rejects = pa.schema(
+        [("source", pa.string()), ("line", pa.int64()), ("block_id", pa.string()), ("row_index", pa.int32()), ("doc_id", pa.string()), ("reason", pa.string())]
+    )
     pq.write_table(rejects.empty_table(), path / REJECTS_FILE)
     build_catalog(url, [s.path for s in shards])
     commit_manifest(url, manifest)
@@ -162,8 +174,13 @@ def big_index(fixture_cache, tmp_path_factory):
     """(index dir, dir of the partition's entry and the queries): the synthetic index, built
     once across runs (tests/fixture_cache.py: keyed by the sources that write shards and
     partitions, and by this builder's own source), and 20 × 4 random unit query vectors."""
-    recipe = {"builder": hashlib.sha256(inspect.getsource(_build_big_index).encode()).hexdigest(), "dim": DIM, "shards": SHARDS,
-              "passages_per_shard": PASSAGES_PER_SHARD, "tokens": TOKENS}
+    recipe = {
+        "builder": hashlib.sha256(inspect.getsource(_build_big_index).encode()).hexdigest(),
+        "dim": DIM,
+        "shards": SHARDS,
+        "passages_per_shard": PASSAGES_PER_SHARD,
+        "tokens": TOKENS,
+    }
     index = fixture_cache.get("partition-memory", recipe, _build_big_index)
     root = tmp_path_factory.mktemp("bigidx")
     shutil.copy(index / "partition.json", root / "entry.json")
@@ -186,7 +203,9 @@ def test_loading_a_partition_maps_its_codes_and_peaks_near_its_steady_size(big_i
     steady = r["after"]["VmRSS"] - r["before"]["VmRSS"]
     peak = r["after"]["VmHWM"] - r["before"]["VmRSS"]
     anon, file = (r["after"][k] - r["before"][k] for k in ("RssAnon", "RssFile"))
-    print(f"\ncodes {CODE_BYTES / 2**20:.0f} MiB; resident after load +{steady / 2**20:.1f} MiB (anonymous +{anon / 2**20:.1f}, file +{file / 2**20:.1f}), load peak +{peak / 2**20:.1f} MiB")
+    print(
+        f"\ncodes {CODE_BYTES / 2**20:.0f} MiB; resident after load +{steady / 2**20:.1f} MiB (anonymous +{anon / 2**20:.1f}, file +{file / 2**20:.1f}), load peak +{peak / 2**20:.1f} MiB"
+    )
     assert steady < 0.15 * CODE_BYTES, steady
     assert peak <= 1.3 * steady, (peak, steady)
 

@@ -9,8 +9,8 @@ import pytest
 
 from helpers import unit
 from mvr.operators.ann.factory import make_index
-from mvr.operators.retrieval.candidates import FirstStage, candidates, first_trip, local_share, select
 from mvr.operators.packed import Packed
+from mvr.operators.retrieval.candidates import FirstStage, candidates, first_trip, local_share, select
 from mvr.operators.retrieval.partition import Partition
 from mvr.operators.retrieval.ranking import merge, top_documents
 from mvr.operators.retrieval.scoring import maxsim
@@ -62,7 +62,7 @@ def test_candidates_and_ranking_do_not_depend_on_partitioning(corpus):
     answers = []
     for bounds in ([0, 300], [0, 70, 71, 300], [0, 100, 200, 300]):
         parts = partitions(arrays, doc_ids, bounds)
-        rows, _ = candidates(lambda kp: [p.hits(q.tokens, kp) for p in parts], fs, 10, 300, sum(p.n_vectors for p in parts))
+        rows, _ = candidates(lambda kp, parts=parts: [p.hits(q.tokens, kp) for p in parts], fs, 10, 300, sum(p.n_vectors for p in parts))
         chosen = sorted(lo + r for lo, rs in zip(bounds, rows) for r in rs)
         ranked = merge([p.rank("maxsim", q, r, 10).ranked for p, r in zip(parts, rows)], 10)
         answers.append((chosen, ranked.doc_ids, ranked.scores))
@@ -71,7 +71,7 @@ def test_candidates_and_ranking_do_not_depend_on_partitioning(corpus):
     # exhaustive first stage: the same top-10 documents as scoring every passage
     parts = partitions(arrays, doc_ids, [0, 100, 200, 300])
     everything = FirstStage(k_prime=10_000, candidate_cap=10_000)
-    rows, _ = candidates(lambda kp: [p.hits(q.tokens, kp) for p in parts], everything, 10, 300, sum(p.n_vectors for p in parts))
+    rows, _ = candidates(lambda kp, parts=parts: [p.hits(q.tokens, kp) for p in parts], everything, 10, 300, sum(p.n_vectors for p in parts))
     assert sum(map(len, rows)) == 300
     ranked = merge([p.rank("maxsim", q, r, 10).ranked for p, r in zip(parts, rows)], 10)
     s = maxsim(q.tokens, Packed.from_list(arrays, DIM))

@@ -19,11 +19,11 @@ import pytest
 from conftest import ann_build
 from helpers import REFERENCE_NDCG10, REFERENCE_TOLERANCE, ndcg10, read_qrels
 from mvr.operators.retrieval.scoring import MODES
-from mvr.pipeline.indexing.ann_build import build_ann
 from mvr.pipeline.config import SearchConfig
+from mvr.pipeline.indexing.ann_build import build_ann
 from mvr.pipeline.retrieval.searcher import Searcher
-from mvr.storage.codec_file import read_codec
 from mvr.storage.beir import read_collection
+from mvr.storage.codec_file import read_codec
 from mvr.storage.manifest import load_manifest
 
 pytestmark = pytest.mark.ray
@@ -43,8 +43,11 @@ else:
     COLLECTION_BUILDS = {"msmarco-sample": [("scann", 1), ("faiss-ivfpq", 2)], "dbpedia-sample": [("faiss-ivfpq", 4)], "cranfield": []}
 BUILDS = sorted({b for builds in COLLECTION_BUILDS.values() for b in builds})
 # the cached variant (a fixture) of each default build
-VARIANT_FIXTURE = {("msmarco-sample", "scann", 1): "msmarco_scann1", ("msmarco-sample", "faiss-ivfpq", 2): "msmarco_faiss2",
-                   ("dbpedia-sample", "faiss-ivfpq", 4): "dbpedia_faiss4"}
+VARIANT_FIXTURE = {
+    ("msmarco-sample", "scann", 1): "msmarco_scann1",
+    ("msmarco-sample", "faiss-ivfpq", 2): "msmarco_faiss2",
+    ("dbpedia-sample", "faiss-ivfpq", 4): "dbpedia_faiss4",
+}
 INDEX_FIXTURE = {"msmarco-sample": "msmarco_index", "dbpedia-sample": "dbpedia_index", "cranfield": "cranfield_index"}
 CENTROIDS_BELOW_POOLED = 0.03  # issue 36: softmax-centroid (unit space) at most this far below pooled
 EXHAUSTIVE = {"k_prime": 1000, "candidate_cap": 100_000, "nprobe": 1 << 20, "leaves_to_search": 1 << 20, "reorder_k": 1000}
@@ -203,7 +206,7 @@ def test_results_do_not_depend_on_partition_count_or_backend(runs):
                 a, b = first[q].hits(), other[q].hits()
                 np.testing.assert_allclose([s for _, s in a], [s for _, s in b], atol=1e-5)
                 tenth = a[-1][1]
-                clear = lambda hits: {d for d, s in hits if s > tenth + 1e-5}  # noqa: E731 - above any tie at the cut
+                clear = lambda hits, tenth=tenth: {d for d, s in hits if s > tenth + 1e-5}  # noqa: E731 - above any tie at the cut
                 assert clear(a) == clear(b), (build, mode, q)
                 assert clear(a) == clear(runs["independent"][mode][q]), (mode, q)
 

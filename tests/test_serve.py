@@ -24,10 +24,11 @@ from conftest import ann_build, serve_config
 from helpers import REFERENCE_NDCG10, ndcg10, read_jsonl, read_qrels
 from mvr.operators.retrieval.scoring import SEARCH_MODES
 from mvr.pipeline.indexing.ann_build import build_ann
-from mvr.pipeline.serving.client import SearchClient, ServiceError
 from mvr.pipeline.retrieval.searcher import PartitionSearch, Searcher
+from mvr.pipeline.serving.client import SearchClient, ServiceError
 
 pytestmark = pytest.mark.ray
+
 
 def same_top10(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> None:
     """Same scores rank by rank, and the same documents above any tie at the cut."""
@@ -158,7 +159,6 @@ def test_malformed_bodies_limits_and_methods(served):
     assert requests.post(url + "/search", json={"query": "still answering?"}, timeout=30).status_code == 200
 
 
-
 def _post_raw(url: str, body: bytes, headers: Optional[dict] = None, path: str = "/search") -> requests.Response:
     return requests.post(url + path, data=body, headers={"content-type": "application/json"} if headers is None else headers, timeout=30)
 
@@ -194,7 +194,7 @@ def test_one_bad_query_among_concurrent_clients_fails_alone(served, in_process):
         assert answers[i].status_code == 200, answers[i].text
         same_top10(hits(answers[i].json()), result.hits())
     info = encoder_info()
-    new = info["last_batches"][len(info["last_batches"]) - (info["batches"] - before):]
+    new = info["last_batches"][len(info["last_batches"]) - (info["batches"] - before) :]
     print(f"\nencoder batches for the {len(queries)} valid queries: {new}")
     assert sum(new) == len(queries)  # each valid query encoded once; the bad one never reached the encoder
 
@@ -230,7 +230,7 @@ def _isolates_a_failing_text(encoder, served, in_process) -> None:
     valid = list(served["queries"].values())[:6]
     expected = {q: e.tokens for q, e in zip(valid, in_process.encode(valid))}
     filler = [" ".join(valid)] * 16  # keeps the encoder busy while the texts below queue up as one batch
-    for attempt in range(3):
+    for _ in range(3):
         splits = len(encoder.info.remote().result()["split_batches"])
         texts = filler + valid[:3] + ["\ud800 bad"] + valid[3:]
         responses = [encoder.encode.remote(t) for t in texts]
@@ -319,6 +319,7 @@ def test_any_client_input_gets_4xx_with_a_message_never_5xx(served, path, body, 
     assert message in r.text and r.json()["detail"], r.text[:500]
     assert len(r.content) < 2048, len(r.content)
     assert requests.post(served["url"] + "/search", json={"query": "what is rba", "k": 3}, timeout=30).status_code == 200
+
 
 def test_hung_or_killed_partition_gives_degraded_answers_then_recovers(served, in_process):
     """A partition that hangs (SIGSTOP) is left out after ``partition_timeout_s``: the answer is

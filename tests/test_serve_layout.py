@@ -26,14 +26,14 @@ def _part(i: int, passages: int, vectors: int, first: int = 0) -> dict:
 
 def _bm25(*sizes: int) -> dict:
     firsts = [sum(sizes[:i]) for i in range(len(sizes))]
-    return {"partitions": [{"path": f"bm25/b/part-{i:05d}", "first_passage": f, "passages": n, "files": {}} for i, (f, n) in enumerate(zip(firsts, sizes))], "config": {"stopwords": "en"}}
+    return {
+        "partitions": [{"path": f"bm25/b/part-{i:05d}", "first_passage": f, "passages": n, "files": {}} for i, (f, n) in enumerate(zip(firsts, sizes))],
+        "config": {"stopwords": "en"},
+    }
 
 
 def test_partition_i_holds_range_i_of_every_kind_and_exact_modes_sit_in_partition_0() -> None:
-    m = _manifest({
-        "tokens": {"partitions": [_part(0, 15, 900), _part(1, 15, 950, 15)]},
-        "pooled": {"partitions": [_part(0, 30, 30)]},
-    })
+    m = _manifest({"tokens": {"partitions": [_part(0, 15, 900), _part(1, 15, 950, 15)]}, "pooled": {"partitions": [_part(0, 30, 30)]}})
     layout = plan_layout("/idx", m, ["maxsim", "pooled", "softmax-centroid"])
     assert [s.index for s in layout.shards] == [0, 1]
     assert layout.shards[0].kinds["tokens"]["vectors"] == 900 and layout.shards[1].kinds == {"tokens": layout.shards[1].kinds["tokens"]}

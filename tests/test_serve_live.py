@@ -34,8 +34,8 @@ def _wait_version(url: str, version: int, timeout: float = 300.0) -> None:
 
 def test_queries_during_add_delete_compact(msmarco_100, tmp_path, datasets, serve_port):
     from mvr.pipeline.indexing.compaction import compact
-    from mvr.pipeline.serving.app import deploy, shutdown, start_reloader
     from mvr.pipeline.indexing.updates import add_documents, delete_documents
+    from mvr.pipeline.serving.app import deploy, shutdown, start_reloader
     from mvr.storage.manifest import load_manifest
 
     index = str(tmp_path / "index")

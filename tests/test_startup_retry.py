@@ -89,8 +89,7 @@ def test_serve_start_waits_through_a_proxy_killed_while_starting():
 # --- the scenarios, in their own process ------------------------------------------------------
 
 RAY_TIMEOUT_ERROR = (  # ray/_private/node.py's words, raised where it raises them
-    "The current node timed out during startup. This could happen because some of the raylet "
-    "failed to startup or the GCS has become overloaded."
+    "The current node timed out during startup. This could happen because some of the raylet failed to startup or the GCS has become overloaded."
 )
 
 
@@ -161,7 +160,7 @@ def _scenario_ray(kind: str) -> dict[str, Any]:
     try:
         init_ray()
         out["task"] = ray.get(ray.remote(lambda: 42).options(num_cpus=0).remote())
-    except Exception as exc:  # noqa: BLE001 - reported to the test
+    except Exception as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
     out.update(starts=len(starts), noted=len(noted), alive=_alive(noted) if kind != "ray-other-error" else [])
     return out
@@ -213,7 +212,10 @@ def _scenario_serve() -> dict[str, Any]:
 
     serve.run(hello.bind(), name="hello", route_prefix="/")
     return {
-        "killed": killed, "log": logged, "healthz": get("/-/healthz"), "answer": get("/"),
+        "killed": killed,
+        "log": logged,
+        "healthz": get("/-/healthz"),
+        "answer": get("/"),
         "proxies": [{"actor_id": p.actor_id, "status": p.status.value} for p in proxies.values()],
     }
 

@@ -9,16 +9,18 @@ import pytest
 
 from mvr.operators import codecs
 from mvr.operators.ann.factory import make_index
+from mvr.storage.integrity import IntegrityError
 from mvr.storage.manifest import Manifest, ShardEntry
+from mvr.storage.partitions import ShardSlice, load_partition, plan_partitions, read_passages, write_partition
 from mvr.storage.schema import codes_to_arrow, shard_schema
 from mvr.storage.shards import write_shard
-from mvr.storage.integrity import IntegrityError
-from mvr.storage.partitions import ShardSlice, load_partition, plan_partitions, read_passages, write_partition
 
 
 def manifest(rows: list[int]) -> Manifest:
     shards = [
-        ShardEntry(path=f"shards/s{i}.parquet", codes=f"shards/s{i}.codes.arrow", rows=r, tokens=0, bytes=0, sha256="", codes_bytes=0, codes_sha256="", block_id="b")
+        ShardEntry(
+            path=f"shards/s{i}.parquet", codes=f"shards/s{i}.codes.arrow", rows=r, tokens=0, bytes=0, sha256="", codes_bytes=0, codes_sha256="", block_id="b"
+        )
         for i, r in enumerate(rows)
     ]
     return Manifest(config={}, model={}, input={}, counts={}, dim=4, codecs={}, shards=shards)
@@ -33,10 +35,21 @@ def write_index(url: str, arrays: list[list[np.ndarray]], codec: codecs.Codec) -
         codes = codes_to_arrow(codec.encode(np.concatenate(part)), offsets)
         table = pa.table(
             {
-                "doc_id": [f"d{b}-{i}" for i in range(n)], "passage_idx": [0] * n, "block_id": [f"b{b}"] * n, "row_index": list(range(n)),
-                "seq": list(range(n)), "title": [""] * n, "text": ["t"] * n, "char_start": [0] * n, "char_end": [1] * n, "metadata": [None] * n,
-                "n_tokens": [len(a) for a in part], "tokens": codes, "pooled": codes_to_arrow(codec.encode(np.stack([a[0] for a in part]))),
-                "first_m": codes, "centroids": codes,
+                "doc_id": [f"d{b}-{i}" for i in range(n)],
+                "passage_idx": [0] * n,
+                "block_id": [f"b{b}"] * n,
+                "row_index": list(range(n)),
+                "seq": list(range(n)),
+                "title": [""] * n,
+                "text": ["t"] * n,
+                "char_start": [0] * n,
+                "char_end": [1] * n,
+                "metadata": [None] * n,
+                "n_tokens": [len(a) for a in part],
+                "tokens": codes,
+                "pooled": codes_to_arrow(codec.encode(np.stack([a[0] for a in part]))),
+                "first_m": codes,
+                "centroids": codes,
             },
             schema=shard_schema({"tokens": codec, "pooled": codec}),
         )
@@ -65,7 +78,9 @@ def test_partition_round_trip_maps_the_shards_codes_and_decodes_only_candidates(
     codec = codecs.train(codec_name, np.concatenate([a for part in arrays for a in part] + [unit(500)]), seed=0)
     m = write_index(str(tmp_path), arrays, codec)
     # a partition spanning both shards: passages 1..4 (rows 1-2 of shard 0, 0-1 of shard 1)
-    pv = read_passages(str(tmp_path), m.shards, [ShardSlice(m.shards[0].path, 1, 3), ShardSlice(m.shards[1].path, 0, 2)], "tokens", {"tokens": codec, "pooled": codec})
+    pv = read_passages(
+        str(tmp_path), m.shards, [ShardSlice(m.shards[0].path, 1, 3), ShardSlice(m.shards[1].path, 0, 2)], "tokens", {"tokens": codec, "pooled": codec}
+    )
     assert pv.doc_ids == ["d0-1", "d0-2", "d1-0", "d1-1"] and pv.vectors.lengths.tolist() == [1, 3, 4, 2]
     assert len(pv.vectors.segments) == 2 and all(not s.flags.owndata for s in pv.vectors.segments)  # maps of the shards, no copy
     expected = [arrays[0][1], arrays[0][2], arrays[1][0], arrays[1][1]]

@@ -5,13 +5,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from mvr.operators import codecs
 from mvr.storage import fs
 from mvr.storage.index_dir import remove_orphan_shards
+from mvr.storage.integrity import IntegrityError
 from mvr.storage.manifest import Manifest, ShardEntry, commit_manifest, load_manifest
-from mvr.operators import codecs
 from mvr.storage.schema import arrow_to_codes, codes_to_arrow, shard_schema
 from mvr.storage.shards import committed_in_block, covered_seqs, open_codes, read_shard, seq_ranges, sha256_of, write_shard
-from mvr.storage.integrity import IntegrityError
 from mvr.storage.verify import codes_file
 
 
@@ -30,11 +30,21 @@ def _table(n: int, dim: int = 8, seed: int = 0) -> tuple[pa.Table, list[np.ndarr
     offsets = np.r_[0, np.cumsum([len(t) for t in toks])]
     packed = codes_to_arrow(codec.encode(np.concatenate(toks)), offsets)
     cols = {
-        "doc_id": [f"d{i}" for i in range(n)], "passage_idx": [0] * n, "block_id": ["00000-000000"] * n,
-        "row_index": list(range(n)), "seq": list(range(n)), "title": [""] * n, "text": ["t"] * n,
-        "char_start": [0] * n, "char_end": [1] * n, "metadata": [None] * n, "n_tokens": [len(t) for t in toks],
-        "tokens": packed, "pooled": codes_to_arrow(codec.encode(np.stack([t[0] for t in toks]))),
-        "first_m": packed, "centroids": packed,
+        "doc_id": [f"d{i}" for i in range(n)],
+        "passage_idx": [0] * n,
+        "block_id": ["00000-000000"] * n,
+        "row_index": list(range(n)),
+        "seq": list(range(n)),
+        "title": [""] * n,
+        "text": ["t"] * n,
+        "char_start": [0] * n,
+        "char_end": [1] * n,
+        "metadata": [None] * n,
+        "n_tokens": [len(t) for t in toks],
+        "tokens": packed,
+        "pooled": codes_to_arrow(codec.encode(np.stack([t[0] for t in toks]))),
+        "first_m": packed,
+        "centroids": packed,
     }
     return pa.table(cols, schema=shard_schema({"tokens": codec, "pooled": codec})), toks, codec
 
@@ -88,7 +98,9 @@ def test_orphans_and_manifest_commit(index_url):
     with fs.open_file(f"{index_url}/shards/00000-000000-0000004.codes.arrow.tmp-{'0' * 32}", "wb") as f:  # a writer killed mid-write
         f.write(b"half")
     assert remove_orphan_shards(index_url, {rec["path"]}) == 3
-    assert [u.rsplit("/", 1)[-1] for u in fs.list_files(f"{index_url}/shards", include_tmp=True)] == sorted(p.split("/")[1] for p in (rec["path"], rec["codes"]))
+    assert [u.rsplit("/", 1)[-1] for u in fs.list_files(f"{index_url}/shards", include_tmp=True)] == sorted(
+        p.split("/")[1] for p in (rec["path"], rec["codes"])
+    )
     m = Manifest(config={}, model={}, input={}, counts={"passages": 3}, dim=8, codecs={}, shards=[ShardEntry(**rec)])
     commit_manifest(index_url, m)
     commit_manifest(index_url, m.model_copy())
@@ -111,17 +123,26 @@ def test_seq_ranges_roundtrip():
 def test_an_index_of_schema_version_1_is_refused_with_how_to_rebuild(index_url):
     from mvr.storage.manifest import OldSchemaError, read_manifest
 
-    v1 = {"format": "mvr-index", "version": 3, "schema_version": 1, "config": {}, "model": {}, "input": {}, "counts": {}, "dim": 384,
-          "shards": [{"path": "shards/a.parquet", "rows": 2, "tokens": 9, "bytes": 10, "sha256": "0" * 64, "block_id": "b", "seq_ranges": [[0, 1]]}]}
+    v1 = {
+        "format": "mvr-index",
+        "version": 3,
+        "schema_version": 1,
+        "config": {},
+        "model": {},
+        "input": {},
+        "counts": {},
+        "dim": 384,
+        "shards": [{"path": "shards/a.parquet", "rows": 2, "tokens": 9, "bytes": 10, "sha256": "0" * 64, "block_id": "b", "seq_ranges": [[0, 1]]}],
+    }
     fs.write_bytes_atomic(f"{index_url}/manifest.json", __import__("json").dumps(v1).encode())
     with pytest.raises(OldSchemaError, match=r"schema version 1 .*Rebuild it: mvr index CORPUS INDEX --overwrite"):
         read_manifest(index_url)
 
 
 def test_the_shard_list_is_checked_and_old_lists_are_dropped(tmp_path):
+    from mvr.storage.integrity import IntegrityError
     from mvr.storage.manifest import read_manifest
     from mvr.storage.retention import collect
-    from mvr.storage.integrity import IntegrityError
 
     url = str(tmp_path)
     table, _, _ = _table(3)

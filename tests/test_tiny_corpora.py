@@ -46,7 +46,7 @@ def _quoted_tsv(path: Path, docs: list[dict]) -> tuple[str, list[dict]]:
     rows = []
     for i, d in enumerate(docs):
         first = d["text"].split(". ")[0].rstrip(".") + "."
-        text = [f'"{first}"', f'He wrote: "{first}"', f'"She said ""{first}"""', first, f"{first} (\"quoted\")", f"'{first}'"][i % 6]
+        text = [f'"{first}"', f'He wrote: "{first}"', f'"She said ""{first}"""', first, f'{first} ("quoted")', f"'{first}'"][i % 6]
         rows.append({"_id": f"tsv-{d['_id']}", "title": f'"Row {i}"' if i % 2 else "", "text": text})
     lines = ["id\ttext\ttitle"] + [f"{r['_id']}\t{r['text']}\t{r['title']}" for r in rows]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -114,7 +114,9 @@ def test_tiny_corpus_with_the_default_codec(case, datasets, ray_address, tmp_pat
     fell_back = codec == "residual-1"
     assert (tokens < 2 * 192) == fell_back and f"on {tokens:,} token vectors of {n} sampled passages" in trained
     if fell_back:
-        assert f"tokens residual-1 instead of auto (pca-192+residual-1): the training sample of {tokens:,} vectors is too small for it (at least 384)" in trained
+        assert (
+            f"tokens residual-1 instead of auto (pca-192+residual-1): the training sample of {tokens:,} vectors is too small for it (at least 384)" in trained
+        )
     else:
         assert "tokens pca-192+residual-1, pooled int8 on" in trained
     if case.endswith("tsv"):  # the fields as written, quotes included

@@ -36,9 +36,7 @@ def test_long_document_becomes_overlapping_windows(minilm_tokenizer):
 
 
 def test_colbert_markers_augmentation_and_skiplist(minilm_tokenizer):
-    t = PassageTokenizer(
-        minilm_tokenizer, query_marker="[unused0]", document_marker="[unused1]", query_augmentation=True, skip_punctuation=True
-    )
+    t = PassageTokenizer(minilm_tokenizer, query_marker="[unused0]", document_marker="[unused1]", query_augmentation=True, skip_punctuation=True)
     [q] = t.queries(["what is a thermometer?"])
     ids = minilm_tokenizer.convert_ids_to_tokens(q.tolist())
     assert len(q) == 32 and ids[:2] == ["[CLS]", "[unused0]"]

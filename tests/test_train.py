@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import read_jsonl, read_qrels
 import test_checkpoint_conventions as conventions
-from test_checkpoint_conventions import check_pylate_loads
+from helpers import read_jsonl, read_qrels
 from mvr.pipeline.config import IndexConfig, TrainConfig
+from test_checkpoint_conventions import check_pylate_loads
 
 pytestmark = pytest.mark.ray
 peer_python = conventions.peer_python  # the peer venv fixture, for the PyLate check

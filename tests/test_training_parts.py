@@ -58,7 +58,10 @@ def test_title_pairs_and_refusals():
 
 
 def test_overlap_with_evaluation_queries_is_refused_or_dropped(datasets):
-    rows = [{"query": " keith  URBAN ", "positive": "x", "positive_id": "a", "source": "title", "negatives": []}, {"query": "something else entirely", "positive": "y", "positive_id": "b", "source": "ict", "negatives": []}]
+    rows = [
+        {"query": " keith  URBAN ", "positive": "x", "positive_id": "a", "source": "title", "negatives": []},
+        {"query": "something else entirely", "positive": "y", "positive_id": "b", "source": "ict", "negatives": []},
+    ]
     assert overlap([r["query"] for r in rows], ["Keith Urban"]) == [" keith  URBAN "]
     config = TrainConfig.model_validate({"data": {"eval_datasets": [str(datasets / "dbpedia-sample")]}})
     assert "keith urban" in {query_key(q) for q in read_jsonl_queries(datasets / "dbpedia-sample")}
@@ -137,7 +140,9 @@ def test_the_pairs_file_holds_each_pair_s_token_count(tmp_path, datasets):
     worker alike."""
     rows = read_jsonl(datasets / "dbpedia-sample" / "corpus.jsonl")[:40]
     data = tmp_path / "pairs.jsonl"
-    data.write_text("".join(json.dumps({"query": f"q{i}", "positive": r["text"], "negatives": [rows[i - 1]["text"]] if i % 2 else []}) + "\n" for i, r in enumerate(rows)))
+    data.write_text(
+        "".join(json.dumps({"query": f"q{i}", "positive": r["text"], "negatives": [rows[i - 1]["text"]] if i % 2 else []}) + "\n" for i, r in enumerate(rows))
+    )
     config = TrainConfig.model_validate({"train": {"group_by_length": True}})
     table = read_pairs(str(prepare_run(str(data), str(tmp_path / "grouped"), config, False, print) / "pairs.parquet"))
     tokenizer = load_tokenizer(config.base)
@@ -165,7 +170,6 @@ def test_contrastive_loss_against_a_direct_computation():
     kl = (p * (p.log() - torch.log_softmax(z, -1))).sum(-1).mean()
     assert math.isclose(parts2["kl"], float(kl), rel_tol=1e-5)
     assert math.isclose(float(loss2), float(ce + 0.5 * kl), rel_tol=1e-5)
-
 
 
 def test_preservation_loss_against_a_direct_computation():

@@ -39,8 +39,8 @@ def updated(tmp_path_factory, datasets):
     """(live index after index A, build-ann, add B, delete, update; from-scratch index of the
     final documents; deleted ids; updated ids; queries)."""
     from mvr.jobs import delete as delete_job
-    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.config import AnnBuildConfig, IndexConfig
+    from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.indexing.corpus_job import index_corpus
     from mvr.pipeline.indexing.updates import add_documents
 
@@ -152,9 +152,9 @@ def test_compaction_keeps_the_answers_and_old_readers(updated):
     from mvr.jobs import compact as compact_job
     from mvr.pipeline.config import SearchConfig
     from mvr.pipeline.retrieval.searcher import Searcher
+    from mvr.storage.codec_file import load_codecs
     from mvr.storage.manifest import load_manifest, read_manifest
     from mvr.storage.partitions import exact_partition
-    from mvr.storage.codec_file import load_codecs
     from mvr.storage.verify import verify_index
 
     live, scratch, deleted, _, _, queries = updated
@@ -174,7 +174,9 @@ def test_compaction_keeps_the_answers_and_old_readers(updated):
     old = read_manifest(live, before.version)
     assert len(exact_partition(live, old, "tokens", load_codecs(live, old.codecs))) == before.counts["passages"]
     q = next(iter(queries))
-    assert old_reader.search([queries[q]], 10, "maxsim")[0].hits() == got[q] or _same_ties_aside(old_reader.search([queries[q]], 10, "maxsim")[0].hits(), got[q])
+    assert old_reader.search([queries[q]], 10, "maxsim")[0].hits() == got[q] or _same_ties_aside(
+        old_reader.search([queries[q]], 10, "maxsim")[0].hits(), got[q]
+    )
 
 
 def test_rerunning_an_add_changes_nothing(updated, tmp_path):

@@ -50,7 +50,7 @@ def test_lone_surrogates_are_rejects_with_an_escaped_id():
         assert isinstance(r, Reject) and r.reason.startswith("invalid unicode: lone surrogate") and r.reason.endswith(where), r
         assert r.doc_id == doc_id and r.doc_id.encode("utf-8")  # encodable: the reject record can be written
     pair = parse_jsonl_line(rb'{"_id": "ok", "text": "a pair \ud83d\ude00 is fine"}', 0)
-    assert pair == Document(0, "ok", "", "a pair \U0001F600 is fine")
+    assert pair == Document(0, "ok", "", "a pair \U0001f600 is fine")
 
 
 def test_deeply_nested_json_and_huge_integers_are_rejects():

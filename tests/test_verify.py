@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from mvr.storage.manifest import load_manifest
 from mvr.storage.integrity import IntegrityError, require_intact
+from mvr.storage.manifest import load_manifest
 from mvr.storage.verify import expected_files, shard_files, verify_index
-
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +73,15 @@ def test_each_damaged_file_is_named(index_copy, capsys):
 
     report = verify_index(index_copy, workers=2)
     bad = {c.path: c.status for c in report.problems}
-    assert bad == {corrupt: "corrupted", truncate: "truncated", ann_file: "missing", bm25_file: "missing", grown: "oversized", codes: "corrupted", codec: "corrupted"}
+    assert bad == {
+        corrupt: "corrupted",
+        truncate: "truncated",
+        ann_file: "missing",
+        bm25_file: "missing",
+        grown: "oversized",
+        codes: "corrupted",
+        codec: "corrupted",
+    }
     assert not report.ok
     summary = {what: b for what, _, _, b in report.summary()}
     assert summary["shard"] == 2 and summary["shard codes"] == 1 and summary["codec"] == 1 and summary["ann pooled"] == 2 and summary["bm25"] == 1
@@ -109,9 +116,9 @@ def test_missing_catalog_and_no_manifest(index_copy, tmp_path, capsys):
 def test_ann_and_bm25_builds_refuse_a_corrupted_shard(index_copy):
     """The builds check the shards they read against the manifest first: a damaged shard fails
     the build with its name, and the manifest keeps its previous, intact entries."""
+    from mvr.pipeline.config import AnnBuildConfig, BM25BuildConfig
     from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.indexing.bm25_build import build_bm25
-    from mvr.pipeline.config import AnnBuildConfig, BM25BuildConfig
 
     before = load_manifest(index_copy)
     bad = before.shards[1].path
@@ -129,7 +136,11 @@ def _search(index: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(
         [sys.executable, "-m", "mvr.jobs.cli", "search", index, "what is a lobster roll", "-k", "3", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

@@ -83,9 +83,7 @@ def is_complete(venv: Path, pins: list[str] = PINS) -> bool:
     return marker.exists() and json.loads(marker.read_text()).get("pins") == pins
 
 
-def ensure_venv(
-    log: Callable[[str], None] = print, pins: list[str] = PINS, venv: Path | None = None, smoke: str = SMOKE, what: str = "fast-plaid"
-) -> Path:
+def ensure_venv(log: Callable[[str], None] = print, pins: list[str] = PINS, venv: Path | None = None, smoke: str = SMOKE, what: str = "fast-plaid") -> Path:
     """The venv's python, building the venv first unless a complete one of these pins exists
     (defaults: fast-plaid's; ``benchmarks/peers/warp_venv.py`` gives xtr-warp-rs's)."""
     venv = venv or venv_path()

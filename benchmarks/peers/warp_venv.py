@@ -22,7 +22,7 @@ if __package__:  # imported as peers.warp_venv (benchmarks/ on the path)
     from . import plaid_venv
 else:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import plaid_venv  # noqa: E402
+    import plaid_venv
 
 WARP_VERSION = "2.1.0.2110"
 TORCH_VERSION = "2.11.0"  # what xtr-warp-rs 2.1.0.2110 is built for (its version's suffix)

@@ -19,7 +19,7 @@ import json
 import math
 import os
 from abc import ABC, abstractmethod
-from typing import Any, Optional, ClassVar
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 
@@ -123,7 +123,7 @@ class AnnIndex(ABC):
         without retraining, ``mvr compact``), or None when the backend cannot make one."""
         return None
 
-    def finalize(self) -> None:
+    def finalize(self) -> None:  # noqa: B027 - an optional hook: most backends need nothing
         """Finish building after the last ``add`` (ScaNN builds its searcher here; otherwise
         the first search or save would). No-op for backends that need nothing."""
 

@@ -81,9 +81,7 @@ class FaissIVFPQIndex(AnnIndex):
     knobs = ("nprobe",)
     probe_knob = "nprobe"
 
-    def __init__(
-        self, dim: int, params: dict[str, Any], index: Optional[faiss.Index] = None, trained: bool = False
-    ) -> None:
+    def __init__(self, dim: int, params: dict[str, Any], index: Optional[faiss.Index] = None, trained: bool = False) -> None:
         super().__init__(dim)
         self._params = dict(params)
         self._gpu: Optional[tuple[Any, faiss.Index]] = None  # (resources, GPU index) while building
@@ -180,7 +178,7 @@ class FaissIVFPQIndex(AnnIndex):
                 self._built_on = "cuda"
                 return
             except RuntimeError as e:  # a shape the GPU kernels do not support
-                warnings.warn(f"FAISS GPU training failed ({e}); training on the CPU", RuntimeWarning)
+                warnings.warn(f"FAISS GPU training failed ({e}); training on the CPU", RuntimeWarning, stacklevel=2)
                 self._gpu = None
         self._index.train(x)
         self._trained = True
@@ -202,9 +200,9 @@ class FaissIVFPQIndex(AnnIndex):
         supported = self._params["nbits"] <= 8 and self._params["m"] <= MAX_M
         if not supported:
             warnings.warn(
-                f"GPU IVFPQ needs nbits <= 8 and m <= {MAX_M} (got {self._params['nbits']}, "
-                f"{self._params['m']}); training on the CPU",
+                f"GPU IVFPQ needs nbits <= 8 and m <= {MAX_M} (got {self._params['nbits']}, {self._params['m']}); training on the CPU",
                 RuntimeWarning,
+                stacklevel=2,
             )
         return supported
 

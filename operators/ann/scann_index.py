@@ -198,15 +198,10 @@ class ScannIndex(AnnIndex):
                     f"{need} vectors, got {n}; use brute_force=True or fewer leaves"
                 )
             sample = min(p["training_sample_size"], n)
-            builder = (
-                builder.tree(
-                    p["num_leaves"], min(p["leaves_to_search"], p["num_leaves"]), training_sample_size=sample, spherical=p["spherical"]
-                )
-                .score_ah(
-                    p["dims_per_block"],
-                    anisotropic_quantization_threshold=_nan_if_none(p["anisotropic_quantization_threshold"]),
-                    training_sample_size=sample,
-                )
+            builder = builder.tree(
+                p["num_leaves"], min(p["leaves_to_search"], p["num_leaves"]), training_sample_size=sample, spherical=p["spherical"]
+            ).score_ah(
+                p["dims_per_block"], anisotropic_quantization_threshold=_nan_if_none(p["anisotropic_quantization_threshold"]), training_sample_size=sample
             )
             if p["reorder_k"] > 0:  # keeps a float32 copy of every vector (dataset.npy) to rescore AH candidates
                 builder = builder.reorder(p["reorder_k"])
@@ -230,9 +225,7 @@ class ScannIndex(AnnIndex):
             leaves, pre_reorder = min(leaves, p["num_leaves"]), max(reorder_k, k)
         s = self._searcher
         search = s.search_batched_parallel if len(queries) > PARALLEL_BATCH else s.search_batched
-        ids, scores = search(
-            queries, final_num_neighbors=k, pre_reorder_num_neighbors=pre_reorder, leaves_to_search=leaves
-        )
+        ids, scores = search(queries, final_num_neighbors=k, pre_reorder_num_neighbors=pre_reorder, leaves_to_search=leaves)
         ids = np.asarray(ids).astype(np.int64)
         scores = np.asarray(scores, dtype=np.float32).copy()
         missing = ~np.isfinite(scores)  # ScaNN pads with id 0 and NaN
@@ -258,4 +251,3 @@ class ScannIndex(AnnIndex):
             raise ValueError(f"{directory}: {ASSETS_FILE} is missing")
         index._searcher = scann.scann_ops_pybind.load_searcher(directory)
         return index
-

@@ -43,8 +43,7 @@ class PQ(Codec):
         return int(arg)
 
     @classmethod
-    def fit(cls, arg: Optional[int], sample: np.ndarray, seed: int = 0, normalize: Optional[bool] = None,
-            niter: Optional[int] = None, **_: Any) -> "PQ":
+    def fit(cls, arg: Optional[int], sample: np.ndarray, seed: int = 0, normalize: Optional[bool] = None, niter: Optional[int] = None, **_: Any) -> "PQ":
         import faiss
 
         m = int(arg)
@@ -108,8 +107,10 @@ class PCA(Transform):
             raise ValueError(f"pca-{d_out}: output dimension must be 1..{x.shape[1]}")
         rows = x if center else np.concatenate([x, -x])
         if len(rows) < d_out:  # FAISS's own limit, said in words (its error: "PCA matrix cannot output …")
-            raise ValueError(f"pca-{d_out}: a sample of {len(x)} vectors is too small to fit it (FAISS needs {d_out if center else -(-d_out // 2)}; "
-                             "codecs.choose falls back to a codec the sample can train)")
+            raise ValueError(
+                f"pca-{d_out}: a sample of {len(x)} vectors is too small to fit it (FAISS needs {d_out if center else -(-d_out // 2)}; "
+                "codecs.choose falls back to a codec the sample can train)"
+            )
         pca = faiss.PCAMatrix(x.shape[1], d_out)
         pca.train(rows)
         matrix = faiss.vector_to_array(pca.A).reshape(d_out, x.shape[1])  # prepare_Ab keeps the top d_out rows

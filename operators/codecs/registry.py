@@ -12,7 +12,6 @@ from mvr.operators.codecs.quantizers import PCA, PQ, Composed
 from mvr.operators.codecs.residual import Residual
 from mvr.operators.codecs.scalar import Float16, Int8
 
-
 # A codec or transform family is one entry here: its class names it (``family``) and says
 # whether its name takes a parameter, with the one examples show (``example_arg``).
 FAMILIES: dict[str, type[Codec]] = {c.family: c for c in (Float16, Int8, Residual, PQ)}

@@ -8,7 +8,6 @@ import numpy as np
 
 from mvr.operators.codecs.base import BLOCK, HELDOUT_FRACTION, Codec, _use_gpu, default_centroids, id_dtype, is_unit, residual_centroids
 
-
 # k-means iterations of the residual codebook: ColBERTv2's and PLAID's own (kmeans_niters = 4).
 # Measured with pca-192+residual-1 on the three shared collections (2026-11-27): nDCG@10 and
 # overlap@10 as with 20 iterations (every Δ within ±0.003), a 3.5x shorter training (8 s
@@ -49,8 +48,7 @@ class Residual(Codec):
     example_arg = 2
     NBITS = (1, 2, 4, 8)
 
-    def __init__(self, nbits: int, centroids: np.ndarray, cutoffs: np.ndarray, weights: np.ndarray,
-                 lo: float, hi: float, normalize: bool) -> None:
+    def __init__(self, nbits: int, centroids: np.ndarray, cutoffs: np.ndarray, weights: np.ndarray, lo: float, hi: float, normalize: bool) -> None:
         if nbits not in self.NBITS:
             raise ValueError(f"residual codec: {nbits} bits a value; choose one of {self.NBITS}")
         self.nbits = nbits
@@ -94,9 +92,19 @@ class Residual(Codec):
         return id_dtype(k).itemsize + dim * int(arg) // 8
 
     @classmethod
-    def fit(cls, arg: Optional[int], sample: np.ndarray, seed: int = 0, n_vectors: Optional[int] = None,
-            n_centroids: Optional[int] = None, niter: Optional[int] = None, gpu: Optional[bool] = None,
-            normalize: Optional[bool] = None, centroids: Optional[np.ndarray] = None, **_: Any) -> "Residual":
+    def fit(
+        cls,
+        arg: Optional[int],
+        sample: np.ndarray,
+        seed: int = 0,
+        n_vectors: Optional[int] = None,
+        n_centroids: Optional[int] = None,
+        niter: Optional[int] = None,
+        gpu: Optional[bool] = None,
+        normalize: Optional[bool] = None,
+        centroids: Optional[np.ndarray] = None,
+        **_: Any,
+    ) -> "Residual":
         """Train on ``sample``: k-means on all but a seeded held-out ``HELDOUT_FRACTION``
         (k = ``residual_centroids``: ``n_centroids``, default ``default_centroids(n_vectors or
         len(sample))``, at most the training rows; ``niter`` iterations, default ``KMEANS_ITERATIONS``), buckets on the held-out rows' residuals. ``centroids``: a
@@ -192,8 +200,9 @@ class Residual(Codec):
 
     @classmethod
     def _from_state(cls, params, arrays):
-        return cls(int(params["nbits"]), arrays["centroids"], arrays["cutoffs"], arrays["weights"],
-                   float(params["lo"]), float(params["hi"]), bool(params["normalize"]))
+        return cls(
+            int(params["nbits"]), arrays["centroids"], arrays["cutoffs"], arrays["weights"], float(params["lo"]), float(params["hi"]), bool(params["normalize"])
+        )
 
 
 def _nearest(centroids: np.ndarray, x: np.ndarray, half_norms: Optional[np.ndarray] = None) -> np.ndarray:

@@ -130,15 +130,7 @@ def module_dirs(path: str, fmt: str) -> tuple[str, list[Path]]:
 
 PYLATE_SOURCE = "pylate:config_sentence_transformers.json"
 COLBERT_SOURCE = "colbert:artifact.metadata"
-_PYLATE_KEYS = (
-    "query_prefix",
-    "document_prefix",
-    "query_length",
-    "document_length",
-    "do_query_expansion",
-    "attend_to_expansion_tokens",
-    "skiplist_words",
-)
+_PYLATE_KEYS = ("query_prefix", "document_prefix", "query_length", "document_length", "do_query_expansion", "attend_to_expansion_tokens", "skiplist_words")
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ class TokenEncoder:
             state = load_state(weights_file(Path(self.path)))  # type: ignore[arg-type]
             w = state["linear.weight"]
             projection = torch.nn.Linear(w.shape[1], w.shape[0], bias="linear.bias" in state)
-            projection.load_state_dict({k[len("linear."):]: v for k, v in state.items() if k.startswith("linear.")})
+            projection.load_state_dict({k[len("linear.") :]: v for k, v in state.items() if k.startswith("linear.")})
         elif dense_dirs:
             projection = torch.nn.Sequential(*(DenseLayer.load(d) for d in dense_dirs))
         self.model = TokenModel(AutoModel.from_pretrained(backbone_dir), projection)
@@ -144,11 +144,7 @@ class TokenEncoder:
         return self.model(input_ids.to(self.device), attention_mask.to(self.device)).float()
 
     def encode(
-        self,
-        sequences: Sequence[np.ndarray],
-        batch_size: int = 32,
-        pad_id: int = 0,
-        attention: Optional[Sequence[np.ndarray]] = None,
+        self, sequences: Sequence[np.ndarray], batch_size: int = 32, pad_id: int = 0, attention: Optional[Sequence[np.ndarray]] = None
     ) -> list[np.ndarray]:
         """Encode token-id sequences ((n_i,) int) in length-sorted mini-batches, so a batch
         carries little padding; returns (n_i, dim) float32 per sequence, in input order.

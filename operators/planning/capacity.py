@@ -40,16 +40,8 @@ from typing import Any, Callable, Optional
 
 from mvr.operators import codecs
 from mvr.operators.ann.base import ADD_BATCH
+from mvr.operators.ann.defaults import AH_CENTERS, BRUTE_FORCE_BELOW, default_m, default_nbits, default_nlist, default_num_leaves, training_sample_size
 from mvr.operators.retrieval.scoring import VECTOR_KINDS
-from mvr.operators.ann.defaults import (
-    AH_CENTERS,
-    BRUTE_FORCE_BELOW,
-    default_m,
-    default_nbits,
-    default_nlist,
-    default_num_leaves,
-    training_sample_size,
-)
 
 LIST_KINDS = ("tokens", "centroids", "first-m")  # list<code> columns: an int32 offset a passage each
 ANN_BACKENDS = ("faiss-ivfpq", "scann", "none")
@@ -74,61 +66,85 @@ _IDX3 = "the whole msmarco-sample indexed with IndexConfig() of 2026-11-27 (toke
 MEASURED: dict[str, Measured] = {
     "tokens_per_passage": Measured(80.63, "token vectors / passage", f"403,138 token vectors / 5,000 passages, manifest counts of {_IDX}"),
     "tokens_per_passage_colbert": Measured(
-        71.86, "token vectors / passage",
+        71.86,
+        "token vectors / passage",
         "PassageTokenizer with configs/colbert.yaml (180-token windows, [D] marker, punctuation vectors dropped) on msmarco-sample: 5,035 passages",
     ),
     "text_bytes_per_passage": Measured(358.1, "UTF-8 bytes / passage", "mean passage text of msmarco-sample (reference config)"),
     "text_stored_ratio": Measured(
-        0.3909, "stored / raw text bytes",
+        0.3909,
+        "stored / raw text bytes",
         "zstd text column chunks over raw text, fitted with shard_chunk_bytes through two indexes: 708,416 B for 1,790,466 B in 5 shards "
         f"({_IDX2}) and 19,916 B for 37,822 B in 3 shards of ≤ 40 passages (its first 100 passages, tests/conftest.py msmarco_100)",
     ),
     "doc_id_chars": Measured(6.86, "characters / doc id", "mean msmarco-sample _id length"),
     "passage_meta_bytes": Measured(
-        14.55, "bytes / passage",
+        14.55,
+        "bytes / passage",
         "doc_id, passage_idx, block_id, row_index, seq, title, char spans, n_tokens column chunks (zstd), fitted with shard_chunk_bytes: "
         "77,147 B / 5,000 passages in 5 shards and 4,089 B / 100 passages in 3 shards (the same two indexes)",
     ),
     "shard_chunk_bytes": Measured(
-        2_588, "bytes / shard",
+        2_588,
+        "bytes / shard",
         "fixed cost of a Parquet shard's 10 column chunks (zstd frames, page headers, small-block compression loss): the two-point fit above "
         "(text 1,710 + other columns 878 B); it reproduces both indexes' column chunk bytes within 20 B",
     ),
     "shard_footer_bytes": Measured(3_209, "bytes / shard", f"Parquet file bytes not in any column chunk: 16,044 B over 5 shards, {_IDX2}"),
     "codes_file_overhead_bytes": Measured(
-        1_780, "bytes / codes file",
+        1_780,
+        "bytes / codes file",
         "codes file bytes not in the columns' 4 B/passage offsets and codes: 32,545,386 - 32,536,544 B over 5 files (schema with both codecs' names, "
         f"batch header, footer, padding) + 3 × 4 B (a list column's n + 1st offset), {_IDX2}",
     ),
     "catalog_bytes_per_passage": Measured(
-        321.0, "bytes / passage",
+        321.0,
+        "bytes / passage",
         "catalog.duckdb with global passage numbers and the documents table (2026-11-24), two points: 2,895,872 B at 5,000 passages "
         "(the whole msmarco-sample, IndexConfig(); no metadata) and 1,323,008 B at 100 (tests/conftest.py msmarco_100): (2,895,872 - 1,323,008) / 4,900",
     ),
     "catalog_fixed_bytes": Measured(1_290_908, "bytes", "the same two points: 1,323,008 B - 100 × 321 B (DuckDB's header and a first block a table and index)"),
     "manifest_fixed_bytes": Measured(
-        3_887, "bytes", f"manifest.json less its ann and bm25 entries and all but its first history entry (config, model and its encode record, input, counts, two codecs, the shard list's entry): {_IDX3}"
+        3_887,
+        "bytes",
+        f"manifest.json less its ann and bm25 entries and all but its first history entry (config, model and its encode record, input, counts, two codecs, the shard list's entry): {_IDX3}",
     ),
-    "shard_list_fixed_bytes": Measured(3_565, "bytes", "shard-lists/*.parquet: schema, footer and column chunks (zstd), a 1,000-shard list of this codebase's names and sha256 less 1,000 × the per-shard figure"),
-    "shard_list_bytes_per_shard": Measured(75.9, "bytes / shard", "shard-lists/*.parquet, zstd: (79,464 - 3,641) B / 999 shards (two hex sha256 a shard are most of it; 69.7 B at 976,563 synthetic shards)"),
+    "shard_list_fixed_bytes": Measured(
+        3_565,
+        "bytes",
+        "shard-lists/*.parquet: schema, footer and column chunks (zstd), a 1,000-shard list of this codebase's names and sha256 less 1,000 × the per-shard figure",
+    ),
+    "shard_list_bytes_per_shard": Measured(
+        75.9,
+        "bytes / shard",
+        "shard-lists/*.parquet, zstd: (79,464 - 3,641) B / 999 shards (two hex sha256 a shard are most of it; 69.7 B at 976,563 synthetic shards)",
+    ),
     "manifest_bytes_per_partition": Measured(
-        1_695, "bytes / partition", f"an ANN or BM25 partition's manifest entry (path, files with bytes and sha256, build device; its build's params spread over its partitions): (12,635 - 4,161) B / 5 partitions, {_IDX3}"
+        1_695,
+        "bytes / partition",
+        f"an ANN or BM25 partition's manifest entry (path, files with bytes and sha256, build device; its build's params spread over its partitions): (12,635 - 4,161) B / 5 partitions, {_IDX3}",
     ),
     "codec_header_bytes": Measured(
-        200, "bytes / codec file",
+        200,
+        "bytes / codec file",
         "magic, version, JSON header and sha256 of a codec without arrays: codecs/pooled.mvrc (int8) of tests/conftest.py msmarco_100, 200 B",
     ),
     "codec_array_header_bytes": Measured(
-        106.4, "bytes / array", f"each array's header entry (name, dtype, shape, offset, size) and its stage's parameters: codec.mvrc (pca-64+residual-2, "
+        106.4,
+        "bytes / array",
+        f"each array's header entry (name, dtype, shape, offset, size) and its stage's parameters: codec.mvrc (pca-64+residual-2, "
         f"5 arrays) 2,197,752 B less its arrays 2,197,020 B = 732 B = 200 + 5 × 106.4, {_IDX2}",
     ),
     "partition_passage_bytes": Measured(
-        8.41, "bytes / passage",
+        8.41,
+        "bytes / passage",
         "passage, doc_id, passage_idx columns (zstd), as bm25/*/passages.parquet: ann/*/passages.parquet of the whole msmarco-sample is 42,942 B, "
         "byte for byte the size of its BM25 passages.parquet (the BM25 figures below)",
     ),
     "partition_file_footer_bytes": Measured(1_013, "bytes / passages.parquet", "as the BM25 passages.parquet footer below"),
-    "bm25_postings_per_passage": Measured(29.67, "postings / passage", "bm25s CSC: 148,350 nonzeros / 5,000 passages (English stopwords, Snowball), msmarco-sample"),
+    "bm25_postings_per_passage": Measured(
+        29.67, "postings / passage", "bm25s CSC: 148,350 nonzeros / 5,000 passages (English stopwords, Snowball), msmarco-sample"
+    ),
     "bm25_terms_at_5000": Measured(12_338, "terms", "bm25s vocabulary of msmarco-sample's 5,000 passages"),
     "bm25_vocab_file_bytes_per_term": Measured(14.2, "bytes / term", "vocab.index.json 174,882 B / 12,338 terms"),
     "bm25_passages_file_bytes": Measured(
@@ -136,17 +152,20 @@ MEASURED: dict[str, Measured] = {
     ),
     "bm25_passages_file_footer_bytes": Measured(1_013, "bytes / passages.parquet", "the same two files: 1,854 B - 100 × 8.41 B"),
     "process_bytes": Measured(
-        234e6, "bytes / partition replica",
+        234e6,
+        "bytes / partition replica",
         "RSS of a Ray actor after importing faiss, scann, bm25s and storage.partitions and loading one 5,000-passage pooled partition "
         "(242 MB) minus that partition's 8.6 MB of structures; Serve's replica wrapper not included (schema 1 measurement)",
     ),
     "load_peak_over_steady": Measured(
-        0.0, "bytes",
+        0.0,
+        "bytes",
         f"ru_maxrss minus VmRSS of a process after loading the four FAISS P=1 partitions and BM25 of {_IDX2}: -0.1 MB (no load peak above "
         "the steady size; steady +99 MB of which 53 MB anonymous); the plan keeps the loader's own transient as a bound (partition_ram)",
     ),
     "cpu_passages_per_s": Measured(
-        46.9, "passages / s on 2 vCPUs",
+        46.9,
+        "passages / s on 2 vCPUs",
         "'mvr index' row of `python benchmarks/encode_throughput.py -n 5000 --rounds 1` (docs/benchmarks.md, 2026-11-22): all 5,000 msmarco-sample "
         "passages, packaged all-MiniLM-L6-v2, 2-vCPU Xeon @ 2.50 GHz VM, no GPU, whole job (scan, tokenize, encode, compress, write, catalog, commit)",
     ),
@@ -378,8 +397,7 @@ class AnnIndexSize:
 
 
 def ann_index_size(
-    backend: str, dim: int, n_vectors: float, pq_m: Optional[int] = None, nbits: Optional[int] = None, dims_per_block: int = 2,
-    scann_reorder: bool = False,
+    backend: str, dim: int, n_vectors: float, pq_m: Optional[int] = None, nbits: Optional[int] = None, dims_per_block: int = 2, scann_reorder: bool = False
 ) -> AnnIndexSize:
     """Bytes of one partition's index over ``n_vectors`` vectors with this codebase's defaults
     (``operators/ann/ivfpq.py``, ``operators/ann/scann_index.py``) unless ``pq_m`` / ``nbits`` /
@@ -429,7 +447,10 @@ def ann_build_ram(idx: AnnIndexSize, dim: int) -> tuple[float, str]:
         sample = 2 * idx.params.get("training_sample_size", 0) * dim * 4.0
         return idx.ram_bytes + max(sample, block), "the index + 2 float32 copies of its training sample (or one added block, if larger)"
     copies = 3 * 4.0 * dim * n
-    return copies + idx.ram_bytes, f"3 float32 copies of the partition's vectors ({human_bytes(copies)}: the added buffer and ScaNN's builder's two) + the index"
+    return (
+        copies + idx.ram_bytes,
+        f"3 float32 copies of the partition's vectors ({human_bytes(copies)}: the added buffer and ScaNN's builder's two) + the index",
+    )
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -535,7 +556,11 @@ def shard_storage(w: Workload) -> list[Line]:
     for kind, column in (("tokens", "token"), ("first-m", f"first-{w.first_m}"), ("centroids", f"{w.centroids}-centroid"), ("pooled", "pooled")):
         vpp = w.vectors_per_passage(kind)
         off = " + 4 B list offset" if kind in LIST_KINDS else ""
-        lines.append(Line(f"shards: {column} codes", n * w.codes_bytes_per_passage(kind), f"{vpp:g} a passage × {w.bytes_per_vector_of(kind)} B ({w.codec_of(kind)}){off}"))
+        lines.append(
+            Line(
+                f"shards: {column} codes", n * w.codes_bytes_per_passage(kind), f"{vpp:g} a passage × {w.bytes_per_vector_of(kind)} B ({w.codec_of(kind)}){off}"
+            )
+        )
     ov = MEASURED["codes_file_overhead_bytes"].value
     lines.append(Line("shards: codes files' framing", shards * ov, f"{ov:,.0f} B × {shards:,} codes files (Arrow IPC schema, batch headers, footer, padding)"))
     ratio = MEASURED["text_stored_ratio"].value
@@ -543,10 +568,19 @@ def shard_storage(w: Workload) -> list[Line]:
     meta = MEASURED["passage_meta_bytes"].value
     footer = MEASURED["shard_footer_bytes"].value
     chunks = MEASURED["shard_chunk_bytes"].value
-    lines.append(Line("shards: ids, spans, footers", n * meta + shards * (footer + chunks),
-                      f"{meta:g} B/passage + ({footer:,.0f} B footer + {chunks:,.0f} B of column chunks) × {shards:,} Parquet files (≥ 1 a {w.rows_per_shard:,} passages)"))
+    lines.append(
+        Line(
+            "shards: ids, spans, footers",
+            n * meta + shards * (footer + chunks),
+            f"{meta:g} B/passage + ({footer:,.0f} B footer + {chunks:,.0f} B of column chunks) × {shards:,} Parquet files (≥ 1 a {w.rows_per_shard:,} passages)",
+        )
+    )
     for group, name in (("tokens", w.codec_name), ("pooled", w.pooled_codec_name)):
-        parts = (["PCA matrix"] if "+" in name else []) + ([f"codebook of {w.residual_centroids(name):,} centroids"] if w.residual_centroids(name) else []) + ["header"]
+        parts = (
+            (["PCA matrix"] if "+" in name else [])
+            + ([f"codebook of {w.residual_centroids(name):,} centroids"] if w.residual_centroids(name) else [])
+            + ["header"]
+        )
         lines.append(Line(f"codecs/{group}.mvrc", codec_file_bytes(w, name), f"{name}: {', '.join(parts)}"))
     cat, cat0 = MEASURED["catalog_bytes_per_passage"].value, MEASURED["catalog_fixed_bytes"].value
     lines.append(Line("catalog.duckdb", cat0 + n * cat, f"{cat0:,.0f} B + {cat:g} B/passage (measured at 100 and 5,000 passages)"))
@@ -618,14 +652,25 @@ def partition_ram(w: Workload, ann: AnnSettings, serve: ServeSettings, passages:
     lines.append(Line(f"codes page cache (hot fraction {f:g})", f * codes, f"{f:g} × {human_bytes(codes)} of memory-mapped codes of {', '.join(kinds)}"))
     if serve.bm25:
         _, ram, terms = bm25_partition(passages)
-        lines.append(Line("bm25 partition", ram + passages * (_doc_id_bytes(w) + 4), f"{MEASURED['bm25_postings_per_passage'].value:g} postings/passage × 8 B, ~{terms:,.0f} terms"))
+        lines.append(
+            Line(
+                "bm25 partition",
+                ram + passages * (_doc_id_bytes(w) + 4),
+                f"{MEASURED['bm25_postings_per_passage'].value:g} postings/passage × 8 B, ~{terms:,.0f} terms",
+            )
+        )
     process = MEASURED["process_bytes"].value
     lines.append(Line("replica process (Ray actor, libraries)", process, "measured"))
     steady = sum(x.bytes for x in lines)
     transient = largest
-    lines.append(Line("load peak: transient copies", transient,
-                      "the largest kind's passages.parquet bytes and decoded table while its doc ids are built (a bound from load_partition; "
-                      "measured peak = steady); no vector copies: codes are mapped"))
+    lines.append(
+        Line(
+            "load peak: transient copies",
+            transient,
+            "the largest kind's passages.parquet bytes and decoded table while its doc ids are built (a bound from load_partition; "
+            "measured peak = steady); no vector copies: codes are mapped",
+        )
+    )
     return lines, steady, steady + transient, indexes
 
 
@@ -669,8 +714,10 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
 
     if exact_only:
         partitions = 1
-        notes.append("no ANN: every mode is served exactly by one slice over all passages (deployment 0), so partitions do not divide the RAM; "
-                     "every query decodes all codes, so they are read whole per query unless cached (--codes-hot-fraction 1)")
+        notes.append(
+            "no ANN: every mode is served exactly by one slice over all passages (deployment 0), so partitions do not divide the RAM; "
+            "every query decodes all codes, so they are read whole per query unless cached (--codes-hot-fraction 1)"
+        )
         if serve.partitions not in (None, 1):
             notes.append(f"--partitions {serve.partitions} ignored without an ANN backend")
     elif serve.partitions is not None:
@@ -695,13 +742,21 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
         build = [Line(f"{kind}: {ann.backend} build task", b, how) for kind, (b, how) in build_by_kind.items()]
         worst_kind, (worst_bytes, _) = max(build_by_kind.items(), key=lambda kv: kv[1][0])
         if ann.backend == "scann" and worst_bytes > 16e9:
-            notes.append(f"a ScaNN build task holds three float32 copies of its partition's vectors ({human_bytes(worst_bytes)} for {worst_kind}): "
-                         "give the build workers that much RAM, or more partitions (FAISS IVFPQ builds from one block at a time)")
+            notes.append(
+                f"a ScaNN build task holds three float32 copies of its partition's vectors ({human_bytes(worst_bytes)} for {worst_kind}): "
+                "give the build workers that much RAM, or more partitions (FAISS IVFPQ builds from one block at a time)"
+            )
         pp = MEASURED["partition_passage_bytes"].value
         footer = MEASURED["partition_file_footer_bytes"].value
         for kind in ann.kinds:
             n = w.passages * w.vectors_per_passage(kind)
-            storage.append(Line(f"ann/{kind}: passages.parquet", w.passages * pp + partitions * footer, f"ids only (passage, doc_id, passage_idx): {pp:g} B/passage + {footer:,.0f} B a file"))
+            storage.append(
+                Line(
+                    f"ann/{kind}: passages.parquet",
+                    w.passages * pp + partitions * footer,
+                    f"ids only (passage, doc_id, passage_idx): {pp:g} B/passage + {footer:,.0f} B a file",
+                )
+            )
             # partitions of near-equal size: P × one partition's index (fixed parts counted P times)
             idx = ann_index_size(ann.backend, w.dim_of(kind), n / partitions, ann.pq_m, ann.nbits, ann.dims_per_block, ann.scann_reorder)
             storage.append(Line(f"ann/{kind}: {ann.backend} index", idx.file_bytes * partitions, f"{partitions:,} × ({_index_how(idx)}), dim {w.dim_of(kind)}"))
@@ -720,14 +775,30 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
     gpu_hours = None if tp.gpu_passages_per_s is None else w.passages / tp.gpu_passages_per_s / 3600
     if tp.gpu_passages_per_s is None:
         notes.append(GPU_NOT_MEASURED)
-    if tp.cpu_passages_per_s == MEASURED["cpu_passages_per_s"].value and (w.dim != 384 or abs(w.tokens_per_passage / MEASURED["tokens_per_passage"].value - 1) > 0.25):
+    if tp.cpu_passages_per_s == MEASURED["cpu_passages_per_s"].value and (
+        w.dim != 384 or abs(w.tokens_per_passage / MEASURED["tokens_per_passage"].value - 1) > 0.25
+    ):
         notes.append(
             "the CPU rate was measured with the packaged MiniLM (dim 384, 6 layers) on 80.6-token passages; "
             "another model or passage length encodes at another rate (pass --cpu-passages-per-s)"
         )
     return CapacityPlan(
-        w, ann, serve, tp, partitions, math.ceil(w.passages / partitions), storage, indexes, ram, steady, peak,
-        cpu_node_hours, cpu_node_hours * tp.cpu_vcpus, gpu_hours, notes, build,
+        w,
+        ann,
+        serve,
+        tp,
+        partitions,
+        math.ceil(w.passages / partitions),
+        storage,
+        indexes,
+        ram,
+        steady,
+        peak,
+        cpu_node_hours,
+        cpu_node_hours * tp.cpu_vcpus,
+        gpu_hours,
+        notes,
+        build,
     )
 
 

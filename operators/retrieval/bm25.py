@@ -104,8 +104,18 @@ class CollectionBM25(bm25s.BM25):
         )
         local_df = Counter(i for doc in ids for i in set(doc))
         data, doc_idx, voc_idx = bm25_scoring._build_scores_and_indices_for_matrix(
-            ids, idf, stats.mean_length, local_df, self.k1, self.b, self.delta, None,
-            method=self.method, dtype=self.dtype, int_dtype=self.int_dtype, show_progress=False,
+            ids,
+            idf,
+            stats.mean_length,
+            local_df,
+            self.k1,
+            self.b,
+            self.delta,
+            None,
+            method=self.method,
+            dtype=self.dtype,
+            int_dtype=self.int_dtype,
+            show_progress=False,
         )
         m = sp.csc_matrix((data, (doc_idx, voc_idx)), shape=(len(ids), len(vocab)), dtype=self.dtype)
         return {"data": m.data, "indices": m.indices, "indptr": m.indptr, "num_docs": len(ids)}, vocab
@@ -125,9 +135,7 @@ class BM25Partition:
         self.live = None if live is None or np.all(live) else np.asarray(live, bool)
 
     @classmethod
-    def build(
-        cls, corpus_terms: Sequence[Sequence[str]], doc_ids: Sequence[str], passage_idx: np.ndarray, stats: TermStats, **params: Any
-    ) -> "BM25Partition":
+    def build(cls, corpus_terms: Sequence[Sequence[str]], doc_ids: Sequence[str], passage_idx: np.ndarray, stats: TermStats, **params: Any) -> "BM25Partition":
         """Index analysed passages (``Analyzer`` output) with collection ``stats``; ``params``:
         bm25s's ``k1``, ``b``, ``method``."""
         index = CollectionBM25(stats, **params)

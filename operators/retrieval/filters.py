@@ -31,7 +31,7 @@ import datetime as _dt
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Union
 
 from mvr.operators.encode.validation import lone_surrogate
 
@@ -57,6 +57,7 @@ class FilterError(ValueError):
 
 # ---------------------------------------------------------------------------------------------
 # tokens
+
 
 @dataclass(frozen=True)
 class Token:
@@ -114,10 +115,10 @@ def tokenize(source: str) -> list[Token]:
         if c.isdigit() or (c in "-." and i + 1 < n and (source[i + 1].isdigit() or source[i + 1] == ".")):
             m = _NUMBER.match(source, i)
             if m is None:
-                raise FilterError(f"malformed number '{show(source[i:i + 20])}'", pos)
+                raise FilterError(f"malformed number '{show(source[i : i + 20])}'", pos)
             end = m.end()
             if end < n and (source[end].isalnum() or source[end] in "_."):
-                raise FilterError(f"malformed number '{show(source[i:end + 1])}'", pos)
+                raise FilterError(f"malformed number '{show(source[i : end + 1])}'", pos)
             text = m.group()
             if re.fullmatch(r"-?\d+", text):
                 value = int(text)
@@ -153,6 +154,7 @@ def tokenize(source: str) -> list[Token]:
 
 # ---------------------------------------------------------------------------------------------
 # tree
+
 
 @dataclass(frozen=True)
 class Literal:
@@ -393,6 +395,7 @@ def parse(source: Any) -> Node:
 # ---------------------------------------------------------------------------------------------
 # validation against the columns
 
+
 def _literal_ok(column_type: str, literal: Literal) -> bool:
     if column_type in ("integer", "float"):
         return literal.type in ("integer", "float")
@@ -401,8 +404,12 @@ def _literal_ok(column_type: str, literal: Literal) -> bool:
 
 def _hint(column_type: str) -> str:
     return {
-        "integer": "a number", "float": "a number", "string": "a 'quoted string'", "boolean": "true or false",
-        "date": "DATE 'YYYY-MM-DD'", "json": "nothing (it holds nested values: test it with IS NULL / IS NOT NULL)",
+        "integer": "a number",
+        "float": "a number",
+        "string": "a 'quoted string'",
+        "boolean": "true or false",
+        "date": "DATE 'YYYY-MM-DD'",
+        "json": "nothing (it holds nested values: test it with IS NULL / IS NOT NULL)",
     }[column_type]
 
 
@@ -440,9 +447,7 @@ def validate(tree: Node, columns: Mapping[str, str]) -> Validated:
         if ctype == "json":
             raise FilterError(f"column '{show(c.name)}' holds nested JSON values: only IS NULL / IS NOT NULL can test it", c.pos)
         if not _literal_ok(ctype, lit):
-            raise FilterError(
-                f"type mismatch: column '{show(c.name)}' is {ctype}, {what} is {lit.type}; compare it with {_hint(ctype)}", lit.pos
-            )
+            raise FilterError(f"type mismatch: column '{show(c.name)}' is {ctype}, {what} is {lit.type}; compare it with {_hint(ctype)}", lit.pos)
 
     stack: list[Node] = [tree]
     while stack:  # iterative: And / Or are flat, Not is depth-limited, but be safe anyway
@@ -456,7 +461,9 @@ def validate(tree: Node, columns: Mapping[str, str]) -> Validated:
         elif isinstance(node, IsTrue):
             t = col(node.column)
             if t != "boolean":
-                raise FilterError(f"column '{show(node.column.name)}' is {t}, not boolean: compare it with a value (e.g. {show(node.column.name)} = …)", node.column.pos)
+                raise FilterError(
+                    f"column '{show(node.column.name)}' is {t}, not boolean: compare it with a value (e.g. {show(node.column.name)} = …)", node.column.pos
+                )
         elif isinstance(node, Compare):
             t = col(node.column)
             check(node.column, t, node.value, "the value")
@@ -477,6 +484,7 @@ def validate(tree: Node, columns: Mapping[str, str]) -> Validated:
 
 # ---------------------------------------------------------------------------------------------
 # SQL
+
 
 def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'

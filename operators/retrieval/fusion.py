@@ -132,7 +132,13 @@ DECODE_COST = 3.0
 
 
 def side_by_side(
-    dense: Partition, sparse: np.ndarray, first_passage: int, mode: str, query: QueryVectors, rows: Optional[np.ndarray], n: int,
+    dense: Partition,
+    sparse: np.ndarray,
+    first_passage: int,
+    mode: str,
+    query: QueryVectors,
+    rows: Optional[np.ndarray],
+    n: int,
     allowed: Optional[np.ndarray] = None,
 ) -> ScoredPassages:
     """One query's part of the union (``side_by_side_batch`` of one). ``sparse``:
@@ -141,8 +147,14 @@ def side_by_side(
 
 
 def side_by_side_batch(
-    dense: Partition, sparse: Callable[[int], np.ndarray], first_passage: int, mode: str, queries: Sequence[QueryVectors],
-    rows: Sequence[Optional[np.ndarray]], n: int, allowed: Optional[np.ndarray] = None,
+    dense: Partition,
+    sparse: Callable[[int], np.ndarray],
+    first_passage: int,
+    mode: str,
+    queries: Sequence[QueryVectors],
+    rows: Sequence[Optional[np.ndarray]],
+    n: int,
+    allowed: Optional[np.ndarray] = None,
 ) -> list[ScoredPassages]:
     """Each query's part of the union: its local dense n-best among its candidate ``rows``
     (None: every passage) and its local BM25 n-best, with both exact scores.
@@ -212,8 +224,7 @@ _Scored = tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]  # (rows scored, t
 
 
 def _dense_scores(
-    dense: Partition, batch: scoring.QueryBatch, cands: list[Optional[np.ndarray]], sparse_best: list[np.ndarray], every: np.ndarray,
-    ok: Optional[np.ndarray],
+    dense: Partition, batch: scoring.QueryBatch, cands: list[Optional[np.ndarray]], sparse_best: list[np.ndarray], every: np.ndarray, ok: Optional[np.ndarray]
 ) -> list[_Scored]:
     """Exact dense scores for each query of ``batch``: (rows scored, sorted int64; their (m,)
     float32 scores; (m,) bool, which of them are its candidates, or None: all). A query

@@ -25,12 +25,12 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from mvr.operators.retrieval import scoring
 from mvr.operators.ann.base import AnnIndex
 from mvr.operators.packed import Packed
+from mvr.operators.retrieval import scoring
+from mvr.operators.retrieval.kernels import get_torch
 from mvr.operators.retrieval.ranking import Ranked, top_documents
 from mvr.operators.retrieval.stored_vectors import StoredVectors
-from mvr.operators.retrieval.kernels import get_torch
 
 
 @dataclass
@@ -248,7 +248,9 @@ class Partition:
 
     BATCH_COLUMNS = 512  # query vectors scored together a pass over the partition (rank_batch)
 
-    def _rank(self, mode: str, queries: Sequence[scoring.QueryVectors], rows: Optional[np.ndarray], k: int, allowed: Optional[np.ndarray]) -> list[PartitionResult]:
+    def _rank(
+        self, mode: str, queries: Sequence[scoring.QueryVectors], rows: Optional[np.ndarray], k: int, allowed: Optional[np.ndarray]
+    ) -> list[PartitionResult]:
         if scoring.MODE_VECTORS[scoring.check_mode(mode)] != self.kind:
             raise ValueError(f"mode {mode} scores {scoring.MODE_VECTORS[mode]} vectors; this partition holds {self.kind}")
         t0 = time.perf_counter()

@@ -15,8 +15,8 @@ from typing import Literal, Protocol, Sequence, get_args
 
 import numpy as np
 
-from mvr.operators.retrieval.kernels import matmul
 from mvr.operators.packed import Packed
+from mvr.operators.retrieval.kernels import matmul
 
 
 def _f32(x: np.ndarray) -> np.ndarray:

@@ -25,11 +25,7 @@ def preservation_loss(modes: Sequence[tuple[torch.Tensor, torch.Tensor, float]])
 
 
 def contrastive_loss(
-    scores: torch.Tensor,
-    temperature: float,
-    teacher_scores: Optional[torch.Tensor] = None,
-    teacher_temperature: float = 0.05,
-    distill: float = 0.0,
+    scores: torch.Tensor, temperature: float, teacher_scores: Optional[torch.Tensor] = None, teacher_temperature: float = 0.05, distill: float = 0.0
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """``scores`` (B, P) of B queries against P ≥ B passages, query i's positive at column i.
     Returns (loss, {"ce", "kl", "accuracy"}: the cross-entropy, the KL term (0 without a

@@ -59,7 +59,7 @@ class BatchOrder:
             out[sel] = self._pass(int(p))[positions[sel] % self.n_pairs]
         return out
 
-    @functools.lru_cache(maxsize=2)
+    @functools.lru_cache(maxsize=2)  # noqa: B019 - two passes held; the order lives as long as its run
     def _pass(self, epoch: int) -> np.ndarray:
         """The pairs' order in one pass: (n_pairs,) a seeded permutation, length-grouped."""
         order = np.random.default_rng([self.seed, epoch]).permutation(self.n_pairs)

@@ -19,19 +19,27 @@ from tqdm import tqdm
 
 from mvr.operators.ann.base import ADD_BATCH, set_build_threads
 from mvr.operators.ann.factory import load_index, make_index
-from mvr.pipeline.indexing.bm25_build import build_bm25, is_current, partitions_for
 from mvr.pipeline.config import AnnBuildConfig, BM25BuildConfig
+from mvr.pipeline.indexing.bm25_build import build_bm25, is_current, partitions_for
 from mvr.pipeline.ray_runtime import init_ray, task_result
 from mvr.storage.codec_file import load_codecs
-from mvr.storage.manifest import Manifest, ShardEntry, commit_update, load_manifest, shard_lookup
-from mvr.storage.retention import collect
 from mvr.storage.integrity import ExpectedFile, require_intact
-from mvr.storage.verify import codes_file
+from mvr.storage.manifest import Manifest, ShardEntry, commit_update, load_manifest, shard_lookup
 from mvr.storage.partitions import INDEX_SUBDIR, PartitionPlan, ShardSlice, build_dir, local_copy, plan_partitions, read_passages, write_partition
+from mvr.storage.retention import collect
+from mvr.storage.verify import codes_file
 
 
 def build_partition(
-    index_url: str, kind: str, plan: dict, rel_dir: str, backend: str, params: dict[str, Any], threads: int, shards: list[dict], codecs: dict,
+    index_url: str,
+    kind: str,
+    plan: dict,
+    rel_dir: str,
+    backend: str,
+    params: dict[str, Any],
+    threads: int,
+    shards: list[dict],
+    codecs: dict,
     template: Optional[dict[str, Any]] = None,
 ) -> dict[str, Any]:
     """Build one partition (a Ray task body; plain function). ``plan`` is a PartitionPlan as a
@@ -114,7 +122,9 @@ def _build_kinds(index_url: str, manifest: Manifest, config: AnnBuildConfig, kin
     tasks = [(kind, p) for kind in sorted(kinds, key=lambda k: k != "tokens") for p in plans]
     gpus = 1 if config.backend == "faiss-ivfpq" and ray.cluster_resources().get("GPU", 0) >= 1 else 0
     build_id = f"{config.backend}-p{config.partitions}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    log(f"building {len(tasks)} partition indexes ({config.backend}, {config.partitions} partition(s) × {', '.join(kinds)}){'; a GPU each (FAISS trains and adds on it)' if gpus else ''}")
+    log(
+        f"building {len(tasks)} partition indexes ({config.backend}, {config.partitions} partition(s) × {', '.join(kinds)}){'; a GPU each (FAISS trains and adds on it)' if gpus else ''}"
+    )
     cpus, threads = _task_resources(config, len(tasks))
     remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=3)(build_partition)
     refs = {}

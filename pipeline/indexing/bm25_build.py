@@ -20,10 +20,10 @@ from mvr.operators.retrieval.bm25 import Analyzer, BM25Partition, TermStats
 from mvr.pipeline.config import BM25BuildConfig, BM25Config
 from mvr.pipeline.ray_runtime import init_ray, task_cpus, task_result
 from mvr.storage.bm25_partitions import build_dir, read_passage_texts, write_bm25_partition
-from mvr.storage.manifest import Manifest, commit_update, load_manifest
-from mvr.storage.retention import collect
-from mvr.storage.partitions import PartitionPlan, ShardSlice, plan_partitions
 from mvr.storage.integrity import ExpectedFile, require_intact
+from mvr.storage.manifest import Manifest, commit_update, load_manifest
+from mvr.storage.partitions import PartitionPlan, ShardSlice, plan_partitions
+from mvr.storage.retention import collect
 from mvr.storage.verify import shard_files
 
 
@@ -91,7 +91,9 @@ def build_bm25(index_url: str, config: BM25BuildConfig, log: Callable[[str], Non
 
     def change(m: Manifest) -> Manifest:
         if m.shards_digest() != entry["shards"]:
-            raise ValueError(f"the index's passages changed while the BM25 partitions were built (version {m.version}); nothing was committed: run the build again")
+            raise ValueError(
+                f"the index's passages changed while the BM25 partitions were built (version {m.version}); nothing was committed: run the build again"
+            )
         m.bm25 = entry
         return m
 

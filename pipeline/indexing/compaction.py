@@ -29,11 +29,11 @@ from typing import Any, Callable
 import numpy as np
 import ray
 
+from mvr.pipeline.config import AnnBuildConfig, BM25Config
 from mvr.pipeline.indexing.ann_build import _task_resources, build_partition
 from mvr.pipeline.indexing.bm25_build import build_bm25_entry
-from mvr.pipeline.config import AnnBuildConfig, BM25Config
-from mvr.pipeline.ray_runtime import init_ray, task_cpus, task_result
 from mvr.pipeline.indexing.updates import CATALOGS_DIR, UpdateResult, target_passages
+from mvr.pipeline.ray_runtime import init_ray, task_cpus, task_result
 from mvr.storage.catalog import build_catalog
 from mvr.storage.manifest import Manifest, ShardEntry, ShardList, commit_update, shard_lookup, shard_paths, shard_rows
 from mvr.storage.partitions import build_dir, plan_partitions
@@ -70,7 +70,14 @@ def compact(index_url: str, log: Callable[[str], None] = print, retrain: bool | 
             m.bm25 = build_bm25_entry(index_url, m, BM25Config.model_validate(m.bm25["config"]), plan_ranges(m, bounds) if total else [], log=log)
         m.catalog = f"{CATALOGS_DIR}/{m.version + 1:012d}-{uuid.uuid4().hex[:6]}.duckdb"
         counts = build_catalog(index_url, shard_paths(m.shards), shard_rows(m.shards), None, out=m.catalog)
-        m.counts = {**m.counts, "passages": total, "tokens": counts["tokens"], "indexed_documents": counts["documents"], "live_passages": total, "deleted_passages": 0}
+        m.counts = {
+            **m.counts,
+            "passages": total,
+            "tokens": counts["tokens"],
+            "indexed_documents": counts["documents"],
+            "live_passages": total,
+            "deleted_passages": 0,
+        }
         return m
 
     try:
@@ -82,7 +89,11 @@ def compact(index_url: str, log: Callable[[str], None] = print, retrain: bool | 
         log(f"{index_url} (version {m.version}) has nothing to compact")
         return UpdateResult(m, "nothing to compact", time.time() - t0, True)
     collect(index_url)
-    kinds = ", ".join(f"{k}: {'retrained' if r['retrained'] else 'quantizer reused'} (churn {r['churn']:.0%}), P={r['partitions']}" for k, r in report.items() if isinstance(r, dict))
+    kinds = ", ".join(
+        f"{k}: {'retrained' if r['retrained'] else 'quantizer reused'} (churn {r['churn']:.0%}), P={r['partitions']}"
+        for k, r in report.items()
+        if isinstance(r, dict)
+    )
     summary = f"removed {report['dead']} deleted passages; {len(m.shards)} shards" + (f"; {kinds}" if kinds else "")
     log(f"committed version {m.version}: {summary}")
     return UpdateResult(m, summary, time.time() - t0)
@@ -123,7 +134,9 @@ def _unique_dir(path: str) -> str:
     return path.rsplit("/", 1)[0].replace("/", "_")
 
 
-def _rebuild_kind(index_url: str, m: Manifest, kind: str, entry: dict[str, Any], dead: int, tag: str, retrain: bool | None, log: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _rebuild_kind(
+    index_url: str, m: Manifest, kind: str, entry: dict[str, Any], dead: int, tag: str, retrain: bool | None, log: Callable[[str], None]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """``kind``'s partitions rebuilt over even ranges of the compacted shards, retrained or not
     by the drift rule; (the new entry, a report)."""
     target = target_passages(entry)
@@ -144,7 +157,20 @@ def _rebuild_kind(index_url: str, m: Manifest, kind: str, entry: dict[str, Any],
     for p in plans:
         shards = [shard_lookup(m.shards, sl.path).model_dump() for sl in p.slices]
         template = None if do_retrain else old[min(p.number, len(old) - 1)]
-        refs.append(task.remote(index_url, kind, asdict(p), f"{build_dir(kind, build_id)}/part-{p.number:05d}", entry["backend"], config.params, threads, shards, m.codecs, template))
+        refs.append(
+            task.remote(
+                index_url,
+                kind,
+                asdict(p),
+                f"{build_dir(kind, build_id)}/part-{p.number:05d}",
+                entry["backend"],
+                config.params,
+                threads,
+                shards,
+                m.codecs,
+                template,
+            )
+        )
     results = [task_result(r) for r in refs]
     retrained = any(r.get("trained") for r in results)
     log(f"{kind}: {parts} partition(s), churn {churn:.1%} since training: {'retrained' if retrained else 'trained quantizers reused'}")

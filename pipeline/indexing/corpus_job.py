@@ -23,12 +23,12 @@ import numpy as np
 import ray
 from tqdm import tqdm
 
-from mvr.operators.encode.checkpoint import ModelRecord, resolve_model
 from mvr.operators import codecs
+from mvr.operators.encode.checkpoint import ModelRecord, resolve_model
 from mvr.pipeline.config import IndexConfig
-from mvr.pipeline.ray_runtime import EncodePlan, init_ray, plan_encode, task_result
 from mvr.pipeline.indexing.encode_stage import EncodeCompress, EncodeSample, compress_encoded, encode_task
 from mvr.pipeline.indexing.stages import read_tokenize, sample_vectors, scan_block, select_sample, train_codecs, write_shards
+from mvr.pipeline.ray_runtime import EncodePlan, init_ray, plan_encode, task_result
 from mvr.storage import catalog, codec_file, fs, index_dir, staging
 from mvr.storage.corpus import CorpusError, InputBlock, plan_blocks
 from mvr.storage.manifest import Manifest, ShardEntry, commit_manifest, read_manifest
@@ -49,8 +49,7 @@ class IndexResult:
     def summary(self) -> str:
         c = self.manifest.counts
         return (
-            f"indexed {c['indexed_documents']}, rejected {c['rejected']} (input rows {c['input_rows']}); "
-            f"{c['passages']} passages, {c['tokens']} token vectors"
+            f"indexed {c['indexed_documents']}, rejected {c['rejected']} (input rows {c['input_rows']}); {c['passages']} passages, {c['tokens']} token vectors"
         )
 
 
@@ -106,8 +105,7 @@ def _prepare(corpus_url: str, index_url: str, config: IndexConfig, overwrite: bo
     for url in (corpus_url, index_url):
         if str(url).startswith("memory://"):
             raise ValueError(
-                f"{url}: memory:// exists only inside one process and Ray workers cannot see it; "
-                "use a local path or a shared filesystem / object store URL"
+                f"{url}: memory:// exists only inside one process and Ray workers cannot see it; use a local path or a shared filesystem / object store URL"
             )
     index_dir.check_target(corpus_url, index_url)
     blocks, input_fp = plan_blocks(corpus_url, config.runtime.block_bytes, config.runtime.parquet_rows_per_block)
@@ -137,16 +135,10 @@ def _prepare(corpus_url: str, index_url: str, config: IndexConfig, overwrite: bo
     if existing is not None:
         if existing.input.get("key") == key:
             return _Prepared(existing, key, False, created)
-        raise IndexExistsError(
-            f"{index_url} already holds an index of another corpus or configuration "
-            "(pass --overwrite to replace it)"
-        )
+        raise IndexExistsError(f"{index_url} already holds an index of another corpus or configuration (pass --overwrite to replace it)")
     if staged is not None:
         if staged["key"] != key:
-            raise IndexExistsError(
-                f"{index_url} holds an unfinished indexing job of another corpus or configuration "
-                "(pass --overwrite to discard it)"
-            )
+            raise IndexExistsError(f"{index_url} holds an unfinished indexing job of another corpus or configuration (pass --overwrite to discard it)")
         log(f"resuming the unfinished job in {index_url}")
         return _Prepared([InputBlock.from_dict(b) for b in staged["blocks"]], key, False, created)
     staging.save_plan(index_url, {"key": key, "blocks": [b.to_dict() for b in blocks]})
@@ -284,7 +276,9 @@ def _encoded(ds: ray.data.Dataset, actor: type, config: IndexConfig, placement: 
     }
     common = {"batch_size": config.runtime.encode_actor_batch, "batch_format": "pyarrow", "num_cpus": placement.cpus, "num_gpus": placement.gpus}
     if placement.in_tasks:
-        return ds.map_batches(encode_task, fn_kwargs={"stage": actor.__name__, "init": init}, compute=ray.data.TaskPoolStrategy(size=placement.actors), **common)
+        return ds.map_batches(
+            encode_task, fn_kwargs={"stage": actor.__name__, "init": init}, compute=ray.data.TaskPoolStrategy(size=placement.actors), **common
+        )
     return ds.map_batches(actor, fn_constructor_kwargs=init, compute=ray.data.ActorPoolStrategy(size=placement.actors), **common)
 
 
@@ -358,7 +352,13 @@ def _codecs(
     fraction = min(1.0, max(c.codec_sample_vectors / (docs * per_doc), sample_passages(docs) / docs))
     vector_fraction = min(1.0, SAMPLE_OVERDRAW * c.codec_sample_vectors / (docs * fraction * per_doc))
     ds = _tokenized(index_url, blocks, config, placement)
-    ds = ds.map_batches(select_sample, batch_format="pyarrow", fn_kwargs={"fraction": fraction, "seed": c.codec_seed}, compute=placement.io_compute(len(blocks)), **placement.io_args())
+    ds = ds.map_batches(
+        select_sample,
+        batch_format="pyarrow",
+        fn_kwargs={"fraction": fraction, "seed": c.codec_seed},
+        compute=placement.io_compute(len(blocks)),
+        **placement.io_args(),
+    )
     keep = fraction >= 1 and config.runtime.encode_once
     ds = _encoded(ds, EncodeSample, config, placement, vector_fraction=vector_fraction, seed=c.codec_seed, keep_url=index_url if keep else None)
     seen = {"vectors": 0}
@@ -381,7 +381,9 @@ def _codecs(
     train = ray.remote(num_cpus=placement.cpus, num_gpus=gpus, max_retries=1)(train_codecs)
     files = task_result(train.remote(names, sample, c.codec_seed, n_vectors, placement.threads))
     codec_file.stage(index_url, files)
-    log(f"trained codecs {', '.join(f'{g} {ch.describe()}' for g, ch in chosen.items())} on {len(sample):,} token vectors of {passages:,} sampled passages in {time.time() - t0:.1f} s")
+    log(
+        f"trained codecs {', '.join(f'{g} {ch.describe()}' for g, ch in chosen.items())} on {len(sample):,} token vectors of {passages:,} sampled passages in {time.time() - t0:.1f} s"
+    )
     return files, (_kept_batches(index_url, passages, log) if keep else [])
 
 
@@ -401,7 +403,14 @@ def _kept_batches(index_url: str, passages: int, log: Callable[[str], None]) -> 
 
 
 def _commit(
-    corpus_url: str, index_url: str, config: IndexConfig, model: ModelRecord, blocks: list[InputBlock], key: dict, codec_files: dict[str, bytes], log,
+    corpus_url: str,
+    index_url: str,
+    config: IndexConfig,
+    model: ModelRecord,
+    blocks: list[InputBlock],
+    key: dict,
+    codec_files: dict[str, bytes],
+    log,
     encode: Optional[dict] = None,
 ) -> Manifest:
     """Rejects, catalog, reconciliation, then the manifest (the commit point); ``encode``:

@@ -22,9 +22,9 @@ import pyarrow as pa
 from mvr.operators import codecs
 from mvr.operators.encode.compress import Compressor, l2_normalize, projection_matrix
 from mvr.operators.encode.encoder import TokenEncoder, set_threads
-from mvr.operators.packed import Packed
 from mvr.operators.encode.token_pooling import pool_passages
 from mvr.operators.encode.tokenizer import PassageTokenizer
+from mvr.operators.packed import Packed
 from mvr.storage import staging
 from mvr.storage.schema import codes_to_arrow, packed_to_arrow, shard_schema
 

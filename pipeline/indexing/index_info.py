@@ -35,7 +35,11 @@ def index_stats(index_url: str) -> dict:
         "passages": totals["passages"],  # live: the catalog of the version holds no deleted passage
         "deleted_passages": int(m.counts.get("deleted_passages", 0)),  # tombstoned, still in the shards until mvr compact
         "adds": len(m.adds),
-        "last_change": (lambda h: f"version {h['version']}: {h['operation']}" + (f" ({h['summary']})" if h.get("summary") else "") + f" at {h['at']}")(m.history[-1]) if m.history else "",
+        "last_change": (lambda h: f"version {h['version']}: {h['operation']}" + (f" ({h['summary']})" if h.get("summary") else "") + f" at {h['at']}")(
+            m.history[-1]
+        )
+        if m.history
+        else "",
         "tokens": totals["tokens"],
         "dim": m.dim,
         "codec": m.codecs["tokens"]["name"],
@@ -95,9 +99,7 @@ def vector_bytes(index_url: str, m: Manifest) -> dict[str, Any]:
             kinds[kind]["codes_bytes"] += info["columns"][column]["bytes"]
     for kind, entry in m.ann.items():
         if kind in kinds:
-            kinds[kind]["ann_bytes"] = sum(
-                f["bytes"] for part in entry.get("partitions", []) for name, f in part["files"].items() if name.startswith("index/")
-            )
+            kinds[kind]["ann_bytes"] = sum(f["bytes"] for part in entry.get("partitions", []) for name, f in part["files"].items() if name.startswith("index/"))
     for k in kinds.values():
         n = max(k["vectors"], 1)
         k["codes_per_vector"] = k["codes_bytes"] / n
@@ -105,12 +107,7 @@ def vector_bytes(index_url: str, m: Manifest) -> dict[str, Any]:
         k["total_per_vector"] = (k["codes_bytes"] + k["ann_bytes"]) / n
     vectors = sum(k["vectors"] for k in kinds.values())
     ann = sum(k["ann_bytes"] for k in kinds.values())
-    total = {
-        "vectors": vectors,
-        "codes_files_bytes": codes_files,
-        "ann_bytes": ann,
-        "per_vector": (codes_files + ann) / max(vectors, 1),
-    }
+    total = {"vectors": vectors, "codes_files_bytes": codes_files, "ann_bytes": ann, "per_vector": (codes_files + ann) / max(vectors, 1)}
     for kind, k in kinds.items():
         entry = m.codecs[KIND_GROUP[kind]]
         k["codec"], k["bytes_per_vector"] = entry["name"], int(entry["bytes_per_vector"])

@@ -7,19 +7,18 @@ from __future__ import annotations
 import functools
 import json
 import zlib
-
 from typing import Iterable, Optional
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401 - pa.compute
+import pyarrow.compute  # pa.compute (not imported by pyarrow itself)
 
 from mvr.operators import codecs
 from mvr.operators.ann.base import set_build_threads
 from mvr.operators.encode.checkpoint import load_tokenizer
-from mvr.operators.packed import Packed
 from mvr.operators.encode.tokenizer import PassageTokenizer
 from mvr.operators.encode.validation import Document, Reject, parse_rows
+from mvr.operators.packed import Packed
 from mvr.storage import staging
 from mvr.storage.corpus import InputBlock, parquet_fields, read_block, read_tsv_header
 from mvr.storage.schema import PASSAGE_FIELDS, arrow_to_packed
@@ -44,12 +43,7 @@ def scan_block(spec: dict, index_url: str) -> dict:
     """Validate one block and record its rows' outcomes in staging. Returns its counts."""
     block = InputBlock.from_dict(spec)
     rows, raw_rows = parse_block(block)
-    staging.write_scan(
-        index_url,
-        block,
-        [(r.index, r.doc_id, r.reason if isinstance(r, Reject) else None) for r in rows],
-        raw_rows=raw_rows,
-    )
+    staging.write_scan(index_url, block, [(r.index, r.doc_id, r.reason if isinstance(r, Reject) else None) for r in rows], raw_rows=raw_rows)
     return {"block_id": block.block_id, "rows": len(rows), "valid": sum(isinstance(r, Document) for r in rows)}
 
 

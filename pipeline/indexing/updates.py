@@ -41,31 +41,31 @@ import ray
 
 from mvr.operators.ann.base import ADD_BATCH, set_build_threads
 from mvr.operators.ann.factory import load_index
+from mvr.pipeline.config import BM25Config, IndexConfig
 from mvr.pipeline.indexing.ann_build import build_partition
 from mvr.pipeline.indexing.bm25_build import build_bm25_entry
-from mvr.pipeline.config import BM25Config, IndexConfig
 from mvr.pipeline.indexing.corpus_job import index_corpus
 from mvr.pipeline.ray_runtime import init_ray, task_cpus, task_result
 from mvr.storage import codec_file, fs
 from mvr.storage.catalog import Catalog, build_catalog
 from mvr.storage.codec_file import load_codecs
 from mvr.storage.corpus import plan_blocks
+from mvr.storage.integrity import ExpectedFile, require_intact
 from mvr.storage.manifest import Manifest, ShardEntry, ShardList, commit_update, load_manifest, shard_lookup, shard_paths, shard_rows
 from mvr.storage.partitions import (
     INDEX_SUBDIR,
     PartitionPlan,
+    PassageVectors,
+    ShardSlice,
     local_copy,
     partition_slices,
     plan_ranges,
     read_partition_passages,
     read_passages,
-    PassageVectors,
-    ShardSlice,
     write_partition,
 )
 from mvr.storage.retention import collect
 from mvr.storage.tombstones import read_tombstones, write_tombstones
-from mvr.storage.integrity import ExpectedFile, require_intact
 from mvr.storage.verify import codes_file
 
 ADDS_DIR = "adds"
@@ -181,15 +181,29 @@ def _merge_add(index_url: str, m: Manifest, ws: Manifest, aid: str, corpus_url: 
     c = dict(m.counts)
     for key in ("input_rows", "rejected", "duplicates"):
         c[key] = int(c.get(key, 0)) + int(ws.counts.get(key, 0))
-    c.update(passages=first_new + n_new, tokens=int(c.get("tokens", 0)) + int(ws.counts["tokens"]), indexed_documents=counts["documents"],
-             live_passages=counts["passages"], deleted_passages=int(len(dead)))
+    c.update(
+        passages=first_new + n_new,
+        tokens=int(c.get("tokens", 0)) + int(ws.counts["tokens"]),
+        indexed_documents=counts["documents"],
+        live_passages=counts["passages"],
+        deleted_passages=int(len(dead)),
+    )
     m.counts = c
-    m.adds = m.adds + [{
-        "id": aid, "corpus": corpus_url, "fingerprint": fingerprint, "version": version, "first_passage": first_new,
-        "passages": n_new, "documents": int(ws.counts["indexed_documents"]), "updated": int(updated),
-        "rejected": int(ws.counts.get("rejected", 0)), "rejects": f"{prefix}{ws.rejects}",
-        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }]
+    m.adds = m.adds + [
+        {
+            "id": aid,
+            "corpus": corpus_url,
+            "fingerprint": fingerprint,
+            "version": version,
+            "first_passage": first_new,
+            "passages": n_new,
+            "documents": int(ws.counts["indexed_documents"]),
+            "updated": int(updated),
+            "rejected": int(ws.counts.get("rejected", 0)),
+            "rejects": f"{prefix}{ws.rejects}",
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+    ]
     return m
 
 
@@ -213,7 +227,9 @@ def route(sizes: Sequence[int], target: int, n_new: int) -> tuple[int, list[int]
     return take, opened
 
 
-def extend_partition(index_url: str, kind: str, entry: dict[str, Any], rel_dir: str, shards: list[dict], slices: list[dict], codecs_entry: dict, threads: int) -> dict[str, Any]:
+def extend_partition(
+    index_url: str, kind: str, entry: dict[str, Any], rel_dir: str, shards: list[dict], slices: list[dict], codecs_entry: dict, threads: int
+) -> dict[str, Any]:
     """A Ray task body: partition ``entry`` with the passages of ``slices`` appended (they
     follow its range; ``shards``: the manifest's entries of their shards), its ANN index
     loaded and given their vectors (no retraining), written to ``rel_dir`` with its id maps;
@@ -234,7 +250,9 @@ def extend_partition(index_url: str, kind: str, entry: dict[str, Any], rel_dir: 
     return out
 
 
-def extend_ann(index_url: str, m: Manifest, kind: str, entry: dict[str, Any], first_new: int, n_new: int, codecs: Any, log: Callable[[str], None]) -> dict[str, Any]:
+def extend_ann(
+    index_url: str, m: Manifest, kind: str, entry: dict[str, Any], first_new: int, n_new: int, codecs: Any, log: Callable[[str], None]
+) -> dict[str, Any]:
     """``kind``'s ANN entry with the passages [first_new, first_new + n_new) routed into it
     (``route``): the last partition rewritten into a new directory, new partitions built."""
     if n_new == 0:
@@ -251,8 +269,15 @@ def extend_ann(index_url: str, m: Manifest, kind: str, entry: dict[str, Any], fi
         slices = partition_slices(m, first_new, take)
         shards = [shard_lookup(m.shards, sl.path).model_dump() for sl in slices]
         rel = f"{entry['path']}/part-{len(parts) - 1:05d}-{tag}"
-        refs.append(("extend", len(parts) - 1, ray.remote(num_cpus=cpus, max_retries=3)(extend_partition).remote(
-            index_url, kind, last, rel, shards, [asdict(sl) for sl in slices], m.codecs, 1)))
+        refs.append(
+            (
+                "extend",
+                len(parts) - 1,
+                ray.remote(num_cpus=cpus, max_retries=3)(extend_partition).remote(
+                    index_url, kind, last, rel, shards, [asdict(sl) for sl in slices], m.codecs, 1
+                ),
+            )
+        )
     start = first_new + take
     for i, size in enumerate(opened):
         number = len(parts) + i
@@ -260,8 +285,15 @@ def extend_ann(index_url: str, m: Manifest, kind: str, entry: dict[str, Any], fi
         shards = [shard_lookup(m.shards, sl.path).model_dump() for sl in plan.slices]
         rel = f"{entry['path']}/part-{number:05d}-{tag}"
         params = entry["config"]["params"] if entry.get("config") else {}
-        refs.append(("open", number, ray.remote(num_cpus=cpus, max_retries=3)(build_partition).remote(
-            index_url, kind, asdict(plan), rel, entry["backend"], params, 1, shards, m.codecs)))
+        refs.append(
+            (
+                "open",
+                number,
+                ray.remote(num_cpus=cpus, max_retries=3)(build_partition).remote(
+                    index_url, kind, asdict(plan), rel, entry["backend"], params, 1, shards, m.codecs
+                ),
+            )
+        )
         start += size
     for what, number, ref in refs:
         result = task_result(ref)
@@ -270,9 +302,17 @@ def extend_ann(index_url: str, m: Manifest, kind: str, entry: dict[str, Any], fi
         else:
             parts.append(result)
     log(f"{kind}: {take} passages joined partition {len(entry['partitions']) - 1}" + (f", {len(opened)} partition(s) opened" if opened else ""))
-    return {**entry, "partitions": parts, "passages": sum(p["passages"] for p in parts), "vectors": sum(p["vectors"] for p in parts),
-            "shards": m.shards_digest(), "target_passages": target, "trained_passages": int(entry.get("trained_passages", entry["passages"])),
-            "churn_passages": int(entry.get("churn_passages", 0)) + n_new, "laid_out_passages": int(entry.get("laid_out_passages", entry["passages"]))}
+    return {
+        **entry,
+        "partitions": parts,
+        "passages": sum(p["passages"] for p in parts),
+        "vectors": sum(p["vectors"] for p in parts),
+        "shards": m.shards_digest(),
+        "target_passages": target,
+        "trained_passages": int(entry.get("trained_passages", entry["passages"])),
+        "churn_passages": int(entry.get("churn_passages", 0)) + n_new,
+        "laid_out_passages": int(entry.get("laid_out_passages", entry["passages"])),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,7 +357,9 @@ def delete_documents(index_url: str, doc_ids: Optional[Sequence[str]] = None, wh
         log(summary)
         return UpdateResult(m, summary, time.time() - t0, True)
     collect(index_url)
-    summary = f"deleted {stats['deleted']} documents ({stats['passages']} passages)" + (f"; {stats['missing']} ids not in the index" if stats["missing"] else "")
+    summary = f"deleted {stats['deleted']} documents ({stats['passages']} passages)" + (
+        f"; {stats['missing']} ids not in the index" if stats["missing"] else ""
+    )
     log(f"committed version {m.version}: {summary}")
     return UpdateResult(m, summary, time.time() - t0)
 

@@ -13,15 +13,15 @@ from typing import Any, Callable, Optional, Sequence
 
 import ir_measures
 import numpy as np
-from ir_measures import R, RR, nDCG
+from ir_measures import RR, R, nDCG
 from tqdm import tqdm
 
 from mvr.operators.encode.query import EncodedQuery
 from mvr.pipeline.config import EvalConfig, SearchConfig
+from mvr.pipeline.plots import png_bytes, pyplot
 from mvr.pipeline.retrieval.plan import SearchResult
 from mvr.pipeline.retrieval.request import Restriction
 from mvr.pipeline.retrieval.searcher import Searcher
-from mvr.pipeline.plots import png_bytes, pyplot
 from mvr.storage.beir import TestCollection, read_collection
 
 MEASURES = {"nDCG@10": nDCG @ 10, "RR@10": RR @ 10, "R@100": R @ 100}
@@ -130,7 +130,9 @@ def _run(
     return {q: searcher.search_encoded(e, k, mode, 0.0 if mode == "bm25" else encode_ms, restriction, **knobs) for q, (e, encode_ms) in encoded.items()}
 
 
-def _run_batch(searcher: Searcher, encoded: dict[str, tuple[EncodedQuery, float]], mode: str, k: int, restriction: Optional[Restriction] = None) -> dict[str, SearchResult]:
+def _run_batch(
+    searcher: Searcher, encoded: dict[str, tuple[EncodedQuery, float]], mode: str, k: int, restriction: Optional[Restriction] = None
+) -> dict[str, SearchResult]:
     """Every query through ``mode`` in one batch (``Searcher.search_encoded_batch``: the
     exact reference decodes the index once for all queries); the same results as ``_run``,
     latencies the batch's time a query plus the query's encoding."""
@@ -171,7 +173,9 @@ def evaluate(
         figures: dict[str, Any] = {**quality(results, collection)}
         lat = latency(results)
         paths = sorted({r.path for r in results.values()})  # a filter may send some queries to exact scoring
-        figures.update({"latency_ms_p50": lat["p50"], "latency_ms_p95": lat["p95"], "path": "+".join(paths) if restriction is not None else searcher.paths[mode]})
+        figures.update(
+            {"latency_ms_p50": lat["p50"], "latency_ms_p95": lat["p95"], "path": "+".join(paths) if restriction is not None else searcher.paths[mode]}
+        )
         figures["search_ms_p50"] = _search_ms_p50(results)
         figures["candidates_mean"] = round(float(np.mean([r.candidates for r in results.values()])), 1)
         figures["partitions"] = searcher.partition_count(mode)

@@ -19,12 +19,12 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from mvr.operators.ann.base import set_build_threads
+from mvr.operators.encode.compress import l2_normalize
+from mvr.operators.encode.query import EncodedQuery
 from mvr.operators.retrieval.bm25 import BM25Partition
 from mvr.operators.retrieval.candidates import first_trip
-from mvr.operators.encode.compress import l2_normalize
 from mvr.operators.retrieval.fusion import ScoredPassages, side_by_side_batch
 from mvr.operators.retrieval.partition import Hits, Partition, PartitionResult, Scored
-from mvr.operators.encode.query import EncodedQuery
 from mvr.operators.retrieval.ranking import Ranked
 from mvr.operators.retrieval.scoring import MODE_VECTORS, QueryVectors, first_stage_vectors
 from mvr.pipeline.retrieval.layout import ShardSpec
@@ -62,8 +62,13 @@ class PartitionHost:
 
     @classmethod
     def of_partitions(
-        cls, shard: int, parts: dict[str, Partition], first: Optional[dict[str, int]] = None, bm25: Optional[dict[int, BM25Partition]] = None,
-        bm25_own: Optional[int] = None, sparse: Optional[dict[str, list[int]]] = None,
+        cls,
+        shard: int,
+        parts: dict[str, Partition],
+        first: Optional[dict[str, int]] = None,
+        bm25: Optional[dict[int, BM25Partition]] = None,
+        bm25_own: Optional[int] = None,
+        sparse: Optional[dict[str, list[int]]] = None,
     ) -> "PartitionHost":
         """A host over partitions already loaded: ``parts`` {kind: Partition}, ``first`` {kind:
         global number of its first passage} (default 0), the BM25 partitions it holds, the one
@@ -73,8 +78,15 @@ class PartitionHost:
         host.load_s = 0.0
         return host
 
-    def _set(self, shard: int, parts: dict[str, Partition], bm25: dict[int, BM25Partition], bm25_own: Optional[int],
-             sparse: dict[str, list[int]], first: dict[str, int]) -> None:
+    def _set(
+        self,
+        shard: int,
+        parts: dict[str, Partition],
+        bm25: dict[int, BM25Partition],
+        bm25_own: Optional[int],
+        sparse: dict[str, list[int]],
+        first: dict[str, int],
+    ) -> None:
         self.shard, self.parts, self.bm25 = shard, parts, bm25
         self.bm25_own, self.sparse, self.first = bm25_own, sparse, first
 
@@ -129,7 +141,13 @@ class PartitionHost:
         return self.bm25[self.bm25_own].rank(terms, k, allowed=allowed)
 
     def hybrid(
-        self, mode: str, kind: str, queries: Sequence[QueryVectors], terms: Sequence[list[str]], rows: Sequence[Optional[np.ndarray]], n_best: int,
+        self,
+        mode: str,
+        kind: str,
+        queries: Sequence[QueryVectors],
+        terms: Sequence[list[str]],
+        rows: Sequence[Optional[np.ndarray]],
+        n_best: int,
         allowed: Optional[np.ndarray] = None,
     ) -> list[ScoredPassages]:
         """Mode hybrid, second trip, for one query or several: each query's part of the union
@@ -179,7 +197,7 @@ def run_many(target: Any, calls: list[tuple[str, tuple]]) -> list[tuple[bool, An
             parts = target.hybrid(
                 mode, kind, [q for a in args for q in a[2]], [t for a in args for t in a[3]], [r for a in args for r in a[4]], n_best, *allowed
             )
-        except Exception:  # noqa: BLE001 - each call is run alone below, and fails alone
+        except Exception:
             continue
         start = 0
         for c, a in zip(group, args):
@@ -192,7 +210,7 @@ def run_many(target: Any, calls: list[tuple[str, tuple]]) -> list[tuple[bool, An
             continue
         try:
             out[c] = (True, getattr(target, method)(*args))
-        except Exception as e:  # noqa: BLE001 - this call fails alone
+        except Exception as e:
             out[c] = (False, e)
     return out  # type: ignore[return-value]
 
@@ -250,7 +268,7 @@ class LocalPartition:
         future = asyncio.get_running_loop().create_future()
         try:
             future.set_result(self.run(method, *args))
-        except Exception as e:  # noqa: BLE001 - handed to the awaiting caller
+        except Exception as e:
             future.set_exception(e)
         return future
 

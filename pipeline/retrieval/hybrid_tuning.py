@@ -27,11 +27,11 @@ from tqdm import tqdm
 
 from mvr.operators.retrieval.fusion import HybridParams, Union, fuse_union, union_of_best
 from mvr.pipeline.config import TuneHybridConfig
+from mvr.pipeline.plots import png_bytes, pyplot
 from mvr.pipeline.retrieval.evaluation import per_query, quality
 from mvr.pipeline.retrieval.plan import SearchResult
 from mvr.pipeline.retrieval.request import request_settings
 from mvr.pipeline.retrieval.searcher import Searcher
-from mvr.pipeline.plots import png_bytes, pyplot
 from mvr.storage.beir import TestCollection, read_collection
 
 
@@ -108,7 +108,7 @@ def fused_run(unions: dict[str, tuple[Union, int]], params: HybridParams, k: int
 
 
 def tune_hybrid(
-    index_url: str, config: TuneHybridConfig, log: Callable[[str], None] = print, searcher: Optional[Searcher] = None, batch: Optional[int] = None,
+    index_url: str, config: TuneHybridConfig, log: Callable[[str], None] = print, searcher: Optional[Searcher] = None, batch: Optional[int] = None
 ) -> TuneResult:
     """Run the tuning ``config`` describes (see the module docstring). ``batch``: queries
     whose unions are taken in one trip (``Searcher.hybrid_passages``; default all of them;
@@ -171,7 +171,13 @@ def plot_grid(result: TuneResult, config: TuneHybridConfig) -> bytes:
         ax.axvline(fold.lam, color=f"C{i}", linestyle=":", linewidth=0.8)
     styles = {"hybrid": "-", "hybrid-default": (0, (5, 1, 1, 1)), "hybrid-rrf": "-.", config.dense: "--", "bm25": ":"}
     for name, style in styles.items():
-        ax.axhline(result.reported[name][config.metric], color="k", linestyle=style, linewidth=0.9, label=f"reported: {name} {result.reported[name][config.metric]:.4f}")
+        ax.axhline(
+            result.reported[name][config.metric],
+            color="k",
+            linestyle=style,
+            linewidth=0.9,
+            label=f"reported: {name} {result.reported[name][config.metric]:.4f}",
+        )
     ax.set_xlabel("λ (dense weight; 0 = BM25 only, 1 = dense only)")
     ax.set_ylabel(config.metric)
     ax.set_title(f"{result.collection}: hybrid {config.dense} + BM25, λ tuned by fold", fontsize=10)

@@ -114,10 +114,14 @@ def plan_layout(index_url: str, manifest: Manifest, modes: Sequence[str], exact:
         for mode, sm in list(served.items()):
             if mode not in MODES:
                 continue
-            ranges = [(shards[i].first[sm.kind], passages if shards[i].kinds[sm.kind] is None else int(shards[i].kinds[sm.kind]["passages"])) for i in sm.shards]
+            ranges = [
+                (shards[i].first[sm.kind], passages if shards[i].kinds[sm.kind] is None else int(shards[i].kinds[sm.kind]["passages"])) for i in sm.shards
+            ]
             for i, tile in zip(sm.shards, tiling(ranges, bm25_parts)):
                 shards[i].sparse[sm.kind] = tile
                 shards[i].bm25.update({j: bm25_parts[j] for j in tile})
         dense = served[hybrid_dense]
         served["hybrid"] = ServedMode("hybrid", dense.kind, dense.path, dense.shards, dense.passages, dense.vectors)
-    return ServingLayout(index_url, manifest.version, served, [shards[i] for i in sorted(shards)], manifest.bm25.get("config") if sparse else None, manifest.catalog)
+    return ServingLayout(
+        index_url, manifest.version, served, [shards[i] for i in sorted(shards)], manifest.bm25.get("config") if sparse else None, manifest.catalog
+    )

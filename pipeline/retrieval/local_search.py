@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 from mvr.pipeline.retrieval.plan import SearchResult
-
 from mvr.pipeline.retrieval.searcher import Searcher
 from mvr.storage.catalog import Catalog
 
@@ -21,12 +20,7 @@ def response_body(result: SearchResult, catalog: Catalog, version: int) -> dict[
     t0 = time.perf_counter()
     docs = catalog.documents(result.ranked.doc_ids)
     results = [
-        {
-            "doc_id": d,
-            "score": float(s),
-            "title": docs.get(d, {}).get("title") or "",
-            "text": docs.get(d, {}).get("text") or "",
-        }
+        {"doc_id": d, "score": float(s), "title": docs.get(d, {}).get("title") or "", "text": docs.get(d, {}).get("text") or ""}
         for d, s in zip(result.ranked.doc_ids, result.ranked.scores)
     ]
     timings = dict(result.timings_ms)

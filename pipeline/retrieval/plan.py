@@ -35,11 +35,11 @@ from typing import Any, Awaitable, Callable, Coroutine, Generator, Optional, Seq
 
 import numpy as np
 
+from mvr.operators.encode.query import EncodedQuery
 from mvr.operators.retrieval.bm25 import Analyzer
 from mvr.operators.retrieval.candidates import CandidateRounds, FirstStage, local_share
 from mvr.operators.retrieval.fusion import HybridParams, ScoredPassages, fuse
 from mvr.operators.retrieval.partition import Hits, PartitionResult, Scored
-from mvr.operators.encode.query import EncodedQuery
 from mvr.operators.retrieval.ranking import Ranked, merge
 from mvr.operators.retrieval.scoring import MODES, first_stage_vectors
 from mvr.pipeline.config import BM25Config, SearchConfig
@@ -215,17 +215,22 @@ class QueryPlan:
         terms = self.terms_of([q.text for q in queries])
         allowed = found[0].allowed if found else self._allowed(served, restriction)  # the same for every query
         mine = {i: [j for j, c in enumerate(found) if i in c.alive] for i in served.shards}  # host -> the queries it answers for
-        got = await Trip({
-            i: ("hybrid", (params.dense, served.kind, [queries[j] for j in js], [terms[j] for j in js], [found[j].rows[i] for j in js], params.n_best, allowed[i]))
-            for i, js in mine.items() if js
-        })
+        got = await Trip(
+            {
+                i: (
+                    "hybrid",
+                    (params.dense, served.kind, [queries[j] for j in js], [terms[j] for j in js], [found[j].rows[i] for j in js], params.n_best, allowed[i]),
+                )
+                for i, js in mine.items()
+                if js
+            }
+        )
         at = {i: {j: n for n, j in enumerate(js)} for i, js in mine.items()}
         parts = [[got[i][at[i][j]] for i in c.alive if i in got] for j, c in enumerate(found)]
         return parts, [c.path for c in found], len(served.shards)
 
     async def _search_hybrid(
-        self, queries: Sequence[EncodedQuery], k: int, params: HybridParams, fs: FirstStage, restriction: Optional[Restriction],
-        encode_ms: Sequence[float],
+        self, queries: Sequence[EncodedQuery], k: int, params: HybridParams, fs: FirstStage, restriction: Optional[Restriction], encode_ms: Sequence[float]
     ) -> list[SearchResult]:
         """Hybrid answers of ``queries`` (``hybrid_parts_batch``, then ``fuse`` a query);
         each result's candidates time (the unions' trips) is the batch's shared equally."""
@@ -245,8 +250,14 @@ class QueryPlan:
         return out
 
     async def search(
-        self, query: EncodedQuery, k: int, mode: str, knobs: Optional[dict[str, Any]] = None, restriction: Optional[Restriction] = None,
-        encode_ms: float = 0.0, first_stage: Optional[FirstStage] = None,
+        self,
+        query: EncodedQuery,
+        k: int,
+        mode: str,
+        knobs: Optional[dict[str, Any]] = None,
+        restriction: Optional[Restriction] = None,
+        encode_ms: float = 0.0,
+        first_stage: Optional[FirstStage] = None,
     ) -> SearchResult:
         """One query, already encoded (``query.text`` alone for ``bm25``), among the passages
         ``restriction`` allows (None: all); ``knobs`` override the config's settings, and
@@ -260,8 +271,11 @@ class QueryPlan:
         t1 = time.perf_counter()
         n_allowed = len(restriction) if restriction is not None else None
         one_trip = mode != "bm25" and 0 < len(served.shards) <= self.one_trip_max_partitions
-        c = await self._candidates(mode, served, query, k, fs, restriction, one_trip) if mode != "bm25" else _Candidates(
-            {i: None for i in served.shards}, list(served.shards), self._allowed(served, restriction), "bm25")
+        c = (
+            await self._candidates(mode, served, query, k, fs, restriction, one_trip)
+            if mode != "bm25"
+            else _Candidates({i: None for i in served.shards}, list(served.shards), self._allowed(served, restriction), "bm25")
+        )
         t2 = time.perf_counter()
         rows, alive, allowed, path = c.rows, c.alive, c.allowed, c.path
 
@@ -295,7 +309,12 @@ class QueryPlan:
         return result
 
     async def search_exact(
-        self, queries: Sequence[EncodedQuery], k: int, mode: str, knobs: Optional[dict[str, Any]] = None, restriction: Optional[Restriction] = None,
+        self,
+        queries: Sequence[EncodedQuery],
+        k: int,
+        mode: str,
+        knobs: Optional[dict[str, Any]] = None,
+        restriction: Optional[Restriction] = None,
         encode_ms: Sequence[float] = (),
     ) -> Optional[list[SearchResult]]:
         """Several queries of a dense ``mode`` answered exactly in one pass over each host's
@@ -325,7 +344,12 @@ class QueryPlan:
         return out
 
     async def search_many(
-        self, queries: Sequence[EncodedQuery], k: int, mode: str, knobs: Optional[dict[str, Any]] = None, restriction: Optional[Restriction] = None,
+        self,
+        queries: Sequence[EncodedQuery],
+        k: int,
+        mode: str,
+        knobs: Optional[dict[str, Any]] = None,
+        restriction: Optional[Restriction] = None,
         encode_ms: Sequence[float] = (),
     ) -> list[SearchResult]:
         """``search`` of each query, the same results, batched where the plan can: a dense

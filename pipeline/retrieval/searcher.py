@@ -23,12 +23,12 @@ import numpy as np
 from mvr.operators.codecs import Codec
 from mvr.operators.encode.compress import projection_matrix
 from mvr.operators.encode.encoder import TokenEncoder
+from mvr.operators.encode.query import EncodedQuery, QueryEncoder
+from mvr.operators.encode.tokenizer import PassageTokenizer
 from mvr.operators.retrieval.candidates import FirstStage
 from mvr.operators.retrieval.fusion import HybridParams, ScoredPassages
 from mvr.operators.retrieval.partition import Partition
-from mvr.operators.encode.query import EncodedQuery, QueryEncoder
 from mvr.operators.retrieval.scoring import MODE_VECTORS, MODES, check_search_mode
-from mvr.operators.encode.tokenizer import PassageTokenizer
 from mvr.pipeline.config import IndexConfig, SearchConfig
 from mvr.pipeline.retrieval.host import LocalPartition, PartitionHost, local_trip
 from mvr.pipeline.retrieval.layout import ServedMode, ServingLayout, ShardSpec, plan_layout
@@ -208,22 +208,36 @@ class PartitionSearch:
         (kind,) = kinds
         firsts = np.concatenate([[0], np.cumsum([len(p) for p in partitions])]).tolist()
         exact = all(p.exact for p in partitions)
-        specs = [ShardSpec(i, {kind: None if exact else {"first_passage": firsts[i], "passages": len(p)}}, first={kind: firsts[i]}) for i, p in enumerate(partitions)]
-        modes = {m: ServedMode(m, kind, "exact" if exact else "ann", tuple(range(len(partitions))), int(firsts[-1]), sum(p.n_vectors for p in partitions))
-                 for m, k in MODE_VECTORS.items() if k == kind}
+        specs = [
+            ShardSpec(i, {kind: None if exact else {"first_passage": firsts[i], "passages": len(p)}}, first={kind: firsts[i]}) for i, p in enumerate(partitions)
+        ]
+        modes = {
+            m: ServedMode(m, kind, "exact" if exact else "ann", tuple(range(len(partitions))), int(firsts[-1]), sum(p.n_vectors for p in partitions))
+            for m, k in MODE_VECTORS.items()
+            if k == kind
+        }
         self.plan = QueryPlan(ServingLayout("<in memory>", 0, modes, specs), config or SearchConfig())
         self.hosts = [LocalPartition(PartitionHost.of_partitions(i, {kind: p}, {kind: firsts[i]})) for i, p in enumerate(partitions)]
 
     def search(
-        self, query: EncodedQuery, k: int, mode: str, knobs: Optional[dict[str, Any]] = None, restriction: Optional[Restriction] = None,
+        self,
+        query: EncodedQuery,
+        k: int,
+        mode: str,
+        knobs: Optional[dict[str, Any]] = None,
+        restriction: Optional[Restriction] = None,
         first_stage: Optional[FirstStage] = None,
     ) -> SearchResult:
         """``QueryPlan.search`` over these partitions."""
         return run_trips(self.plan.search(query, k, mode, knobs, restriction, first_stage=first_stage), partial(local_trip, self.hosts))
 
-
     def search_batch(
-        self, queries: Sequence[EncodedQuery], k: int, mode: str, knobs: Optional[dict[str, Any]] = None, restriction: Optional[Restriction] = None,
+        self,
+        queries: Sequence[EncodedQuery],
+        k: int,
+        mode: str,
+        knobs: Optional[dict[str, Any]] = None,
+        restriction: Optional[Restriction] = None,
         encode_ms: float | Sequence[float] = 0.0,
     ) -> list[SearchResult]:
         """``search`` of each query (``search_batch``: exact modes in one pass)."""
@@ -239,12 +253,17 @@ def encode_times(encode_ms: float | Sequence[float], n: int) -> list[float]:
 
 
 def search_batch(
-    plan: QueryPlan, trip: Callable[[Calls], dict[int, Any]], queries: Sequence[EncodedQuery], k: int, mode: str, knobs: dict[str, Any],
-    restriction: Optional[Restriction], encode_ms: list[float],
+    plan: QueryPlan,
+    trip: Callable[[Calls], dict[int, Any]],
+    queries: Sequence[EncodedQuery],
+    k: int,
+    mode: str,
+    knobs: dict[str, Any],
+    restriction: Optional[Restriction],
+    encode_ms: list[float],
 ) -> list[SearchResult]:
     """Several encoded queries over ``plan``'s hosts reached by ``trip``
     (``QueryPlan.search_many``: in one pass over each host's vectors when the mode is answered
     exactly, a hybrid's unions in one trip, otherwise one at a time); the same results either
     way."""
     return run_trips(plan.search_many(queries, k, mode, knobs, restriction, encode_ms), trip)
-

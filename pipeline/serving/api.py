@@ -30,8 +30,8 @@ from typing import Any, Optional
 from fastapi import FastAPI, HTTPException
 from ray import serve
 
-from mvr.operators.retrieval.filters import FilterError
 from mvr.operators.encode.query import EncodedQuery
+from mvr.operators.retrieval.filters import FilterError
 from mvr.operators.retrieval.scoring import MODES, SEARCH_MODES
 from mvr.pipeline.config import ServeConfig
 from mvr.pipeline.retrieval.host import LocalPartition, PartitionHost
@@ -107,7 +107,7 @@ def replica_counts(deployments: list[tuple[str, Optional[str]]]) -> dict[str, di
     out: dict[str, dict[str, int]] = {}
     for app_name, name in deployments:
         status = apps.get(app_name)
-        for dep_name, dep in (status.deployments.items() if status else []):
+        for dep_name, dep in status.deployments.items() if status else []:
             if name is None or dep_name == name:
                 out[dep_name] = {str(getattr(s, "value", s)): int(n) for s, n in dep.replica_states.items()}
     return out
@@ -121,8 +121,15 @@ class SearchService:
     ``encoder_app`` (or here)."""
 
     def __init__(
-        self, layout: ServingLayout, config: ServeConfig, encoder_app: Optional[str], index_app: Optional[str], token_sha256: Optional[str],
-        manifest: Optional[Manifest] = None, encoder_threads: Optional[int] = None, reloader: Optional[tuple[str, str]] = None,
+        self,
+        layout: ServingLayout,
+        config: ServeConfig,
+        encoder_app: Optional[str],
+        index_app: Optional[str],
+        token_sha256: Optional[str],
+        manifest: Optional[Manifest] = None,
+        encoder_threads: Optional[int] = None,
+        reloader: Optional[tuple[str, str]] = None,
     ) -> None:
         """``encoder_app``: the app of the ``QueryEncoder`` deployment to call, or None to encode
         here with the model of ``manifest`` (``encoder_threads`` torch threads). ``index_app``:
@@ -135,7 +142,9 @@ class SearchService:
             raise ValueError("the ingress encodes the queries or holds the partitions itself only given the index's manifest")
         if encoder_app is None:
             e = config.encoder
-            self.local_encoder: Optional[BatchedQueryEncoder] = BatchedQueryEncoder(layout.index_url, manifest, encoder_threads, e.max_batch_size, e.batch_wait_ms / 1e3)
+            self.local_encoder: Optional[BatchedQueryEncoder] = BatchedQueryEncoder(
+                layout.index_url, manifest, encoder_threads, e.max_batch_size, e.batch_wait_ms / 1e3
+            )
             self.encoder = None
         else:
             self.local_encoder = None
@@ -242,7 +251,11 @@ class SearchService:
         restriction = await self.restriction(body.filter, body.doc_ids)
         return await self.search_one(body.query, body.k, body.mode, body.knobs(), restriction)
 
-    @app.post("/search/batch", response_model=BatchResponse, responses=responses({**SEARCH_ERRORS, 413: "the body is over `max_body_bytes`, or more queries than `max_batch_queries`"}))
+    @app.post(
+        "/search/batch",
+        response_model=BatchResponse,
+        responses=responses({**SEARCH_ERRORS, 413: "the body is over `max_body_bytes`, or more queries than `max_batch_queries`"}),
+    )
     async def search_batch(self, body: BatchRequest) -> dict[str, Any]:
         """Many queries at once (encoded in batches, searched side by side), answers in order."""
         if len(body.queries) > self.config.max_batch_queries:
@@ -270,15 +283,24 @@ class SearchService:
             got[-1] = {**self.local_encoder.info(), "placement": "ingress"}
         return got
 
-    @app.post("/admin/reload", status_code=202, response_model=Reload, responses=responses({
-        **GUARD_REFUSALS, 403: "the service runs without a bearer token", 409: "the service has no reloader (deployed without mvr serve)"}))
+    @app.post(
+        "/admin/reload",
+        status_code=202,
+        response_model=Reload,
+        responses=responses(
+            {**GUARD_REFUSALS, 403: "the service runs without a bearer token", 409: "the service has no reloader (deployed without mvr serve)"}
+        ),
+    )
     async def reload(self) -> dict[str, Any]:
         """Switch to the index's latest committed version, without refusing a query: the new
         version starts beside this one, then the ingress rolls over (poll ``GET /health`` for
         its ``version``). Needs the service's bearer token."""
         if app.state.token_sha256 is None:
-            raise HTTPException(403, "POST /admin/reload is allowed only when the service runs with a bearer token (mvr serve --token); "
-                                "or set reload_poll_s to follow the index's versions by polling")
+            raise HTTPException(
+                403,
+                "POST /admin/reload is allowed only when the service runs with a bearer token (mvr serve --token); "
+                "or set reload_poll_s to follow the index's versions by polling",
+            )
         import ray
 
         latest = await asyncio.to_thread(read_manifest, self.layout.index_url)
@@ -321,4 +343,3 @@ class SearchService:
             "auth": app.state.token_sha256 is not None,
             "config": self.config.model_dump(mode="json", by_alias=True),
         }
-

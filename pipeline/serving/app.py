@@ -34,15 +34,14 @@ from ray.serve.schema import ProxyStatus, ServeInstanceDetails
 
 from mvr.pipeline.config import ServeConfig
 from mvr.pipeline.ray_runtime import init_ray
+from mvr.pipeline.retrieval.layout import ServingLayout, default_modes, plan_layout
 from mvr.pipeline.serving.api import SearchService
 from mvr.pipeline.serving.guard import token_digest
-from mvr.pipeline.serving.query_encoder import QueryEncoderServer
 from mvr.pipeline.serving.partition import IndexVersion, PartitionServer
-from mvr.pipeline.retrieval.layout import ServingLayout, default_modes, plan_layout
+from mvr.pipeline.serving.query_encoder import QueryEncoderServer
 from mvr.storage.integrity import require_intact
 from mvr.storage.manifest import Manifest, load_manifest
 from mvr.storage.verify import expected_files
-
 
 # Serve's low-latency settings (what RAY_SERVE_THROUGHPUT_OPTIMIZED sets for replicas): user
 # code and handle routing on the replica's own event loop instead of extra threads, gRPC
@@ -82,7 +81,12 @@ class ReplicaPlan:
         if self.threads:
             env.update({name: str(self.threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
         actor: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "runtime_env": {"env_vars": env}}
-        out: dict[str, Any] = {"num_replicas": self.replicas, "ray_actor_options": actor, "max_ongoing_requests": self.max_ongoing_requests, "logging_config": LOGGING}
+        out: dict[str, Any] = {
+            "num_replicas": self.replicas,
+            "ray_actor_options": actor,
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "logging_config": LOGGING,
+        }
         if name:
             out["name"] = name
         return out
@@ -137,7 +141,16 @@ def app_names(config: ServeConfig, manifest: Manifest, layout: ServingLayout, pl
     No encoder app (None) when the encoder runs in the ingress, no index app when the
     partitions do."""
     model = {k: manifest.config.get(k) for k in ("model", "tokenizer", "compress")}
-    enc = _digest([model, manifest.model.get("fingerprint"), sorted((g, c["sha256"]) for g, c in manifest.codecs.items()), plan.encoder, config.encoder.max_batch_size, config.encoder.batch_wait_ms])
+    enc = _digest(
+        [
+            model,
+            manifest.model.get("fingerprint"),
+            sorted((g, c["sha256"]) for g, c in manifest.codecs.items()),
+            plan.encoder,
+            config.encoder.max_batch_size,
+            config.encoder.batch_wait_ms,
+        ]
+    )
     idx = _digest([layout.tag, plan.partition, sorted((g, c["sha256"]) for g, c in manifest.codecs.items())])
     enc_name = f"{config.app_name}-encoder-{enc}" if config.encoder.placement == "deployment" else None
     idx_name = f"{config.app_name}-index-v{layout.version}-{idx}" if config.partition.placement == "deployment" else None
@@ -284,7 +297,11 @@ def wait_settled(app: str, timeout_s: float = 300.0) -> None:
 
 
 def deploy(
-    index_url: str, config: ServeConfig, token: Optional[str] = None, log: Callable[[str], None] = print, address: Optional[str] = None,
+    index_url: str,
+    config: ServeConfig,
+    token: Optional[str] = None,
+    log: Callable[[str], None] = print,
+    address: Optional[str] = None,
     token_sha256: Optional[str] = None,
 ) -> Deployment:
     """Serve the index's current manifest at ``config.host:port``, replacing (without a
@@ -374,7 +391,7 @@ def start_failure(apps: list[str]) -> Optional[ReplicaStartError]:
     loads partitions starts a replica once: ``LOADS_ONCE``), or None."""
     status = serve.status().applications
     for app in dict.fromkeys(apps):
-        for name, d in (status[app].deployments.items() if app in status else ()):
+        for name, d in status[app].deployments.items() if app in status else ():
             if str(getattr(d.status, "value", d.status)) == "DEPLOY_FAILED" and d.message:
                 return ReplicaStartError(app, name, d.message)
     return None
@@ -449,7 +466,7 @@ class Reloader:
             try:
                 self.reload()
                 self.last_error = None
-            except Exception as exc:  # noqa: BLE001 - keep serving the current version, retry at the next poll
+            except Exception as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
 
 

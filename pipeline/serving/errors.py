@@ -16,7 +16,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-
 EXCERPT_CHARS = 100  # of any client-sent value echoed in an error
 MESSAGE_CHARS = 300  # of an error message
 ERRORS_SHOWN = 10  # validation errors listed in one answer
@@ -98,7 +97,7 @@ class FieldError(BaseModel):
     loc: list[Union[str, int]] = Field(description='where: ["body", field, …]')
     msg: str
     input: Optional[Any] = Field(None, description=f"an excerpt of what was sent, at most {EXCERPT_CHARS} characters")
-    ctx: Optional[dict[str, Any]] = Field(None, description="the bound that was broken, e.g. {\"le\": 10000}")
+    ctx: Optional[dict[str, Any]] = Field(None, description='the bound that was broken, e.g. {"le": 10000}')
 
 
 class Invalid(BaseModel):

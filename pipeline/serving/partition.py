@@ -15,7 +15,6 @@ from ray import serve
 
 from mvr.pipeline.retrieval.host import PartitionHost
 
-
 # the deployment of one partition (``partition.placement: deployment``, the default). Its
 # exact scoring stays on the CPU, a GPU given to the replica or not: the CUDA matmul was
 # measured slower than the CPU's (``operators.retrieval.kernels``, docs/gpu.md)

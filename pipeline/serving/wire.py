@@ -12,16 +12,25 @@ from typing import Annotated, Any, Literal, Optional, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
 
-from mvr.operators.retrieval.filters import MAX_DOC_IDS, MAX_FILTER_CHARS, check_doc_ids, parse as parse_filter
+from mvr.operators.retrieval.filters import MAX_DOC_IDS, MAX_FILTER_CHARS, check_doc_ids
+from mvr.operators.retrieval.filters import parse as parse_filter
 from mvr.operators.retrieval.scoring import MODES, SEARCH_MODES
 from mvr.pipeline.config import FirstStageConfig, HybridConfig
 from mvr.pipeline.retrieval.request import HYBRID_KNOBS, KNOBS, MAX_K, MAX_QUERY_CHARS, validate_request
 
-
 # Upper bounds of the integer knobs a request may send (lower bounds and defaults are the
 # config's): far above any useful setting, low enough that no request makes a partition
 # allocate without bound or overflow a 64-bit integer.
-MAX_KNOB = {"k_prime": 10_000, "candidate_cap": 100_000, "nprobe": 1 << 20, "leaves_to_search": 1 << 20, "reorder_k": 100_000, "rrf_k": 1_000_000, "n_best": 10_000, "norm_depth": 10_000}
+MAX_KNOB = {
+    "k_prime": 10_000,
+    "candidate_cap": 100_000,
+    "nprobe": 1 << 20,
+    "leaves_to_search": 1 << 20,
+    "reorder_k": 100_000,
+    "rrf_k": 1_000_000,
+    "n_best": 10_000,
+    "norm_depth": 10_000,
+}
 
 # The schema's names (JSON Schema ``format``) of the two string syntaxes a request holds that
 # JSON Schema cannot state: a query text the tokenizer takes (``check_query_text``: at least
@@ -122,7 +131,7 @@ class SearchRequest(Asked, Knobs, Filtered):
     query: QueryText = Field(description=f"query text, 1..{MAX_QUERY_CHARS} characters, at least one of them printable and not a space")
 
     @model_validator(mode="after")
-    def _valid(self) -> "SearchRequest":  # noqa: F821 - the class being defined
+    def _valid(self) -> "SearchRequest":
         validate_request(self.query, self.k, self.mode)
         return self
 

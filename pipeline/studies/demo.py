@@ -16,13 +16,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from mvr.pipeline.indexing.ann_build import build_ann
-from mvr.pipeline.serving.client import SearchClient
 from mvr.pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
-from mvr.pipeline.studies.demo_corpus import DEFAULT_LIMIT, build_demo_corpus
+from mvr.pipeline.indexing.ann_build import build_ann
 from mvr.pipeline.indexing.corpus_job import IndexResult, index_corpus
 from mvr.pipeline.ray_runtime import init_ray, ray_logs_dir
 from mvr.pipeline.serving.app import deploy, shutdown
+from mvr.pipeline.serving.client import SearchClient
+from mvr.pipeline.studies.demo_corpus import DEFAULT_LIMIT, build_demo_corpus
 from mvr.storage import fs
 from mvr.storage.jsonl import write_jsonl
 from mvr.storage.manifest import load_manifest
@@ -115,7 +115,9 @@ def quiet_ray(log: Callable[[str], None] = print) -> Iterator[str]:
         yield logs
         return
     previous = sys.stderr
-    sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(terminal_fd), "wb"), encoding=getattr(previous, "encoding", None) or "utf-8", errors="backslashreplace", line_buffering=True)
+    sys.stderr = io.TextIOWrapper(
+        os.fdopen(os.dup(terminal_fd), "wb"), encoding=getattr(previous, "encoding", None) or "utf-8", errors="backslashreplace", line_buffering=True
+    )
     try:
         yield logs
     finally:

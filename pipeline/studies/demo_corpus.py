@@ -18,14 +18,66 @@ from types import ModuleType
 from typing import Iterator
 
 DEMO_MODULES: tuple[str, ...] = (
-    "abc", "argparse", "array", "asyncio", "bisect", "builtins", "calendar", "collections",
-    "contextlib", "copy", "csv", "dataclasses", "datetime", "decimal", "difflib", "email",
-    "enum", "fnmatch", "fractions", "functools", "glob", "gzip", "hashlib", "heapq",
-    "http.client", "inspect", "itertools", "json", "locale", "logging", "math", "operator",
-    "os", "pathlib", "pickle", "queue", "random", "re", "select", "shutil", "signal",
-    "socket", "sqlite3", "ssl", "statistics", "string", "struct", "subprocess", "tarfile",
-    "tempfile", "textwrap", "threading", "time", "traceback", "typing", "unittest",
-    "urllib.parse", "warnings", "weakref", "zipfile",
+    "abc",
+    "argparse",
+    "array",
+    "asyncio",
+    "bisect",
+    "builtins",
+    "calendar",
+    "collections",
+    "contextlib",
+    "copy",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "email",
+    "enum",
+    "fnmatch",
+    "fractions",
+    "functools",
+    "glob",
+    "gzip",
+    "hashlib",
+    "heapq",
+    "http.client",
+    "inspect",
+    "itertools",
+    "json",
+    "locale",
+    "logging",
+    "math",
+    "operator",
+    "os",
+    "pathlib",
+    "pickle",
+    "queue",
+    "random",
+    "re",
+    "select",
+    "shutil",
+    "signal",
+    "socket",
+    "sqlite3",
+    "ssl",
+    "statistics",
+    "string",
+    "struct",
+    "subprocess",
+    "tarfile",
+    "tempfile",
+    "textwrap",
+    "threading",
+    "time",
+    "traceback",
+    "typing",
+    "unittest",
+    "urllib.parse",
+    "warnings",
+    "weakref",
+    "zipfile",
 )
 DEFAULT_LIMIT = 600
 MIN_CHARS = 40  # shorter docstrings say too little to retrieve
@@ -95,11 +147,7 @@ def module_documents(name: str, max_chars: int = MAX_CHARS) -> list[Row]:
     if module is None:
         return []
     entries = [(name, _doc(module))] + [(f"{name}.{member}", _doc(obj)) for member, obj in public_members(module)]
-    return [
-        {"_id": f"doc:{title}", "title": title, "text": clip(text, max_chars)}
-        for title, text in entries
-        if len(text) >= MIN_CHARS
-    ]
+    return [{"_id": f"doc:{title}", "title": title, "text": clip(text, max_chars)} for title, text in entries if len(text) >= MIN_CHARS]
 
 
 def topic_documents(max_chars: int = MAX_CHARS) -> list[Row]:
@@ -108,11 +156,7 @@ def topic_documents(max_chars: int = MAX_CHARS) -> list[Row]:
     from pydoc_data.topics import topics
 
     texts = {key: strip_rules(text).strip() for key, text in topics.items()}
-    return [
-        {"_id": f"topic:{key}", "title": key, "text": clip(text, max_chars)}
-        for key, text in sorted(texts.items())
-        if len(text) >= MIN_CHARS
-    ]
+    return [{"_id": f"topic:{key}", "title": key, "text": clip(text, max_chars)} for key, text in sorted(texts.items()) if len(text) >= MIN_CHARS]
 
 
 def _candidates(modules: tuple[str, ...], max_chars: int) -> Iterator[tuple[int, Row]]:
@@ -124,9 +168,7 @@ def _candidates(modules: tuple[str, ...], max_chars: int) -> Iterator[tuple[int,
             yield tier, row
 
 
-def build_demo_corpus(
-    limit: int = DEFAULT_LIMIT, modules: tuple[str, ...] = DEMO_MODULES, max_chars: int = MAX_CHARS
-) -> list[Row]:
+def build_demo_corpus(limit: int = DEFAULT_LIMIT, modules: tuple[str, ...] = DEMO_MODULES, max_chars: int = MAX_CHARS) -> list[Row]:
     """At most ``limit`` BEIR-style rows ``{"_id", "title", "text"}``, ids unique and sorted,
     texts non-empty and distinct (a repeated docstring, e.g. of an alias, is kept once)."""
     if limit < 1:

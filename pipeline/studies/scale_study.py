@@ -32,22 +32,22 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from mvr.operators.retrieval.bm25 import Analyzer, BM25Partition, TermStats, top_rows
 from mvr.operators.codecs import Codec
 from mvr.operators.encode.query import EncodedQuery
+from mvr.operators.retrieval.bm25 import Analyzer, BM25Partition, TermStats, top_rows
 from mvr.operators.retrieval.ranking import Ranked, top_documents
 from mvr.operators.retrieval.scoring import MODE_VECTORS, score
 from mvr.operators.retrieval.stored_vectors import StoredVectors
 from mvr.pipeline.config import IndexConfig, ScaleStudyConfig
+from mvr.pipeline.plots import png_bytes, pyplot
 from mvr.pipeline.retrieval.evaluation import quality
 from mvr.pipeline.retrieval.plan import SearchResult
 from mvr.pipeline.retrieval.searcher import load_query_encoder
-from mvr.pipeline.plots import png_bytes, pyplot
 from mvr.storage import fs
 from mvr.storage.beir import TestCollection, read_collection
 from mvr.storage.bm25_partitions import read_passage_texts
-from mvr.storage.jsonl import write_jsonl
 from mvr.storage.codec_file import load_codecs
+from mvr.storage.jsonl import write_jsonl
 from mvr.storage.manifest import Manifest, load_manifest
 from mvr.storage.partitions import ShardSlice, read_passages
 
@@ -118,7 +118,7 @@ def random_strings(n: int, seed: int, words: tuple[int, int] = (10, 60), letters
         lengths = rng.integers(letters[0], letters[1] + 1, size=int(rng.integers(words[0], words[1] + 1)))
         chars = (rng.integers(0, 26, size=int(lengths.sum())) + ord("a")).astype(np.uint8).tobytes().decode("ascii")
         ends = np.cumsum(lengths)
-        out.append(" ".join(chars[e - l : e] for e, l in zip(ends, lengths)))
+        out.append(" ".join(chars[e - n : e] for e, n in zip(ends, lengths)))
     return out
 
 
@@ -439,7 +439,12 @@ def scale_study(config: ScaleStudyConfig, log: Callable[[str], None] = print) ->
         comp = [{"judged": min(z, n_judged), "random strings": max(0, z - n_judged)} for z in sizes]
         result.experiments["random-strings"] = run("random-strings", growth, sizes, comp)
     t_end = time.perf_counter()
-    result.seconds = {"index": round(t_index - t0, 1), "score": round(t_score - t_index, 1), "measure": round(t_end - t_score, 1), "total": round(t_end - t0, 1)}
+    result.seconds = {
+        "index": round(t_index - t0, 1),
+        "score": round(t_score - t_index, 1),
+        "measure": round(t_end - t_score, 1),
+        "total": round(t_end - t0, 1),
+    }
     return result
 
 
@@ -506,7 +511,12 @@ def study_methods(config: ScaleStudyConfig, dataset: Source, full_dim: int) -> t
 def take_growth(growth: Growth, rows: np.ndarray) -> Growth:
     """``growth``'s passages reordered by ``rows``."""
     return Growth(
-        [growth.doc_ids[r] for r in rows], growth.passage_idx[rows], [growth.terms[r] for r in rows], {m: s[:, rows] for m, s in growth.scores.items()}, growth.judged, growth.random_from
+        [growth.doc_ids[r] for r in rows],
+        growth.passage_idx[rows],
+        [growth.terms[r] for r in rows],
+        {m: s[:, rows] for m, s in growth.scores.items()},
+        growth.judged,
+        growth.random_from,
     )
 
 
@@ -535,10 +545,20 @@ def plot_study(result: ScaleStudyResult) -> bytes:
             color, marker, line = styles[method]
             if metric == "random_share":
                 ax.plot(exp.sizes, [100 * v for v in exp.figure(method, metric)], marker=marker, linestyle="-", color=color, markersize=4, label=method)
-                ax.plot(exp.sizes, [100 * v for v in exp.figure(method, "random_top10")], marker=marker, linestyle=":", color=color, markersize=3, markerfacecolor="none")
+                ax.plot(
+                    exp.sizes,
+                    [100 * v for v in exp.figure(method, "random_top10")],
+                    marker=marker,
+                    linestyle=":",
+                    color=color,
+                    markersize=3,
+                    markerfacecolor="none",
+                )
             else:
                 y = exp.figure(method, metric)
-                ax.plot(exp.sizes, [v - y[0] for v in y], marker=marker, linestyle=line, color=color, markersize=4, label=f"{method} ({y[0]:.3f} → {y[-1]:.3f})")
+                ax.plot(
+                    exp.sizes, [v - y[0] for v in y], marker=marker, linestyle=line, color=color, markersize=4, label=f"{method} ({y[0]:.3f} → {y[-1]:.3f})"
+                )
         ax.set_xscale("log")
         ax.set_xlabel("index size (passages)")
         if name == "distractors":

@@ -94,7 +94,9 @@ def jsonl_pairs(url: str) -> list[dict[str, Any]]:
                 raise TypeError("query and positive must be strings, negatives a list of strings")
         except (ValueError, KeyError, TypeError) as e:
             raise TrainingDataError(f"{url} line {n}: not a pair object with query and positive ({e})") from None
-        rows.append({"query": query, "positive": positive, "positive_id": str(obj.get("positive_id", f"line-{n}")), "source": "labelled", "negatives": negatives})
+        rows.append(
+            {"query": query, "positive": positive, "positive_id": str(obj.get("positive_id", f"line-{n}")), "source": "labelled", "negatives": negatives}
+        )
     return rows
 
 

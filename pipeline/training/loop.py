@@ -144,8 +144,9 @@ def save_checkpoint(directory: str, model, hf_tokenizer, optimizer, scheduler, s
 
 def _restore(model, optimizer, scheduler, directory: str) -> int:
     """Weights and trainer state from a checkpoint directory; returns its step."""
-    from mvr.operators.encode.encoder import DenseLayer
     from transformers import AutoModel
+
+    from mvr.operators.encode.encoder import DenseLayer
 
     d = Path(directory)
     model.backbone.load_state_dict(AutoModel.from_pretrained(str(d)).state_dict())
@@ -241,7 +242,15 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         optimizer.step()
         scheduler.step()
         seen += len(idx)
-        metrics = {"step": step + 1, "steps": steps, "loss": float(loss.detach()), **parts, **extra, "examples_per_s": seen / (time.perf_counter() - t0), "resumed_from": start}
+        metrics = {
+            "step": step + 1,
+            "steps": steps,
+            "loss": float(loss.detach()),
+            **parts,
+            **extra,
+            "examples_per_s": seen / (time.perf_counter() - t0),
+            "resumed_from": start,
+        }
         if device.type == "cuda":
             metrics["gpu_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
         if rank == 0:

@@ -100,10 +100,17 @@ def train(data_url: str, out: str, config: TrainConfig, log: Callable[[str], Non
     resources = ray.cluster_resources()
     use_gpu = config.runtime.use_gpu if config.runtime.use_gpu is not None else resources.get("GPU", 0) > 0
     cpus = config.runtime.cpus_per_worker or 1.0
-    log(f"training {config.base} for {config.objective}: {steps:,} steps of {config.train.batch_size} pairs on {config.runtime.workers} worker(s), {'a GPU' if use_gpu else f'{cpus:g} CPU reserved'} each")
+    log(
+        f"training {config.base} for {config.objective}: {steps:,} steps of {config.train.batch_size} pairs on {config.runtime.workers} worker(s), {'a GPU' if use_gpu else f'{cpus:g} CPU reserved'} each"
+    )
     trainer = TorchTrainer(
         train_loop,
-        train_loop_config={"config": config.model_dump(mode="json"), "pairs": str(run_dir / "pairs.parquet"), "run_dir": str(run_dir), "torch_threads": int(config.runtime.cpus_per_worker or 0)},
+        train_loop_config={
+            "config": config.model_dump(mode="json"),
+            "pairs": str(run_dir / "pairs.parquet"),
+            "run_dir": str(run_dir),
+            "torch_threads": int(config.runtime.cpus_per_worker or 0),
+        },
         scaling_config=ScalingConfig(num_workers=config.runtime.workers, use_gpu=use_gpu, resources_per_worker={"CPU": cpus}),
         run_config=RunConfig(
             name=RUN_NAME,

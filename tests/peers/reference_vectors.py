@@ -31,9 +31,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from transformers import AutoTokenizer, BertConfig, BertModel  # noqa: E402
+import numpy as np
+import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
 
 
 def tiny_bert(tokenizer_dir: str, out: Path, seed: int) -> str:
@@ -98,7 +98,10 @@ def run_pylate(tokenizer_dir: str, work: Path, texts: dict) -> None:
         q = loaded.encode(texts["queries"], is_query=True, convert_to_numpy=True, batch_size=2)
         d = loaded.encode(texts["documents"], is_query=False, convert_to_numpy=True, batch_size=2)
         prompt = loaded.prompts.get(loaded.default_prompt_name) if loaded.default_prompt_name else None
-        with_prompt = lambda xs: [(prompt or "") + x for x in xs]  # noqa: E731  (encode adds it the same way)
+
+        def with_prompt(xs: list, prompt: str | None = prompt) -> list:  # encode adds it the same way
+            return [(prompt or "") + x for x in xs]
+
         info = {
             "conventions": {
                 "query_prefix": loaded.query_prefix,
@@ -121,13 +124,7 @@ def run_pylate(tokenizer_dir: str, work: Path, texts: dict) -> None:
 COLBERT_VARIANTS = {
     # other marker tokens, short lengths, [MASK] padding attended to
     "colbert-a": dict(
-        dim=16,
-        query_token_id="[unused2]",
-        doc_token_id="[unused3]",
-        query_maxlen=24,
-        doc_maxlen=40,
-        attend_to_mask_tokens=True,
-        mask_punctuation=True,
+        dim=16, query_token_id="[unused2]", doc_token_id="[unused3]", query_maxlen=24, doc_maxlen=40, attend_to_mask_tokens=True, mask_punctuation=True
     ),
     # default markers, [MASK] padding not attended to (ColBERT's default), other lengths
     "colbert-b": dict(dim=12, query_maxlen=20, doc_maxlen=36),
@@ -175,7 +172,12 @@ def load_pylate(checkpoint: str, work: Path, texts: dict) -> None:
     loaded = models.ColBERT(checkpoint, device="cpu")
     q = loaded.encode(texts["queries"], is_query=True, convert_to_numpy=True, batch_size=2)
     d = loaded.encode(texts["documents"], is_query=False, convert_to_numpy=True, batch_size=2)
-    info = {"query_prefix": loaded.query_prefix, "document_prefix": loaded.document_prefix, "query_length": loaded.query_length, "document_length": loaded.document_length}
+    info = {
+        "query_prefix": loaded.query_prefix,
+        "document_prefix": loaded.document_prefix,
+        "query_length": loaded.query_length,
+        "document_length": loaded.document_length,
+    }
     write(work, "loaded", q, d, info)
 
 
