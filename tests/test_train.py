@@ -180,6 +180,16 @@ def _wait_for(out: Path, step: int, proc: subprocess.Popen, timeout: float = 600
     pytest.fail(f"no step {step} within {timeout} s: {_progress(out)}")
 
 
+def _train_worker_pid(address: str) -> int:
+    """The pid of the one Ray Train worker alive on the test worker's cluster (Ray's state
+    API: the module's runs are the only training there, one at a time)."""
+    from ray.util.state import list_actors
+
+    alive = list_actors(address=address, filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")], detail=True)
+    assert len(alive) == 1, alive
+    return int(alive[0].pid)
+
+
 @pytest.fixture(scope="module")
 def resumed(datasets, tmp_path_factory, ray_address) -> dict:
     """``mvr train`` (the default objective, 8 steps, a checkpoint every 2) whose Ray Train
@@ -197,9 +207,9 @@ def resumed(datasets, tmp_path_factory, ray_address) -> dict:
     first_log = tmp_path / "first-run.log"  # a file, not a pipe nobody reads while the job runs
     proc = subprocess.Popen(cmd, env=env, stdout=first_log.open("w"), stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        killed = _wait_for(out, 3, proc)  # past the checkpoint at step 2
+        killed = {**_wait_for(out, 3, proc), "pid": _train_worker_pid(ray_address)}  # past the checkpoint at step 2
         os.kill(killed["pid"], signal.SIGKILL)  # the Ray Train worker
-        resumed = _wait_for(out, 5, proc)  # Ray Train restarted it from step 2's checkpoint
+        resumed = {**_wait_for(out, 5, proc), "pid": _train_worker_pid(ray_address)}  # Ray Train restarted it from step 2's checkpoint
         t0 = time.monotonic()
         while max(_registered(out), default=0) < 4 and time.monotonic() - t0 < 300:
             time.sleep(0.5)  # step 4's checkpoint recorded by Ray Train (its snapshot is written after the report)

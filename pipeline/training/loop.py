@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ from mvr.operators.training.order import BatchOrder, pair_lengths
 from mvr.pipeline.config import TrainConfig
 from mvr.storage.training_files import TRAINER_STATE, dense_dir, read_pairs, write_model_dir
 
-PROGRESS = "progress.json"  # in the run directory: the workers' pid, step and loss (for users, and the kill test)
+PROGRESS = "progress.json"  # in the run directory: the last step's metrics (step, loss, rate) for users
 METRICS = "metrics.jsonl"  # in the run directory: every step's metrics, a line a step (the loss curve)
 
 
@@ -254,7 +253,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         if device.type == "cuda":
             metrics["gpu_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
         if rank == 0:
-            (run_dir / PROGRESS).write_text(json.dumps({**metrics, "pid": os.getpid()}))
+            (run_dir / PROGRESS).write_text(json.dumps(metrics))
             with (run_dir / METRICS).open("a") as f:
                 f.write(json.dumps(metrics) + "\n")
         if (step + 1) % config.train.checkpoint_every == 0 or step + 1 == steps:
