@@ -11,6 +11,7 @@ masked) and deleted passages, and the exact answer is an independent brute-force
 
 from __future__ import annotations
 
+from functools import partial
 from types import SimpleNamespace
 
 import numpy as np
@@ -26,6 +27,7 @@ from mvr.operators.retrieval.partition import Partition
 from mvr.operators.retrieval.ranking import best_first, top_documents
 from mvr.operators.retrieval.scoring import MODE_VECTORS, MODES, QueryBatch
 from mvr.operators.retrieval.stored_vectors import StoredVectors
+from mvr.pipeline.retrieval.host import local_trip
 from mvr.pipeline.retrieval.plan import run_trips
 
 DIM, PASSAGES, K = 32, 240, 7
@@ -233,7 +235,7 @@ def test_searcher_batch_equals_search_encoded(data, mode):
     for restriction in (None, Restriction(np.sort(rng.choice(PASSAGES, 30, replace=False))), Restriction(np.arange(0, PASSAGES, 2))):
         batched = s.search_batch(data.queries, K, mode, None, restriction, [1.0 + i for i in range(len(data.queries))])
         for i, (q, got) in enumerate(zip(data.queries, batched)):
-            want = run_trips(s.plan.search(q, K, mode, None, restriction, 1.0 + i), s._trip)
+            want = run_trips(s.plan.search(q, K, mode, None, restriction, 1.0 + i), partial(local_trip, s.hosts))
             assert (got.query, got.mode, got.path, got.candidates, got.allowed_passages) == (
                 want.query,
                 want.mode,

@@ -170,7 +170,7 @@ class Searcher:
         for q in queries:
             self.check(q.text, k, mode)
         self._check_knobs(mode, knobs)
-        return search_batch(self.plan, self._trip, queries, k, mode, knobs, restriction, ms)
+        return search_batch(self.plan, partial(local_trip, self.hosts), queries, k, mode, knobs, restriction, ms)
 
     def search(
         self, queries: Sequence[str], k: int = 10, mode: str = "maxsim", filter: Optional[str] = None, doc_ids: Optional[Sequence[str]] = None, **knobs: Any
@@ -192,7 +192,7 @@ class Searcher:
             (e,) = [EncodedQuery.text_only(q)] if mode == "bm25" else self.encode([q])
             encoded.append(e)
             encode_ms.append((time.perf_counter() - t0) * 1e3)
-        return search_batch(self.plan, self._trip, encoded, k, mode, knobs, restriction, encode_ms)
+        return search_batch(self.plan, partial(local_trip, self.hosts), encoded, k, mode, knobs, restriction, encode_ms)
 
 
 class PartitionSearch:
@@ -241,7 +241,7 @@ class PartitionSearch:
         encode_ms: float | Sequence[float] = 0.0,
     ) -> list[SearchResult]:
         """``search`` of each query (``search_batch``: exact modes in one pass)."""
-        return search_batch(self.plan, self._trip, queries, k, mode, knobs or {}, restriction, encode_times(encode_ms, len(queries)))
+        return search_batch(self.plan, partial(local_trip, self.hosts), queries, k, mode, knobs or {}, restriction, encode_times(encode_ms, len(queries)))
 
 
 def encode_times(encode_ms: float | Sequence[float], n: int) -> list[float]:
