@@ -237,7 +237,7 @@ def test_the_ingress_driver_batches_concurrent_hybrid_queries(real, monkeypatch)
         handles = [CoalescedHandle(Handle(h.host), timeout_s=60) for h in s.hosts]
 
         async def trip(calls):
-            got = await asyncio.gather(*(handles[i].call(m, *a) for i, (m, a) in calls.items()))
+            got = await asyncio.gather(*(handles[i].call(c.method, *c.args) for i, c in calls.items()))
             return dict(zip(calls, got))
 
         return await asyncio.gather(*(run_trips_async(s.plan.search(e, 10, "hybrid"), trip) for e in real.encoded))

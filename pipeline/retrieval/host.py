@@ -3,8 +3,9 @@ trips there, and the way to call it in this process.
 
 ``PartitionHost`` holds, per served vector kind, the range's ``Partition`` (stored vectors,
 ids, ANN index; every passage for a mode served exactly) and the BM25 partitions over the same
-passages. Its methods are the trips of the query plan (``pipeline/retrieval/plan.py``):
-``hits``, ``first_trip``, ``rank``, ``rank_batch``, ``bm25_rank`` and ``hybrid``. The Serve
+passages. Its methods are the trips of the query plan (``pipeline/retrieval/plan.py``), as
+``trips.Host`` declares them: ``hits``, ``first_trip``, ``rank``, ``rank_batch``,
+``bm25_rank`` and ``hybrid``. The Serve
 ``Partition{i}`` deployments are hosts (``pipeline/serving/partition.py``); in-process search
 (``Searcher``) and an ingress holding its partitions itself call them through
 ``LocalPartition``. No Ray here."""
@@ -28,13 +29,13 @@ from mvr.operators.retrieval.partition import Hits, Partition, PartitionResult, 
 from mvr.operators.retrieval.ranking import Ranked
 from mvr.operators.retrieval.scoring import MODE_VECTORS, QueryVectors, first_stage_vectors
 from mvr.pipeline.retrieval.layout import ShardSpec
+from mvr.pipeline.retrieval.trips import TRIP_METHODS, Call
 from mvr.storage.bm25_partitions import load_bm25_partition
 from mvr.storage.codec_file import load_codecs
 from mvr.storage.manifest import Manifest
 from mvr.storage.partitions import exact_partition, load_partition
 
 # The trips a host answers (``PartitionHost.many`` runs any of them).
-TRIP_METHODS = frozenset({"first_trip", "hits", "rank", "rank_batch", "bm25_rank", "hybrid"})
 
 
 class PartitionHost:
@@ -279,7 +280,7 @@ class LocalPartition:
         return future
 
 
-def local_trip(hosts: Sequence[LocalPartition], calls: dict[int, tuple[str, tuple]]) -> dict[int, Any]:
+def local_trip(hosts: Sequence[LocalPartition], calls: dict[int, Call[Any]]) -> dict[int, Any]:
     """One trip of a query plan to hosts in this process (``plan.run_trips``'s ``trip``):
     {host: its call's result}, each host's call run in turn."""
-    return {i: hosts[i].run(method, *args) for i, (method, args) in calls.items()}
+    return {i: hosts[i].run(c.method, *c.args) for i, c in calls.items()}

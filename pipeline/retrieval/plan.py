@@ -19,9 +19,9 @@ A metadata filter (``Restriction``) gives each host its allowed rows on every tr
 allowing few passages is scored exactly, and an ANN search that found fewer than k documents
 while some allowed passage was not rescored is redone exactly over the allowed passages.
 
-The plan reaches its hosts only through trips: ``await Trip({i: (method, args)})`` asks host
-``i`` to run ``PartitionHost.method(*args)`` and gives back ``{i: result}`` for the hosts that
-answered (one that failed or did not answer in time is missing, and the answer comes from the
+The plan reaches its hosts only through trips: ``await Trip({i: call(Host.method, *args)})``
+asks host ``i`` to run ``method(*args)`` (``trips.py``: the hosts' interface, typed) and gives
+back ``{i: result}`` for the hosts that answered (one that failed or did not answer in time is missing, and the answer comes from the
 others, marked degraded). The plan is an ``async def`` that awaits nothing but ``Trip``s, so a
 driver steps it and decides how a trip is run: ``run_trips`` runs each one at once in this
 thread (in process: a failing host raises), ``run_trips_async`` awaits each one (the ingress:
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Coroutine, Generator, Optional, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Generator, Generic, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -45,19 +45,21 @@ from mvr.operators.retrieval.scoring import MODES, first_stage_vectors
 from mvr.pipeline.config import BM25Config, SearchConfig
 from mvr.pipeline.retrieval.layout import ServedMode, ServingLayout
 from mvr.pipeline.retrieval.request import Restriction, filtered_exact, request_settings
+from mvr.pipeline.retrieval.trips import Call, Host, call
 
-Calls = dict[int, tuple[str, tuple]]
+Calls = dict[int, Call[Any]]  # a trip's calls: {host: its call}
 T = TypeVar("T")
+R = TypeVar("R")
 
 
-class Trip:
-    """One trip of a plan: ``calls`` {host: (method, args)}; awaiting it yields it to the
-    driver, which answers {host: result} for the hosts that answered."""
+class Trip(Generic[R]):
+    """One trip of a plan: ``calls`` {host: a call answering an ``R``}; awaiting it yields it
+    to the driver, which answers {host: its ``R``} for the hosts that answered."""
 
-    def __init__(self, calls: Calls) -> None:
+    def __init__(self, calls: dict[int, Call[R]]) -> None:
         self.calls = calls
 
-    def __await__(self) -> Generator["Trip", dict[int, Any], dict[int, Any]]:
+    def __await__(self) -> Generator["Trip[Any]", dict[int, Any], dict[int, R]]:
         if not self.calls:
             return {}
         return (yield self)
@@ -188,11 +190,11 @@ class QueryPlan:
         rounds = CandidateRounds(fs, need, served.passages, served.vectors, len(restriction) if restriction is not None else None)
         if one_trip:
             share = {i: local_share(rounds.k_prime, rounds.cap, self.host_range(served, i)[1] / max(1, served.passages)) for i in alive}
-            got = await Trip({i: ("first_trip", (mode, served.kind, query, rounds.k_prime, fs.ann, share[i], allowed[i])) for i in alive})
-            out.scored = {i: g[1] for i, g in got.items()}
-            got = {i: g[0] for i, g in got.items()}
+            first = await Trip({i: call(Host.first_trip, mode, served.kind, query, rounds.k_prime, fs.ann, share[i], allowed[i]) for i in alive})
+            out.scored = {i: g[1] for i, g in first.items()}
+            got = {i: g[0] for i, g in first.items()}
         else:
-            got = await Trip({i: ("hits", (served.kind, qv, rounds.k_prime, fs.ann, allowed[i])) for i in alive})
+            got = await Trip({i: call(Host.hits, served.kind, qv, rounds.k_prime, fs.ann, allowed[i]) for i in alive})
         while True:
             alive = [i for i in alive if i in got]
             rows = rounds.offer([got.get(i, Hits.empty()) for i in served.shards])
@@ -200,7 +202,7 @@ class QueryPlan:
                 out.rows, out.alive = dict(zip(served.shards, rows)), alive
                 return out
             out.scored = {}  # k' grew: the candidates are not those the first trip rescored for
-            got = await Trip({i: ("hits", (served.kind, qv, rounds.k_prime, fs.ann, allowed[i])) for i in alive})
+            got = await Trip({i: call(Host.hits, served.kind, qv, rounds.k_prime, fs.ann, allowed[i]) for i in alive})
 
     async def hybrid_parts_batch(
         self, queries: Sequence[EncodedQuery], params: HybridParams, fs: FirstStage, restriction: Optional[Restriction] = None
@@ -217,9 +219,15 @@ class QueryPlan:
         mine = {i: [j for j, c in enumerate(found) if i in c.alive] for i in served.shards}  # host -> the queries it answers for
         got = await Trip(
             {
-                i: (
-                    "hybrid",
-                    (params.dense, served.kind, [queries[j] for j in js], [terms[j] for j in js], [found[j].rows[i] for j in js], params.n_best, allowed[i]),
+                i: call(
+                    Host.hybrid,
+                    params.dense,
+                    served.kind,
+                    [queries[j] for j in js],
+                    [terms[j] for j in js],
+                    [found[j].rows[i] for j in js],
+                    params.n_best,
+                    allowed[i],
                 )
                 for i, js in mine.items()
                 if js
@@ -285,18 +293,18 @@ class QueryPlan:
         ready: dict[int, PartitionResult] = {}  # ranked from the first trip's scores: no second trip
         if mode == "bm25":
             terms = self.terms(query.text)
-            asked = {i: ("bm25_rank", (terms, k, allowed[i])) for i in alive if allowed[i] is None or len(allowed[i])}
+            asked = {i: call(Host.bm25_rank, terms, k, allowed[i]) for i in alive if allowed[i] is None or len(allowed[i])}
         else:
             for i in alive:
                 if i in c.scored and worth_asking(i) and (r := c.scored[i].result(rows[i], k)) is not None:
                     ready[i] = r
-            asked = {i: ("rank", (mode, served.kind, query, rows[i], k, allowed[i])) for i in alive if worth_asking(i) and i not in ready}
+            asked = {i: call(Host.rank, mode, served.kind, query, rows[i], k, allowed[i]) for i in alive if worth_asking(i) and i not in ready}
         second = bool(asked)
         got = {**await Trip(asked), **ready}
         if restriction is not None and mode != "bm25" and path == "ann":
             if len(merge([g.ranked for g in got.values()], k)) < k and sum(g.candidates for g in got.values()) < len(restriction):
                 # fewer than k documents among the candidates: score the allowed passages exactly
-                asked = {i: ("rank", (mode, served.kind, query, None, k, allowed[i])) for i in alive if len(allowed[i])}
+                asked = {i: call(Host.rank, mode, served.kind, query, None, k, allowed[i]) for i in alive if len(allowed[i])}
                 got, path = await Trip(asked), "exact"
         results = [got[i] if i in got else NOTHING for i in alive if i in got or i not in asked]
         if not results:
@@ -329,7 +337,7 @@ class QueryPlan:
             return None
         allowed = self._allowed(served, restriction)
         t0 = time.perf_counter()
-        asked = {i: ("rank_batch", (mode, served.kind, list(queries), k, allowed[i])) for i in served.shards if allowed[i] is None or len(allowed[i])}
+        asked = {i: call(Host.rank_batch, mode, served.kind, list(queries), k, allowed[i]) for i in served.shards if allowed[i] is None or len(allowed[i])}
         got = await Trip(asked)
         if asked and not got:
             raise NoPartitionAnswered("no partition answered")
@@ -369,7 +377,7 @@ class QueryPlan:
         return [await self.search(q, k, mode, knobs, restriction, e) for q, e in zip(queries, ms)]
 
 
-def run_trips(plan: Coroutine[Trip, dict[int, Any], T], trip: Callable[[Calls], dict[int, Any]]) -> T:
+def run_trips(plan: Coroutine[Trip[Any], dict[int, Any], T], trip: Callable[[Calls], dict[int, Any]]) -> T:
     """Drive ``plan`` (a ``QueryPlan`` coroutine) to its result, each trip it awaits answered
     by ``trip(calls)`` in this thread (what ``trip`` raises is raised here)."""
     answer: Optional[dict[int, Any]] = None
@@ -383,7 +391,7 @@ def run_trips(plan: Coroutine[Trip, dict[int, Any], T], trip: Callable[[Calls], 
         plan.close()
 
 
-async def run_trips_async(plan: Coroutine[Trip, dict[int, Any], T], trip: Callable[[Calls], Awaitable[dict[int, Any]]]) -> T:
+async def run_trips_async(plan: Coroutine[Trip[Any], dict[int, Any], T], trip: Callable[[Calls], Awaitable[dict[int, Any]]]) -> T:
     """``run_trips`` for a caller with an event loop: each trip awaited (``trip`` runs its
     calls side by side and answers those that answered in time)."""
     answer: Optional[dict[int, Any]] = None

@@ -212,7 +212,7 @@ class SearchService:
     async def _plan_trip(self, calls: Calls) -> dict[int, Any]:
         """One trip of the plan: each call through its partition's handle, side by side (the
         handle times it out: ``CoalescedHandle``)."""
-        return await self._trip({i: self.fanout[i].call(method, *args) for i, (method, args) in calls.items()}, None)
+        return await self._trip({i: self.fanout[i].call(c.method, *c.args) for i, c in calls.items()}, None)
 
     async def search_one(self, query: str, k: int, mode: str, knobs: dict[str, Any], restriction: Optional[Restriction] = None) -> dict[str, Any]:
         """One query, validated already except for the service-specific checks; among the

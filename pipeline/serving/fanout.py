@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from mvr.pipeline.retrieval.host import TRIP_METHODS
+from mvr.pipeline.retrieval.trips import TRIP_METHODS
 
 
 class CoalescedHandle:
