@@ -6,6 +6,7 @@ same reason, in the same words, wherever it comes from."""
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -53,28 +54,34 @@ def resolve_restriction(catalog: Catalog, filter: Optional[str] = None, doc_ids:
 
 
 class RestrictionCache:
-    """The ``Restriction``s of the last ``kept`` filters (a run of queries usually repeats
-    one), least recently used dropped first: ``get(key)`` / ``put(key, restriction)`` with
-    ``key(filter, doc_ids)``."""
+    """The ``Restriction``s of the last ``kept`` filters over one catalog (a run of queries
+    usually repeats one), least recently used dropped first. Thread-safe: the service
+    resolves its requests' filters in threads."""
 
     def __init__(self, kept: int = 16) -> None:
         self.kept = kept
-        self._held: "OrderedDict[tuple, Optional[Restriction]]" = OrderedDict()
+        self._held: "OrderedDict[tuple, Restriction]" = OrderedDict()
+        self._lock = threading.Lock()
 
-    @staticmethod
-    def key(filter: Optional[str], doc_ids: Optional[Sequence[str]]) -> tuple:
-        return (filter, tuple(doc_ids) if doc_ids is not None else None)
-
-    def get(self, key: tuple) -> Optional[Restriction]:
-        hit = self._held.get(key)
-        if hit is not None:
-            self._held.move_to_end(key)
-        return hit
-
-    def put(self, key: tuple, restriction: Optional[Restriction]) -> None:
-        self._held[key] = restriction
-        while len(self._held) > self.kept:
-            self._held.popitem(last=False)
+    def resolve(self, catalog: Catalog, filter: Optional[str] = None, doc_ids: Optional[Sequence[str]] = None) -> Optional[Restriction]:
+        """``resolve_restriction(catalog, filter, doc_ids)``, remembered (its ``FilterError``
+        raised, not remembered)."""
+        if filter is None and doc_ids is None:
+            return None
+        key = (filter, tuple(doc_ids) if doc_ids is not None else None)
+        with self._lock:
+            hit = self._held.get(key)
+            if hit is not None:
+                self._held.move_to_end(key)
+                return hit
+        made = resolve_restriction(catalog, filter, doc_ids)
+        if made is None:
+            return None
+        with self._lock:
+            self._held[key] = made
+            while len(self._held) > self.kept:
+                self._held.popitem(last=False)
+        return made
 
 
 def filtered_exact(n_allowed: int, fs: FirstStage, k: int) -> bool:

@@ -33,7 +33,7 @@ from mvr.pipeline.config import IndexConfig, SearchConfig
 from mvr.pipeline.retrieval.host import LocalPartition, PartitionHost, local_trip
 from mvr.pipeline.retrieval.layout import ServedMode, ServingLayout, ShardSpec, plan_layout
 from mvr.pipeline.retrieval.plan import Calls, QueryPlan, SearchResult, run_trips
-from mvr.pipeline.retrieval.request import Restriction, RestrictionCache, request_settings, resolve_restriction, validate_request
+from mvr.pipeline.retrieval.request import Restriction, RestrictionCache, request_settings, validate_request
 from mvr.storage.catalog import Catalog
 from mvr.storage.codec_file import load_codecs
 from mvr.storage.manifest import Manifest, load_manifest
@@ -103,12 +103,7 @@ class Searcher:
         """``resolve_restriction`` over this version's catalog, the last few remembered."""
         if filter is None and doc_ids is None:
             return None
-        key = RestrictionCache.key(filter, doc_ids)
-        hit = self._restrictions.get(key)
-        if hit is None:
-            hit = resolve_restriction(self.catalog, filter, doc_ids)
-            self._restrictions.put(key, hit)
-        return hit
+        return self._restrictions.resolve(self.catalog, filter, doc_ids)
 
     def close(self) -> None:
         if self._catalog is not None:

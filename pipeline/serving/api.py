@@ -38,7 +38,7 @@ from mvr.pipeline.retrieval.host import LocalPartition, PartitionHost
 from mvr.pipeline.retrieval.layout import ServingLayout
 from mvr.pipeline.retrieval.local_search import response_body
 from mvr.pipeline.retrieval.plan import Calls, NoPartitionAnswered, QueryPlan, run_trips_async
-from mvr.pipeline.retrieval.request import Restriction, RestrictionCache, resolve_restriction
+from mvr.pipeline.retrieval.request import Restriction, RestrictionCache
 from mvr.pipeline.serving import errors
 from mvr.pipeline.serving.errors import GUARD_REFUSALS, MESSAGE_CHARS, QueryRefused, excerpt, responses
 from mvr.pipeline.serving.fanout import CoalescedHandle
@@ -184,15 +184,10 @@ class SearchService:
         served version; 422 naming the problem for an invalid filter."""
         if filter is None and doc_ids is None:
             return None
-        key = RestrictionCache.key(filter, doc_ids)
-        hit = self._restrictions.get(key)
-        if hit is None:
-            try:
-                hit = await asyncio.to_thread(resolve_restriction, self.catalog, filter, doc_ids)
-            except FilterError as e:
-                raise HTTPException(422, excerpt(str(e), MESSAGE_CHARS)) from None
-            self._restrictions.put(key, hit)
-        return hit
+        try:
+            return await asyncio.to_thread(self._restrictions.resolve, self.catalog, filter, doc_ids)
+        except FilterError as e:
+            raise HTTPException(422, excerpt(str(e), MESSAGE_CHARS)) from None
 
     async def _trip(self, calls: dict[int, Any], timeout: Optional[float]) -> dict[int, Any]:
         """Await handle calls side by side; those failing or late (``timeout`` s; None: the
