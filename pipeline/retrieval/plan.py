@@ -48,6 +48,7 @@ from mvr.pipeline.retrieval.request import Restriction, filtered_exact, request_
 from mvr.pipeline.retrieval.trips import Call, Host, call
 
 Calls = dict[int, Call[Any]]  # a trip's calls: {host: its call}
+Settings = tuple[Optional[FirstStage], Optional[HybridParams], ServedMode]  # QueryPlan.settings
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -137,7 +138,7 @@ class QueryPlan:
             raise ValueError(f"mode {mode!r} is not served here (served: {', '.join(self.layout.modes)})")
         return served
 
-    def settings(self, mode: str, knobs: dict[str, Any]) -> tuple[Optional[FirstStage], Optional[HybridParams], ServedMode]:
+    def settings(self, mode: str, knobs: dict[str, Any]) -> Settings:
         """A request's settings (``request_settings``) and how its (dense) mode is served;
         ValueError when the mode, or a hybrid's dense mode with its BM25 side, is not served."""
         fs, hybrid = request_settings(self.config, mode, knobs)
@@ -266,23 +267,26 @@ class QueryPlan:
         restriction: Optional[Restriction] = None,
         encode_ms: float = 0.0,
         first_stage: Optional[FirstStage] = None,
+        settings: Optional[Settings] = None,
     ) -> SearchResult:
         """One query, already encoded (``query.text`` alone for ``bm25``), among the passages
         ``restriction`` allows (None: all); ``knobs`` override the config's settings, and
-        ``first_stage`` (a caller's own, e.g. a benchmark's) replaces the dense mode's.
+        ``first_stage`` (a caller's own, e.g. a benchmark's) replaces the dense mode's;
+        ``settings``: ``settings(mode, knobs)``, when the caller has them already.
         ValueError for a request this plan cannot answer, ``NoPartitionAnswered`` when no host
         did."""
-        fs, hybrid, served = self.settings(mode, knobs or {})
+        fs, hybrid, served = settings or self.settings(mode, knobs or {})
         fs = first_stage or fs
         if hybrid is not None:  # a batch of one
             return (await self._search_hybrid([query], k, hybrid, fs, restriction, [encode_ms]))[0]
         t1 = time.perf_counter()
         n_allowed = len(restriction) if restriction is not None else None
-        one_trip = mode != "bm25" and 0 < len(served.shards) <= self.one_trip_max_partitions
+        sparse = mode == "bm25"  # one trip, BM25's top documents; the dense modes: candidates, then exact scores
+        one_trip = not sparse and 0 < len(served.shards) <= self.one_trip_max_partitions
         c = (
-            await self._candidates(mode, served, query, k, fs, restriction, one_trip)
-            if mode != "bm25"
-            else _Candidates({i: None for i in served.shards}, list(served.shards), self._allowed(served, restriction), "bm25")
+            _Candidates({i: None for i in served.shards}, list(served.shards), self._allowed(served, restriction), "bm25")
+            if sparse
+            else await self._candidates(mode, served, query, k, fs, restriction, one_trip)
         )
         t2 = time.perf_counter()
         rows, alive, allowed, path = c.rows, c.alive, c.allowed, c.path
@@ -291,7 +295,7 @@ class QueryPlan:
             return (rows[i] is None or len(rows[i]) > 0) and (allowed[i] is None or len(allowed[i]) > 0)
 
         ready: dict[int, PartitionResult] = {}  # ranked from the first trip's scores: no second trip
-        if mode == "bm25":
+        if sparse:
             terms = self.terms(query.text)
             asked = {i: call(Host.bm25_rank, terms, k, allowed[i]) for i in alive if allowed[i] is None or len(allowed[i])}
         else:
@@ -301,7 +305,7 @@ class QueryPlan:
             asked = {i: call(Host.rank, mode, served.kind, query, rows[i], k, allowed[i]) for i in alive if worth_asking(i) and i not in ready}
         second = bool(asked)
         got = {**await Trip(asked), **ready}
-        if restriction is not None and mode != "bm25" and path == "ann":
+        if restriction is not None and not sparse and path == "ann":
             if len(merge([g.ranked for g in got.values()], k)) < k and sum(g.candidates for g in got.values()) < len(restriction):
                 # fewer than k documents among the candidates: score the allowed passages exactly
                 asked = {i: call(Host.rank, mode, served.kind, query, None, k, allowed[i]) for i in alive if len(allowed[i])}
@@ -324,6 +328,7 @@ class QueryPlan:
         knobs: Optional[dict[str, Any]] = None,
         restriction: Optional[Restriction] = None,
         encode_ms: Sequence[float] = (),
+        settings: Optional[Settings] = None,
     ) -> Optional[list[SearchResult]]:
         """Several queries of a dense ``mode`` answered exactly in one pass over each host's
         vectors (``rank_batch``: each block decoded once for every query), when the mode is
@@ -332,7 +337,7 @@ class QueryPlan:
         equally."""
         if mode not in MODES or not queries:
             return None
-        fs, _, served = self.settings(mode, knobs or {})
+        fs, _, served = settings or self.settings(mode, knobs or {})
         if not (served.path == "exact" or (restriction is not None and filtered_exact(len(restriction), fs, k))):
             return None
         allowed = self._allowed(served, restriction)
@@ -359,6 +364,7 @@ class QueryPlan:
         knobs: Optional[dict[str, Any]] = None,
         restriction: Optional[Restriction] = None,
         encode_ms: Sequence[float] = (),
+        settings: Optional[Settings] = None,
     ) -> list[SearchResult]:
         """``search`` of each query, the same results, batched where the plan can: a dense
         mode answered exactly in one pass over each host's vectors (``search_exact``), a
@@ -368,13 +374,14 @@ class QueryPlan:
         ms = list(encode_ms) or [0.0] * len(queries)
         if len(ms) != len(queries):
             raise ValueError(f"{len(queries)} queries but {len(ms)} encode times")
-        exact = await self.search_exact(queries, k, mode, knobs, restriction, ms)
+        settings = settings or self.settings(mode, knobs or {})
+        exact = await self.search_exact(queries, k, mode, knobs, restriction, ms, settings)
         if exact is not None:
             return exact
-        fs, hybrid, _ = self.settings(mode, knobs or {})
+        fs, hybrid, _ = settings
         if hybrid is not None and queries:
             return await self._search_hybrid(queries, k, hybrid, fs, restriction, ms)
-        return [await self.search(q, k, mode, knobs, restriction, e) for q, e in zip(queries, ms)]
+        return [await self.search(q, k, mode, knobs, restriction, e, settings=settings) for q, e in zip(queries, ms)]
 
 
 def run_trips(plan: Coroutine[Trip[Any], dict[int, Any], T], trip: Callable[[Calls], dict[int, Any]]) -> T:

@@ -32,8 +32,8 @@ from mvr.operators.retrieval.scoring import MODE_VECTORS, MODES, check_search_mo
 from mvr.pipeline.config import IndexConfig, SearchConfig
 from mvr.pipeline.retrieval.host import LocalPartition, PartitionHost, local_trip
 from mvr.pipeline.retrieval.layout import ServedMode, ServingLayout, ShardSpec, plan_layout
-from mvr.pipeline.retrieval.plan import Calls, QueryPlan, SearchResult, run_trips
-from mvr.pipeline.retrieval.request import Restriction, RestrictionCache, request_settings, validate_request
+from mvr.pipeline.retrieval.plan import Calls, QueryPlan, SearchResult, Settings, run_trips
+from mvr.pipeline.retrieval.request import Restriction, RestrictionCache, validate_request
 from mvr.storage.catalog import Catalog
 from mvr.storage.codec_file import load_codecs
 from mvr.storage.manifest import Manifest, load_manifest
@@ -121,11 +121,6 @@ class Searcher:
         if mode not in self.layout.modes:
             raise ValueError(f"mode {mode!r} is not loaded by this searcher (it has {', '.join(self.layout.modes)})")
 
-    def _check_knobs(self, mode: str, knobs: dict[str, Any]) -> None:
-        _, hybrid = request_settings(self.config, mode, knobs)
-        if hybrid is not None and hybrid.dense not in self.layout.modes:
-            raise ValueError(f"hybrid's dense mode {hybrid.dense!r} is not loaded by this searcher (it has {', '.join(self.layout.modes)})")
-
     def encode(self, texts: Sequence[str]) -> list[EncodedQuery]:
         return self.query_encoder(list(texts))
 
@@ -144,8 +139,8 @@ class Searcher:
         for ``hybrid`` also ``request.HYBRID_KNOBS``), among the passages ``restriction``
         allows (None: all; ``Searcher.restriction`` makes one from a filter)."""
         self.check(query.text, k, mode)
-        self._check_knobs(mode, knobs)
-        return run_trips(self.plan.search(query, k, mode, knobs, restriction, encode_ms), partial(local_trip, self.hosts))
+        settings = self.plan.settings(mode, knobs)
+        return run_trips(self.plan.search(query, k, mode, knobs, restriction, encode_ms, settings=settings), partial(local_trip, self.hosts))
 
     def search_encoded_batch(
         self,
@@ -164,8 +159,8 @@ class Searcher:
         ms = encode_times(encode_ms, len(queries))
         for q in queries:
             self.check(q.text, k, mode)
-        self._check_knobs(mode, knobs)
-        return search_batch(self.plan, partial(local_trip, self.hosts), queries, k, mode, knobs, restriction, ms)
+        settings = self.plan.settings(mode, knobs)
+        return search_batch(self.plan, partial(local_trip, self.hosts), queries, k, mode, knobs, restriction, ms, settings)
 
     def search(
         self, queries: Sequence[str], k: int = 10, mode: str = "maxsim", filter: Optional[str] = None, doc_ids: Optional[Sequence[str]] = None, **knobs: Any
@@ -179,7 +174,7 @@ class Searcher:
         one, before any query is encoded)."""
         for q in queries:
             self.check(q, k, mode)
-        self._check_knobs(mode, knobs)  # before any work
+        settings = self.plan.settings(mode, knobs)  # before any work
         restriction = self.restriction(filter, doc_ids)
         encoded, encode_ms = [], []
         for q in queries:
@@ -187,7 +182,7 @@ class Searcher:
             (e,) = [EncodedQuery.text_only(q)] if mode == "bm25" else self.encode([q])
             encoded.append(e)
             encode_ms.append((time.perf_counter() - t0) * 1e3)
-        return search_batch(self.plan, partial(local_trip, self.hosts), encoded, k, mode, knobs, restriction, encode_ms)
+        return search_batch(self.plan, partial(local_trip, self.hosts), encoded, k, mode, knobs, restriction, encode_ms, settings)
 
 
 class PartitionSearch:
@@ -256,9 +251,10 @@ def search_batch(
     knobs: dict[str, Any],
     restriction: Optional[Restriction],
     encode_ms: list[float],
+    settings: Optional[Settings] = None,
 ) -> list[SearchResult]:
     """Several encoded queries over ``plan``'s hosts reached by ``trip``
     (``QueryPlan.search_many``: in one pass over each host's vectors when the mode is answered
     exactly, a hybrid's unions in one trip, otherwise one at a time); the same results either
     way."""
-    return run_trips(plan.search_many(queries, k, mode, knobs, restriction, encode_ms), trip)
+    return run_trips(plan.search_many(queries, k, mode, knobs, restriction, encode_ms, settings), trip)

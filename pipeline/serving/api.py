@@ -213,7 +213,7 @@ class SearchService:
         """One query, validated already except for the service-specific checks; among the
         passages ``restriction`` allows (None: all)."""
         try:
-            self.plan.settings(mode, knobs)
+            settings = self.plan.settings(mode, knobs)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
         t0 = time.perf_counter()
@@ -229,7 +229,7 @@ class SearchService:
                 raise QueryRefused(422, str(encoded))
         encode_ms = (time.perf_counter() - t0) * 1e3
         try:
-            result = await run_trips_async(self.plan.search(encoded, k, mode, knobs, restriction, encode_ms), self._plan_trip)
+            result = await run_trips_async(self.plan.search(encoded, k, mode, knobs, restriction, encode_ms, settings=settings), self._plan_trip)
         except NoPartitionAnswered:
             raise HTTPException(503, f"no partition answered within {self.config.partition_timeout_s} s") from None
         if result.asked_again is not None:
