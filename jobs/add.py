@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from mvr.jobs.common import ArgumentParser, check_utf8, console, print_config, print_update, run_job
+from mvr.jobs.common import ArgumentParser, check_utf8, console, print_config, print_update
+from mvr.jobs.errors import run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

@@ -7,7 +7,9 @@ import argparse
 import json
 import sys
 
-from mvr.jobs.common import ArgumentParser, console, load_config, output_console, positive_int, print_config, run_job
+from mvr.jobs.common import ArgumentParser, console, output_console, positive_int, print_config
+from mvr.jobs.errors import run_job
+from mvr.jobs.inputs import load_config
 
 VECTOR_CHOICES = ("tokens", "centroids", "first-m", "pooled")
 

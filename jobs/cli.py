@@ -59,7 +59,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:  # Ctrl-C while the command's modules load
-        from mvr.jobs.common import run_job
+        from mvr.jobs.errors import run_job
 
         argv = sys.argv[1:] if argv is None else list(argv)
         args = build_parser(_chosen(argv)).parse_args(argv)

@@ -11,7 +11,8 @@ import shlex
 import sys
 import tempfile
 
-from mvr.jobs.common import ArgumentParser, check_port_free, console, port_number, positive_int, print_config, run_job
+from mvr.jobs.common import ArgumentParser, check_port_free, console, port_number, positive_int, print_config
+from mvr.jobs.errors import run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mvr.jobs.common import ArgumentParser, add_config_args, check_utf8, console, load_index_config, print_config, run_job
+from mvr.jobs.common import ArgumentParser, check_utf8, console, print_config
+from mvr.jobs.errors import run_job
+from mvr.jobs.inputs import add_config_args, load_index_config
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

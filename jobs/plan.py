@@ -11,7 +11,8 @@ import argparse
 import json
 import sys
 
-from mvr.jobs.common import ArgumentParser, error, output_console, run_job
+from mvr.jobs.common import ArgumentParser, output_console
+from mvr.jobs.errors import error, run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mvr.jobs.common import ArgumentParser, console, load_config, output_console, positive_int, print_config, run_job, write_outputs
+from mvr.jobs.common import ArgumentParser, console, output_console, positive_int, print_config, write_outputs
+from mvr.jobs.errors import run_job
+from mvr.jobs.inputs import load_config
 
 SHARES = {"random_share": "% of queries with a random string above every relevant passage", "random_top10": "% of queries with a random string in the top 10"}
 

@@ -9,7 +9,8 @@ import argparse
 import json
 import sys
 
-from mvr.jobs.common import ArgumentParser, check_utf8, run_job
+from mvr.jobs.common import ArgumentParser, check_utf8
+from mvr.jobs.errors import run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         searcher = Searcher(args.index, modes=(args.mode,), config=config)
         catalog = Catalog(args.index)
     else:  # the filter checked against the catalog's columns before the model loads
-        from mvr.jobs.common import load_index_manifest
+        from mvr.jobs.inputs import load_index_manifest
 
         load_index_manifest(args.index)  # a missing or damaged index named as such, first
         catalog = Catalog(args.index)

@@ -12,18 +12,9 @@ import signal
 import sys
 import threading
 
-from mvr.jobs.common import (
-    ArgumentParser,
-    check_port_free,
-    console,
-    error,
-    load_config,
-    load_index_manifest,
-    output_console,
-    port_number,
-    print_config,
-    run_job,
-)
+from mvr.jobs.common import ArgumentParser, check_port_free, console, output_console, port_number, print_config
+from mvr.jobs.errors import error, run_job
+from mvr.jobs.inputs import load_config, load_index_manifest
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

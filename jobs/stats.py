@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mvr.jobs.common import ArgumentParser, load_index_manifest, run_job
+from mvr.jobs.common import ArgumentParser
+from mvr.jobs.errors import run_job
+from mvr.jobs.inputs import load_index_manifest
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

@@ -10,7 +10,8 @@ import argparse
 import sys
 import time
 
-from mvr.jobs.common import ArgumentParser, console, error, run_job
+from mvr.jobs.common import ArgumentParser, console
+from mvr.jobs.errors import error, run_job
 
 NOT_SUBMITTABLE = ("submit", "demo")  # demo starts and stops its own local cluster
 

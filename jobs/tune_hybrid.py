@@ -7,18 +7,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mvr.jobs.common import (
-    ArgumentParser,
-    console,
-    load_config,
-    load_index_manifest,
-    number_list,
-    output_console,
-    positive_int,
-    print_config,
-    run_job,
-    write_outputs,
-)
+from mvr.jobs.common import ArgumentParser, console, number_list, output_console, positive_int, print_config, write_outputs
+from mvr.jobs.errors import run_job
+from mvr.jobs.inputs import load_config, load_index_manifest
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

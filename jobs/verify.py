@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mvr.jobs.common import ArgumentParser, console, load_index_manifest, output_console, positive_int, run_job
+from mvr.jobs.common import ArgumentParser, console, output_console, positive_int
+from mvr.jobs.errors import run_job
+from mvr.jobs.inputs import load_index_manifest
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

@@ -227,7 +227,7 @@ def test_ray_errors_are_unwrapped_to_the_user_cause():
     exception raised in user code, not Ray's wrappers."""
     import ray
 
-    from mvr.jobs.common import describe
+    from mvr.jobs.errors import describe
     from mvr.pipeline.ray_runtime import init_ray
 
     init_ray()

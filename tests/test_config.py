@@ -47,8 +47,8 @@ def test_search_and_build_configs_round_trip_and_merge_partial_sections(tmp_path
 
 
 def test_codec_names_are_checked_and_the_cli_sets_them():
-    from mvr.jobs.common import ConfigError, load_index_config
     from mvr.jobs.index_corpus import parser
+    from mvr.jobs.inputs import ConfigError, load_index_config
 
     args = parser().parse_args(["corpus", "index", "--codec", "pca-64+residual-1", "--pooled-codec", "float16"])
     c = load_index_config(args).compress
@@ -78,7 +78,7 @@ def test_a_config_from_a_pipe_is_read_once(tmp_path):
     from the same read); a second read would find it empty and fall back to the defaults."""
     import os
 
-    from mvr.jobs.common import load_config
+    from mvr.jobs.inputs import load_config
 
     read, write = os.pipe()  # what bash's <(...) hands a command: /dev/fd/N of a pipe
     os.write(write, b"compress:\n  first_m: 4\n")

@@ -27,7 +27,7 @@ QUERY = "what is the manhattan project"
 
 def search_error(index: str) -> str:
     """The one line `mvr search` prints for the index (as in-process search raises it)."""
-    from mvr.jobs.common import describe
+    from mvr.jobs.errors import describe
     from mvr.pipeline.retrieval.searcher import Searcher
     from mvr.storage.integrity import IntegrityError
 
@@ -82,7 +82,7 @@ def test_serve_refuses_a_truncated_partition_file_before_starting_anything(msmar
 def test_a_partition_that_fails_to_load_fails_the_deploy_once(msmarco_100, tmp_path, ray_address, datasets, serve_port):
     from ray import serve
 
-    from mvr.jobs.common import describe
+    from mvr.jobs.errors import describe
     from mvr.pipeline.config import ServeConfig
     from mvr.pipeline.indexing.updates import delete_documents
     from mvr.pipeline.serving.app import ReplicaStartError, deploy, shutdown

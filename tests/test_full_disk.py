@@ -296,6 +296,6 @@ def test_a_commit_whose_pointer_finds_the_disk_full_is_committed(tmp_path):
     ],
 )
 def test_a_full_disk_is_one_line_saying_what_to_do(exc, line):
-    from mvr.jobs.common import describe
+    from mvr.jobs.errors import describe
 
     assert describe(exc) == line
