@@ -177,6 +177,48 @@ def _schedule(steps: int, warmup: float):
     return lambda s: min((s + 1) / ramp, max(0.0, (steps - s) / max(1, steps - ramp)))
 
 
+class Stepper:
+    """One optimiser step of a worker (``step``): the objective's contrastive loss over a
+    batch's queries and passages (in-batch negatives and the mined ones), distilled from the
+    frozen ``teacher``'s pooled scores and holding the other modes at its scores when the
+    config asks, then the backward pass, clipping, the optimiser and the schedule."""
+
+    def __init__(
+        self, config: TrainConfig, model: Any, trained: Any, teacher: Optional[Any], batches: Batches, optimizer: Any, scheduler: Any, device: Any
+    ) -> None:
+        self.config, self.model, self.trained, self.teacher, self.batches = config, model, trained, teacher, batches
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.held = [m for m in MODES if m != config.objective] if config.train.preserve > 0 else []  # modes held at the base's scores
+        self.centroids, self.teacher_centroids = "softmax-centroid" in [config.objective, *self.held], "softmax-centroid" in self.held
+        self.temperature = config.temperature()
+        self.amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+
+    def step(self, queries: list[str], passages: list[str]) -> dict[str, float]:
+        """Train on one batch (``passages``: the queries' positives, then their negatives): the
+        loss and its parts."""
+        config = self.config
+        q_in, p_in = self.batches.queries(queries), self.batches.passages(passages)
+        with self.amp:
+            q_rep, p_rep = represent(self.trained, q_in, config, False), represent(self.trained, p_in, config, self.centroids)
+            scores = differentiable.score(config.objective, q_rep, p_rep)
+            teacher_scores, extra = None, {}
+            if self.teacher is not None:
+                with torch.no_grad():
+                    tq, tp = represent(self.teacher, q_in, config, False), represent(self.teacher, p_in, config, self.teacher_centroids)
+                    teacher_scores = differentiable.pooled(tq, tp)
+            loss, parts = contrastive_loss(scores, self.temperature, teacher_scores, distill=config.train.distill)
+            if self.held:  # preserve > 0: there is a teacher
+                kept = preservation_loss([(differentiable.score(m, q_rep, p_rep), differentiable.score(m, tq, tp), config.temperature(m)) for m in self.held])
+                loss = loss + config.train.preserve * kept
+                extra = {"preserve": float(kept.detach())}
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.train.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        return {"loss": float(loss.detach()), **parts, **extra}
+
+
 def train_loop(loop_config: dict[str, Any]) -> None:
     """One Ray Train worker: ``loop_config`` has ``config`` (a TrainConfig dump), ``pairs``
     (the pairs file) and ``run_dir`` (where progress is written)."""
@@ -206,13 +248,9 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         with checkpoint.as_directory() as d:
             start = _restore(model, optimizer, scheduler, d)
     trained = ray.train.torch.prepare_model(model) if workers > 1 else model
-    batches = Batches(hf_tokenizer, config, device)
+    stepper = Stepper(config, model, trained, teacher, Batches(hf_tokenizer, config, device), optimizer, scheduler, device)
     lengths = pair_token_lengths(table, hf_tokenizer, config) if config.train.group_by_length else None
     order = BatchOrder(n_pairs, config.train.batch_size, workers, config.train.seed, lengths)
-    held = [m for m in MODES if m != config.objective] if config.train.preserve > 0 else []  # modes held at the base's scores
-    centroids, teacher_centroids = "softmax-centroid" in [config.objective, *held], "softmax-centroid" in held
-    temperature = config.temperature()
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
     run_dir = Path(loop_config["run_dir"])
     if rank == 0:
         keep_metrics_to(run_dir / METRICS, start)
@@ -221,35 +259,9 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         idx = order.indices(step, rank)
         queries = [pairs["query"][i] for i in idx]
         passages = [pairs["positive"][i] for i in idx] + [n for i in idx for n in pairs["negatives"][i]]
-        q_in, p_in = batches.queries(queries), batches.passages(passages)
-        with amp:
-            q_rep, p_rep = represent(trained, q_in, config, False), represent(trained, p_in, config, centroids)
-            scores = differentiable.score(config.objective, q_rep, p_rep)
-            teacher_scores, extra = None, {}
-            if teacher is not None:
-                with torch.no_grad():
-                    tq, tp = represent(teacher, q_in, config, False), represent(teacher, p_in, config, teacher_centroids)
-                    teacher_scores = differentiable.pooled(tq, tp)
-            loss, parts = contrastive_loss(scores, temperature, teacher_scores, distill=config.train.distill)
-            if held:
-                kept = preservation_loss([(differentiable.score(m, q_rep, p_rep), differentiable.score(m, tq, tp), config.temperature(m)) for m in held])
-                loss = loss + config.train.preserve * kept
-                extra = {"preserve": float(kept.detach())}
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
+        losses = stepper.step(queries, passages)
         seen += len(idx)
-        metrics = {
-            "step": step + 1,
-            "steps": steps,
-            "loss": float(loss.detach()),
-            **parts,
-            **extra,
-            "examples_per_s": seen / (time.perf_counter() - t0),
-            "resumed_from": start,
-        }
+        metrics = {"step": step + 1, "steps": steps, **losses, "examples_per_s": seen / (time.perf_counter() - t0), "resumed_from": start}
         if device.type == "cuda":
             metrics["gpu_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
         if rank == 0:
