@@ -18,7 +18,7 @@ Steps (each a ratio measured in this run, with the peak GPU memory of each side)
    blocks): vectors/s, GPU ÷ CPU; where each index was built (``build_device``).
 3. exact MaxSim, GPU against CPU: the same passages stored as the default codec's codes and
    as float16, scored by mvr's exact path (``Partition.rank`` one query at a time and
-   ``rank_batch`` for all at once) with the CUDA matmul on and off (``operators.retrieval.kernels``):
+   ``rank_batch`` for all at once) with the CUDA matmul on and off (``operators.kernels``):
    queries/s, GPU ÷ CPU, and whether both rank alike.
 4. vs peers: ``benchmarks/vs_plaid.py``'s comparison with both peers on the GPU: fast-plaid
    and xtr-warp-rs, each in its own venv (``benchmarks/peers/plaid_venv.py``,
@@ -526,9 +526,9 @@ def step_faiss(run: Run, decoded: np.ndarray) -> None:
 
 def step_exact(run: Run, encoder: Any, encoded: Encoded, codecs_: dict[str, Any], query_texts: list[str]) -> None:
     """Step 3: exact MaxSim from codes and from float16, CUDA matmul on and off."""
+    from mvr.operators import kernels
     from mvr.operators.encode.query import QueryEncoder
     from mvr.operators.encode.tokenizer import PassageTokenizer
-    from mvr.operators.retrieval import kernels
     from mvr.operators.retrieval.partition import Partition
     from mvr.operators.retrieval.stored_vectors import StoredVectors
 
@@ -910,7 +910,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     log(f"{'GPU run on ' + run.details['versions']['device'] if cuda else 'dry run on the CPU'}; out {out}")
     import faiss
 
-    from mvr.operators.retrieval import kernels
+    from mvr.operators import kernels
 
     faiss_threads = faiss.omp_get_max_threads()
     if run.dry:  # tiny sizes: FAISS's OpenMP threads would spin longer than they work (the same code runs on one)

@@ -27,7 +27,7 @@ STAGES = [
     ("code gather (StoredVectors.raw)", "operators/retrieval/stored_vectors.py", "raw"),
     ("decode (codec)", "operators/codecs/base.py", "decode"),
     ("decode (codec)", "operators/codecs/residual.py", "decode_scaled"),
-    ("scoring matmul", "operators/retrieval/kernels.py", "matmul"),
+    ("scoring matmul", "operators/kernels.py", "matmul"),
     ("top-k documents", "operators/retrieval/ranking.py", "top_documents"),
 ]
 

@@ -25,7 +25,7 @@ partition, each query timed on each in rotating order:
   partition, the codec's own decode), per query: the fair comparison for an index that
   keeps no float copy.
 
-The bare loops' matmul is ``operators.retrieval.kernels.matmul``, the exact path's own BLAS call, so
+The bare loops' matmul is ``operators.kernels.matmul``, the exact path's own BLAS call, so
 the ratios compare the loops, not two BLAS libraries (``bare f32 numpy @`` shows numpy's
 OpenBLAS for reference). ``ratio`` is bare p50 / exact p50 (≥ 1: the exact path is as fast).
 Batched exact (``Searcher.search_encoded_batch``: every query scored in one pass over the
@@ -70,7 +70,7 @@ def exact_vs_bare(searcher, encoded, rounds: int, k: int = 10) -> dict:
     """p50 ms of the exact path and the bare loops over the same partition (rotating order,
     median over rounds a query), batched exact queries/s, and how often the bare loops'
     top-k scores are the exact path's (one passage a document here: msmarco-sample)."""
-    from mvr.operators.retrieval.kernels import matmul
+    from mvr.operators.kernels import matmul
 
     (part,) = searcher.partitions["maxsim"]
     v = part.vectors

@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mvr.operators import codecs
-from mvr.operators.retrieval import kernels
+from mvr.operators import codecs, kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"

@@ -54,7 +54,7 @@ CHILD = r"""
 import json, resource, sys
 import numpy as np
 from mvr.operators.retrieval.partition import Partition  # every import before the baseline
-from mvr.operators.retrieval.kernels import get_torch
+from mvr.operators.kernels import get_torch
 get_torch()  # the scoring kernels' torch, as a Partition loads it
 from mvr.operators.encode.query import EncodedQuery
 from mvr.storage.codec_file import load_codecs

@@ -7,7 +7,7 @@ from typing import Any, Optional
 import numpy as np
 
 from mvr.operators.codecs.base import Codec
-from mvr.operators.retrieval.kernels import half_to_float32
+from mvr.operators.kernels import half_to_float32
 
 
 class Float16(Codec):

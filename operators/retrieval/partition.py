@@ -26,9 +26,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from mvr.operators.ann.base import AnnIndex
+from mvr.operators.kernels import get_torch
 from mvr.operators.packed import Packed
 from mvr.operators.retrieval import scoring
-from mvr.operators.retrieval.kernels import get_torch
 from mvr.operators.retrieval.ranking import Ranked, top_documents
 from mvr.operators.retrieval.stored_vectors import StoredVectors
 

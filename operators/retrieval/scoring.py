@@ -5,7 +5,7 @@ the rows of one matrix (``QueryBatch``), and a ``Packed`` set of n passages, and
 (n_q, n) float32 scores: a block of passages costs one BLAS matmul whatever the number of
 queries. ``maxsim``, ``first_m_max``, ``softmax_centroid``, ``dot`` and ``score`` are the
 same for one query, (n,). Arithmetic is float32 (float16 input is converted on every
-call); the matmuls go through ``operators.retrieval.kernels.matmul`` (BLAS: torch's MKL, numpy's
+call); the matmuls go through ``operators.kernels.matmul`` (BLAS: torch's MKL, numpy's
 without torch)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Literal, Protocol, Sequence, get_args
 
 import numpy as np
 
+from mvr.operators.kernels import matmul
 from mvr.operators.packed import Packed
-from mvr.operators.retrieval.kernels import matmul
 
 
 def _f32(x: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
 """The two dense kernels of exact scoring, on numpy arrays: the half → float32 cast of float16
-codes and the float32 matmul. Both run through torch (one of mvr's dependencies; zero-copy
+codes and the float32 matmul (below codecs/ and retrieval/, which both use them). Both run through torch (one of mvr's dependencies; zero-copy
 views of the numpy arrays) when it imports, numpy otherwise.
 
 Why torch: numpy converts float16 a value at a time (about 1 ns a value on the 2-core
