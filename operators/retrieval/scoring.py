@@ -119,7 +119,7 @@ VectorKind = Literal["tokens", "centroids", "first-m", "pooled"]
 MODES: tuple[DenseMode, ...] = get_args(DenseMode)
 SEARCH_MODES: tuple[SearchMode, ...] = get_args(SearchMode)
 VECTOR_KINDS: tuple[VectorKind, ...] = get_args(VectorKind)
-MODE_VECTORS: dict[DenseMode, VectorKind] = {"maxsim": "tokens", "softmax-centroid": "centroids", "first-m": "first-m", "pooled": "pooled"}
+MODE_VECTORS: dict[str, VectorKind] = {"maxsim": "tokens", "softmax-centroid": "centroids", "first-m": "first-m", "pooled": "pooled"}
 
 
 class QueryVectors(Protocol):
