@@ -20,9 +20,10 @@ allowing few passages is scored exactly, and an ANN search that found fewer than
 while some allowed passage was not rescored is redone exactly over the allowed passages.
 
 The plan reaches its hosts only through trips: ``await Trip({i: call(Host.method, *args)})``
-asks host ``i`` to run ``method(*args)`` (``trips.py``: the hosts' interface, typed) and gives
-back ``{i: result}`` for the hosts that answered (one that failed or did not answer in time is missing, and the answer comes from the
-others, marked degraded). The plan is an ``async def`` that awaits nothing but ``Trip``s, so a
+asks host ``i`` to run ``method(*args)`` (``trips.py``: the hosts' interface, typed) and
+gives back ``{i: result}`` for the hosts that answered (one that failed or did not answer in
+time is missing, and the answer comes from the others, marked degraded). The plan is an
+``async def`` that awaits nothing but ``Trip``s, so a
 driver steps it and decides how a trip is run: ``run_trips`` runs each one at once in this
 thread (in process: a failing host raises), ``run_trips_async`` awaits each one (the ingress:
 deployment handles side by side, with a timeout). No HTTP and no Ray here."""
