@@ -21,12 +21,13 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     check_utf8("INDEX", args.index)  # before the pipeline (and torch) is imported: seconds
     check_utf8("CORPUS", args.corpus)
+    from mvr.storage.index_dir import check_corpus_outside
+
+    check_corpus_outside(args.corpus, args.index)  # before the index's configuration is printed, and torch imported
     import mvr
     from mvr.pipeline.config import IndexConfig
-    from mvr.pipeline.indexing.updates import check_corpus_outside
     from mvr.storage.manifest import load_manifest
 
-    check_corpus_outside(args.corpus, args.index)  # before the index's configuration is printed
     m = load_manifest(args.index)
     print_config(f"mvr add: the configuration of {args.index} (version {m.version}), which the new documents are indexed with", IndexConfig.of_index(m.config))
     result = mvr.add(args.index, args.corpus, force=args.force, log=console.print)

@@ -17,7 +17,8 @@ from mvr.jobs.errors import error, run_job
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     from mvr.operators import codecs
-    from mvr.operators.planning.capacity import ANN_BACKENDS, MEASURED, VECTOR_KINDS
+    from mvr.operators.planning.capacity import ANN_BACKENDS, MEASURED
+    from mvr.operators.retrieval.scoring import VECTOR_KINDS
 
     p = p or ArgumentParser(prog="python -m mvr.jobs.plan", description=__doc__)
     m = MEASURED

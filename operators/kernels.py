@@ -23,9 +23,12 @@ exact scoring runs. The cast stays on the CPU (the codecs decode there)."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 _torch_module: Optional[Any] = None
 _torch_tried = False
@@ -81,10 +84,12 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     b = np.asarray(b, dtype=np.float32)
     torch = get_torch()
     if torch is None or a.ndim != 2 or b.ndim != 2 or 0 in a.shape + b.shape or min(a.strides + b.strides) < 0:
-        return a @ b
+        product: NDArray[np.float32] = a @ b
+        return product
     if cuda_worthwhile(a.shape[0], a.shape[1], b.shape[1]) and cuda_enabled():
         return _cuda_mm(torch, a, b)
-    return torch.mm(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    out: NDArray[np.float32] = torch.mm(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    return out
 
 
 def cuda_worthwhile(rows: int, depth: int, cols: int) -> bool:
@@ -127,4 +132,5 @@ def _cuda_mm(torch: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     device = torch.device("cuda")
     with torch.no_grad():
         out = torch.mm(torch.from_numpy(a).to(device), torch.from_numpy(b).to(device))
-    return out.cpu().numpy()
+    product: NDArray[np.float32] = out.cpu().numpy()
+    return product

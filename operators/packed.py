@@ -6,9 +6,12 @@ exact scorers hold token vectors, first-m vectors and centroids without padding.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 
 @dataclass
@@ -24,7 +27,7 @@ class Packed:
     row_scale: Optional[np.ndarray] = None
 
     @classmethod
-    def from_list(cls, arrays: Sequence[np.ndarray], dim: int, dtype=np.float32) -> "Packed":
+    def from_list(cls, arrays: Sequence[np.ndarray], dim: int, dtype: DTypeLike = np.float32) -> "Packed":
         lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
         offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
@@ -50,7 +53,7 @@ class Packed:
     def __getitem__(self, i: int) -> np.ndarray:
         return self.vectors[self.offsets[i] : self.offsets[i + 1]]
 
-    def take(self, indices: np.ndarray, dtype=None) -> "Packed":
+    def take(self, indices: np.ndarray, dtype: Optional[DTypeLike] = None) -> "Packed":
         """The passages at ``indices`` (in that order) as a new Packed, vectors cast to
         ``dtype`` (None: keep). Copies only the selected rows."""
         idx = np.asarray(indices, dtype=np.int64)

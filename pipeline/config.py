@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mvr.operators import codecs
 from mvr.operators.encode.checkpoint import read_conventions
 from mvr.operators.retrieval.candidates import FirstStage
-from mvr.operators.retrieval.fusion import HybridParams
+from mvr.operators.retrieval.fusion import Fusion, HybridParams
 from mvr.operators.retrieval.scoring import MODES, VECTOR_KINDS, DenseMode, SearchMode, SingleMode, VectorKind
 
 _Job = TypeVar("_Job", bound="_JobConfig")
@@ -323,7 +323,7 @@ class HybridConfig(_Section):
     ``mvr tune-hybrid`` picks it on held-out queries."""
 
     dense: DenseMode = "maxsim"
-    fusion: Literal["weighted", "rrf"] = "weighted"
+    fusion: Fusion = "weighted"
     lam: float = Field(0.8, ge=0, le=1, description="λ: fused = λ·dense' + (1−λ)·bm25' (each side min-max normalised over its norm_depth best)")
     rrf_k: int = Field(60, ge=1, description="reciprocal rank fusion: 1/(rrf_k + rank) per side")
     n_best: int = Field(100, ge=1, description="passages each side contributes to the union")
@@ -359,7 +359,7 @@ class EvalConfig(_JobConfig):
 
     dataset: str = ""
     split: str = "test"
-    modes: list[SearchMode] = Field(default_factory=lambda: list(MODES))
+    modes: list[SearchMode] = Field(default_factory=lambda: list[SearchMode](MODES))
     k: int = Field(100, ge=10, le=1000, description="documents retrieved a query (R@100 needs 100)")
     overlap: bool = Field(True, description="also run exact search for overlap@10 with the exact ranking")
     sweep: list[float] = Field(default_factory=list)
@@ -466,7 +466,7 @@ class ScaleStudyConfig(_JobConfig):
     random_strings: int = Field(0, ge=0, description="random-string passages for the second experiment (0: skip it)")
     steps: int = Field(5, ge=2, description="index sizes measured, judged passages only up to everything")
     dims: list[int] = Field(default_factory=lambda: [384, 128, 64], description="pooled single-vector dimensions (PCA fitted on the dataset's corpus)")
-    modes: list[SingleMode] = Field(default_factory=lambda: ["bm25", "pooled", "maxsim", "first-m", "softmax-centroid"])
+    modes: list[SingleMode] = Field(default_factory=lambda: list[SingleMode](["bm25", "pooled", "maxsim", "first-m", "softmax-centroid"]))
     workdir: str = Field("", description="where the corpora are indexed (an up-to-date index is reused)")
     indexes: dict[str, str] = Field(
         default_factory=dict, description="indexes already built of the dataset or a distractor: {corpus: index URL}, used as they are instead of indexing it"
@@ -511,7 +511,9 @@ class TrainDataConfig(_Section):
     with ``qrels/train.tsv`` (its judged pairs), or a JSONL file of {"query", "positive"[,
     "negatives"]} objects."""
 
-    kinds: list[Literal["ict", "title"]] = Field(default_factory=lambda: ["ict", "title"], description="unsupervised pair kinds drawn from a corpus")
+    kinds: list[Literal["ict", "title"]] = Field(
+        default_factory=lambda: list[Literal["ict", "title"]](["ict", "title"]), description="unsupervised pair kinds drawn from a corpus"
+    )
     max_pairs: Optional[int] = Field(None, ge=1, description="a seeded sample of at most this many pairs (None: all)")
     negatives_from: list[str] = Field(
         default_factory=list,

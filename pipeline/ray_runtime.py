@@ -9,7 +9,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import ray
 
@@ -132,7 +132,8 @@ def ray_logs_dir() -> Optional[str]:
     """Where this process's Ray session writes its logs (workers, actors, Serve); None before
     ``init_ray`` or when unknown."""
     try:
-        return ray._private.worker._global_node.get_logs_dir_path()
+        node: Any = ray._private.worker._global_node  # Ray declares it `= None` (so typed None): a Node once Ray is started
+        return node.get_logs_dir_path()
     except AttributeError:  # no Ray started here (or a Ray without this private API)
         return None
 

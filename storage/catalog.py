@@ -32,6 +32,13 @@ def connect(url: str, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
     return con
 
 
+def _one(result: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
+    """The row of an aggregate query's ``result`` (it always has one)."""
+    row = result.fetchone()
+    assert row is not None
+    return row
+
+
 def _arrow(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     """Run ``sql`` and fetch an Arrow table (DuckDB 1.x and 2.x spell this differently)."""
     rel = con.sql(sql)
@@ -76,7 +83,8 @@ def find_duplicates(index_url: str, blocks: Sequence[InputBlock]) -> int:
 def write_rejects(index_url: str, blocks: Sequence[InputBlock]) -> int:
     """All rejected rows (validation + duplicates) → ``rejects.parquet`` with the source file,
     the 1-based line (or row) number in that file, the id if any, and the reason."""
-    firsts, line_base = [], {}
+    firsts: list[tuple[str, str, int]] = []
+    line_base: dict[str, int] = {}
     for b in blocks:
         line_base.setdefault(b.url, 0)
         firsts.append((b.block_id, b.url, line_base[b.url]))
@@ -103,13 +111,17 @@ def write_rejects(index_url: str, blocks: Sequence[InputBlock]) -> int:
 def scan_counts(index_url: str, blocks: Sequence[InputBlock]) -> dict:
     """Input rows, valid rows and duplicates over the staging scan results."""
     con = connect(index_url)
-    rows, valid = con.execute(f"SELECT count(*), count(*) FILTER (WHERE reason IS NULL) FROM read_parquet({_list(scan_urls(index_url, blocks))})").fetchone()
-    (dups,) = con.execute(f"SELECT count(*) FROM read_parquet({_list([duplicates_url(index_url)])})").fetchone()
+    rows, valid = _one(con.execute(f"SELECT count(*), count(*) FILTER (WHERE reason IS NULL) FROM read_parquet({_list(scan_urls(index_url, blocks))})"))
+    (dups,) = _one(con.execute(f"SELECT count(*) FROM read_parquet({_list([duplicates_url(index_url)])})"))
     return {"input_rows": int(rows), "valid_rows": int(valid), "duplicates": int(dups)}
 
 
 def build_catalog(
-    index_url: str, shard_paths: Sequence[str], shard_rows: Optional[Sequence[int]] = None, dead: Optional[np.ndarray] = None, out: str = CATALOG_FILE
+    index_url: str,
+    shard_paths: Sequence[str],
+    shard_rows: Optional[Sequence[int] | np.ndarray] = None,
+    dead: Optional[np.ndarray] = None,
+    out: str = CATALOG_FILE,
 ) -> dict:
     """Write ``catalog.duckdb`` (tables passages, documents, rejects) and return the counts it
     reconciles: passages, documents, tokens, distinct (block, seq) and (block, row) keys.
@@ -154,10 +166,12 @@ def build_catalog(
         build_documents(con)
         con.execute("ALTER TABLE passages DROP COLUMN metadata")
         con.execute(f"CREATE TABLE rejects AS SELECT * FROM read_parquet({_list([fs.join(index_url, REJECTS_FILE)])})")
-        counts = con.execute(
-            """SELECT count(*), count(DISTINCT doc_id), coalesce(sum(n_tokens), 0),
+        counts = _one(
+            con.execute(
+                """SELECT count(*), count(DISTINCT doc_id), coalesce(sum(n_tokens), 0),
                       count(DISTINCT (block_id, seq)), count(DISTINCT (block_id, row_index)) FROM passages"""
-        ).fetchone()
+            )
+        )
         con.execute("CREATE INDEX passages_doc ON passages (doc_id)")
         con.close()
         with open(local, "rb") as f:
@@ -203,7 +217,7 @@ def build_documents(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     ``metadata_columns``; a text column whose every value is an ISO date (YYYY-MM-DD) becomes
     DATE. Returns {column: filter type}."""
     con.execute("CREATE TEMP TABLE doc_meta AS SELECT doc_id, arg_min(metadata, passage) AS metadata FROM passages GROUP BY doc_id")
-    (structure,) = con.execute("SELECT json_group_structure(metadata::JSON) FROM doc_meta WHERE metadata IS NOT NULL").fetchone()
+    (structure,) = _one(con.execute("SELECT json_group_structure(metadata::JSON) FROM doc_meta WHERE metadata IS NOT NULL"))
     parsed = json.loads(structure) if structure else {}
     columns = metadata_columns(parsed if isinstance(parsed, dict) else {})
     if columns:
@@ -212,9 +226,11 @@ def build_documents(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
             if t != "VARCHAR":
                 continue
             q = quote_identifier(key)
-            n, all_dates = con.execute(
-                f"SELECT count({q}), bool_and({q} IS NULL OR (regexp_full_match({q}, '{_DATE}') AND TRY_CAST({q} AS DATE) IS NOT NULL)) FROM documents"
-            ).fetchone()
+            n, all_dates = _one(
+                con.execute(
+                    f"SELECT count({q}), bool_and({q} IS NULL OR (regexp_full_match({q}, '{_DATE}') AND TRY_CAST({q} AS DATE) IS NOT NULL)) FROM documents"
+                )
+            )
             if n and all_dates:
                 con.execute(f"ALTER TABLE documents ALTER {q} TYPE DATE USING CAST({q} AS DATE)")
     else:

@@ -111,6 +111,7 @@ def _write_failed(exc: OSError, tmp: str, url: str) -> OSError:
     except OSError:
         pass
     if no_space(exc) and exc.filename is None:
+        assert exc.errno is not None  # no_space: the errno is ENOSPC or EDQUOT
         named = OSError(exc.errno, exc.strerror or os.strerror(exc.errno), url)
         named.__cause__ = exc
         return named

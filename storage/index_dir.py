@@ -63,46 +63,39 @@ def foreign_entries(index_url: str) -> list[str]:
     return [n for n in entries(index_url) if not is_index_entry(n)]
 
 
-def _normalised(url: str) -> tuple[str, str]:
-    """(filesystem kind, absolute normalised path) for comparing two URLs."""
-    filesystem, path = fs.resolve(url)
-    if isinstance(filesystem, LocalFileSystem):
-        return "local", os.path.realpath(os.path.abspath(path))
-    protocol = filesystem.protocol[0] if isinstance(filesystem.protocol, (tuple, list)) else filesystem.protocol
-    return str(protocol), posixpath.normpath("/" + path.strip("/"))
-
-
-def _inside(path: str, directory: str) -> bool:
-    return path.startswith(directory.rstrip("/") + "/")
-
-
 def check_target(corpus_url: str, index_url: str) -> None:
     """Refuse, before anything is read or deleted, an INDEX that is the corpus, holds it or
     lies inside the corpus directory, that is a regular file, or whose nearest existing
     ancestor is a file."""
-    (ckind, cpath), (ikind, ipath) = _normalised(corpus_url), _normalised(index_url)
-    if ckind == ikind:
-        if cpath == ipath:
-            raise IndexTargetError(f"the corpus and the index are the same path ({index_url}): give the index its own directory")
-        if _inside(cpath, ipath):
-            raise IndexTargetError(
-                f"the corpus {corpus_url} lies inside the index directory {index_url}: indexing there (or --overwrite) "
-                "could delete or change it; move the corpus or give the index another directory"
-            )
-        if _inside(ipath, cpath):
-            raise IndexTargetError(
-                f"the index directory {index_url} lies inside the corpus directory {corpus_url}: the index's files "
-                "would be read as corpus files; give the index a directory outside the corpus"
-            )
+    corpus_inside, index_inside = fs.within(corpus_url, index_url), fs.within(index_url, corpus_url)
+    if corpus_inside and index_inside:
+        raise IndexTargetError(f"the corpus and the index are the same path ({index_url}): give the index its own directory")
+    if corpus_inside:
+        raise IndexTargetError(
+            f"the corpus {corpus_url} lies inside the index directory {index_url}: indexing there (or --overwrite) "
+            "could delete or change it; move the corpus or give the index another directory"
+        )
+    if index_inside:
+        raise IndexTargetError(
+            f"the index directory {index_url} lies inside the corpus directory {corpus_url}: the index's files "
+            "would be read as corpus files; give the index a directory outside the corpus"
+        )
     filesystem, path = fs.resolve(index_url)
     if filesystem.exists(path) and not filesystem.isdir(path):
         raise IndexTargetError(f"{index_url} is a file, not a directory: give the index a new or existing directory")
-    if ikind == "local":
-        parent = ipath
+    if isinstance(filesystem, LocalFileSystem):
+        parent = os.path.realpath(path)
         while not os.path.exists(parent):
             parent = os.path.dirname(parent)
         if not os.path.isdir(parent):
             raise IndexTargetError(f"cannot create the index directory {index_url}: {parent} is a file")
+
+
+def check_corpus_outside(corpus_url: str, index_url: str) -> None:
+    """Refuse documents to add (``mvr add INDEX CORPUS``) that are the index itself or lie
+    inside it: its shards or rejects would be read as documents."""
+    if fs.within(corpus_url, index_url):
+        raise IndexTargetError(f"the corpus {corpus_url} is the index {index_url} or lies inside it: give the documents to add (mvr add INDEX CORPUS)")
 
 
 def check_writable(index_url: str) -> None:

@@ -25,7 +25,7 @@ import json
 import random
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence, overload
 
 import numpy as np
 import pyarrow as pa
@@ -79,7 +79,7 @@ class ShardList(Sequence[ShardEntry]):
     whole-list computations (partition planning, totals) without a Python object a shard."""
 
     def __init__(self, columns: Mapping[str, Any]) -> None:
-        self.columns = {
+        self.columns: dict[str, Any] = {  # int64 arrays (np.ndarray) and Arrow string arrays
             f.name: (np.asarray(columns[f.name], np.int64) if pa.types.is_integer(f.type) else _strings(columns[f.name])) for f in SHARD_LIST_SCHEMA
         }
         self._by_path: Optional[dict[str, int]] = None
@@ -98,7 +98,7 @@ class ShardList(Sequence[ShardEntry]):
     def __len__(self) -> int:
         return len(self.columns["path"])
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         c = self.columns
@@ -162,7 +162,10 @@ class Manifest(BaseModel):
     counts: dict[str, int]  # input_rows, indexed_documents, rejected, passages, tokens
     dim: int  # of the decoded token vectors (the tokens codec's output)
     codecs: dict[str, dict[str, Any]]  # group (tokens, pooled) → name, path, bytes, sha256, dim_in, dim_out, bytes_per_vector, …
-    shards: list[ShardEntry] = Field(default_factory=list, exclude=True)  # stored in the shard list file
+    if TYPE_CHECKING:  # a list, or read_manifest's ShardList; validated as a list (the else branch) when given to the constructor
+        shards: Sequence[ShardEntry] = Field(default_factory=list, exclude=True)
+    else:
+        shards: list[ShardEntry] = Field(default_factory=list, exclude=True)  # stored in the shard list file
     shard_list: dict[str, Any] = Field(default_factory=dict)  # path, bytes, sha256, count of that file
     rejects: str = "rejects.parquet"
     catalog: str = "catalog.duckdb"
@@ -198,6 +201,12 @@ def list_versions(index_url: str) -> list[int]:
         if stem.isdigit():
             out.append(int(stem))
     return sorted(out)
+
+
+@overload
+def read_manifest(index_url: str, version: int) -> Manifest: ...
+@overload
+def read_manifest(index_url: str, version: Optional[int] = None) -> Optional[Manifest]: ...
 
 
 def read_manifest(index_url: str, version: Optional[int] = None) -> Optional[Manifest]:

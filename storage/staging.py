@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -42,7 +42,12 @@ def write_scan(index_url: str, block: InputBlock, rows: list[tuple[int, Optional
     """Validation result of one block: (row_index, doc_id, reject reason or None) per row;
     ``raw_rows``: lines/rows read (a skipped TSV header included) for global line numbers.
     An id or reason that UTF-8 cannot hold (a lone surrogate) is stored with it escaped."""
-    columns = {"block_id": [block.block_id] * len(rows), "row_index": [r[0] for r in rows], "doc_id": [r[1] for r in rows], "reason": [r[2] for r in rows]}
+    columns: dict[str, list[Any]] = {
+        "block_id": [block.block_id] * len(rows),
+        "row_index": [r[0] for r in rows],
+        "doc_id": [r[1] for r in rows],
+        "reason": [r[2] for r in rows],
+    }
     schema = SCAN_SCHEMA.with_metadata({"raw_rows": str(raw_rows)})
     try:
         table = pa.table(columns, schema=schema)
@@ -163,6 +168,7 @@ def read_encoded(url: str) -> tuple[pa.Table, list[np.ndarray], list[np.ndarray]
     with fs.open_file(url) as f:
         table = ipc.open_file(pa.BufferReader(f.read())).read_all()
     codes, offsets = arrow_to_codes(table["vectors"])
+    assert offsets is not None  # a list<code> column (write_encoded's)
     flat = np.array(codes, copy=True).view("<f4")  # writable: torch reads it
     keep = table["keep"].combine_chunks()
     mask = keep.flatten().to_numpy(zero_copy_only=False).astype(bool)

@@ -1,4 +1,5 @@
-"""The Python API's docstring examples (``mvr/__init__.py``) run as doctests: a real corpus
+"""The Python API's docstring examples (``mvr/__init__.py`` and its functions in
+``mvr/api.py``) run as doctests: a real corpus
 indexed, searched in every mode and with filters, added to, deleted from, compacted, its
 stats and files checked, a capacity plan, and a service started, queried through the
 client and stopped."""
@@ -10,13 +11,18 @@ import doctest
 import pytest
 
 import mvr
+import mvr.api
 
 pytestmark = pytest.mark.ray
 
 
-def _run(name: str) -> doctest.TestResults:
+def _doctests() -> list[doctest.DocTest]:
     finder = doctest.DocTestFinder()
-    tests = [t for t in finder.find(mvr, "mvr") if t.name == name]
+    return [*finder.find(mvr, "mvr"), *finder.find(mvr.api, "mvr.api")]
+
+
+def _run(name: str) -> doctest.TestResults:
+    tests = [t for t in _doctests() if t.name == name]
     assert tests and tests[0].examples, f"{name} has no examples"
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     for t in tests:
@@ -25,11 +31,11 @@ def _run(name: str) -> doctest.TestResults:
 
 
 def test_every_public_function_with_examples_is_run_here():
-    with_examples = {t.name for t in doctest.DocTestFinder().find(mvr, "mvr") if t.examples}
-    assert with_examples == {"mvr", "mvr.plan", "mvr.serve"}
+    with_examples = {t.name for t in _doctests() if t.examples}
+    assert with_examples == {"mvr", "mvr.api.plan", "mvr.api.serve"}
 
 
-@pytest.mark.parametrize("name", ["mvr", "mvr.plan"])
+@pytest.mark.parametrize("name", ["mvr", "mvr.api.plan"])
 def test_docstring_examples(name, ray_address):
     result = _run(name)
     assert result.failed == 0 and result.attempted > 0
@@ -41,7 +47,7 @@ def test_serve_docstring_example(ray_address, serve_port):
     the example's port is rewritten to that one before it runs. Then the example's index served
     on another port is refused, naming the port Serve listens on (a second ``serve.start``
     would be ignored and the service would answer elsewhere than its URL says)."""
-    (test,) = [t for t in doctest.DocTestFinder().find(mvr, "mvr") if t.name == "mvr.serve"]
+    (test,) = [t for t in _doctests() if t.name == "mvr.api.serve"]
     written = [e for e in test.examples if "port=8765" in e.source]
     assert len(written) == 1, [e.source for e in test.examples]
     written[0].source = written[0].source.replace("port=8765", f"port={serve_port}")

@@ -6,13 +6,14 @@ msmarco-sample passages from the packaged MiniLM (384 dims, L2-normalised as sto
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
 import pytest
 
 from mvr.operators import codecs
-from mvr.operators.codecs import CodecFileError, Int8, Residual
+from mvr.operators.codecs import CodecFileError, Int8, Residual, serial
 from mvr.operators.encode.compress import l2_normalize
 from mvr.operators.packed import Packed
 from mvr.storage.codec_file import read_codec
@@ -337,6 +338,38 @@ def test_damaged_codec_files_are_refused(synthetic, tmp_path):
         read_codec(str(tmp_path / "bit-flip-payload.mvrc"))
     with pytest.raises(CodecFileError, match="cannot be read"):
         read_codec(str(tmp_path / "missing.mvrc"))
+
+
+def test_a_sealed_codec_file_with_stages_out_of_order_is_refused(synthetic, tmp_path):
+    """A file whose checksum holds but whose stages are not a codec, or a transform then a
+    codec (a transform alone, or the two swapped), is refused as inconsistent."""
+    data = codecs.to_bytes(_codec("pca-32+residual-2", "synthetic", synthetic))
+    _, version, hlen = serial._PREFIX.unpack_from(data)
+    header = json.loads(data[serial._PREFIX.size : serial._PREFIX.size + hlen])
+    payload = data[serial._PREFIX.size + hlen : -32]
+
+    def sealed(stages: list, arrays: list) -> bytes:
+        blobs, at, metas = [], 0, []
+        for a in arrays:
+            blobs.append(payload[a["offset"] : a["offset"] + a["nbytes"]])
+            metas.append({**a, "offset": at})
+            at += a["nbytes"]
+        hb = json.dumps({**header, "stages": stages, "arrays": metas}, sort_keys=True, separators=(",", ":")).encode()
+        body = serial._PREFIX.pack(serial.MAGIC, version, len(hb)) + hb + b"".join(blobs)
+        return body + hashlib.sha256(body).digest()
+
+    first = [a for a in header["arrays"] if a["name"].startswith("0.")]
+    second = [a for a in header["arrays"] if a["name"].startswith("1.")]
+    swap = {"0": "1", "1": "0"}
+    cases = {
+        "transform-alone": sealed(header["stages"][:1], first),
+        "swapped": sealed(header["stages"][::-1], [{**a, "name": swap[a["name"][0]] + a["name"][1:]} for a in second + first]),
+    }
+    for what, blob in cases.items():
+        path = tmp_path / f"{what}.mvrc"
+        path.write_bytes(blob)
+        with pytest.raises(CodecFileError, match="inconsistent content"):
+            read_codec(str(path))
 
 
 # ---- partial decodes ----------------------------------------------------------------------

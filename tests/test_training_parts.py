@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from helpers import read_jsonl
-from mvr.operators.encode.checkpoint import load_tokenizer, pylate_conventions
+from mvr.operators.encode.checkpoint import load_tokenizer, pylate_config, pylate_conventions
 from mvr.operators.training.loss import contrastive_loss, preservation_loss
 from mvr.operators.training.order import BatchOrder, pair_lengths
 from mvr.operators.training.pairs import MIN_WORDS, ict_pair, overlap, pick_negatives, query_key, sentences, title_pair, unsupervised_pairs
 from mvr.pipeline.config import TokenizerConfig, TrainConfig
 from mvr.pipeline.training.data import TrainingDataError, check_overlap, jsonl_pairs
-from mvr.pipeline.training.loop import conventions, keep_metrics_to, pair_token_lengths, total_steps
+from mvr.pipeline.training.loop import keep_metrics_to, pair_token_lengths, total_steps
 from mvr.pipeline.training.trainer import prepare_run
 from mvr.storage.training_files import read_pairs
 
@@ -192,7 +192,7 @@ def test_checkpoint_conventions_read_back_as_trained(markers):
     """With and without marker tokens (none is PyLate's empty prefix, not a missing one,
     which PyLate would read as its "[Q] " / "[D] ")."""
     config = TrainConfig(tokenizer=TokenizerConfig(query_marker=markers[0], document_marker=markers[1]))
-    written = conventions(config)
+    written = pylate_config(config.tokenizer.model_dump())
     assert (written["query_prefix"], written["document_prefix"]) == tuple(m or "" for m in markers)
     read = pylate_conventions(json.loads(json.dumps(written)))
     trained_with = config.tokenizer.model_dump()

@@ -206,7 +206,7 @@ def read_meta(directory: str) -> dict[str, Any]:
     if not os.path.isfile(path):
         raise ValueError(f"{directory} is not a saved ANN index: {META_FILE} is missing")
     with open(path) as f:
-        meta = json.load(f)
+        meta: dict[str, Any] = json.load(f)
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path}: unsupported format_version {meta.get('format_version')!r}")
     return meta

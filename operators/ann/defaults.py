@@ -46,7 +46,7 @@ def default_m(dim: int) -> int:
     return min(divisors, key=lambda m: (abs(math.log2(dim / m / SUBVECTOR_DIMS)), -m))
 
 
-def default_nlist(n_vectors: int) -> int:
+def default_nlist(n_vectors: float) -> int:
     """4·sqrt(n) to the nearest power of two, at most the largest power of two ≤ n/39."""
     cap = 1 << max(0, int(math.floor(math.log2(max(n_vectors / MIN_POINTS_PER_CENTROID, 1.0)))))
     return max(1, min(nearest_power_of_two(4 * math.sqrt(max(n_vectors, 1))), cap))

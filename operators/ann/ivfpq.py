@@ -197,7 +197,7 @@ class FaissIVFPQIndex(AnnIndex):
             raise ValueError("use_gpu=True but FAISS sees no GPU (is faiss-gpu installed?)")
         if flag is False or not has_gpu:
             return False
-        supported = self._params["nbits"] <= 8 and self._params["m"] <= MAX_M
+        supported: bool = self._params["nbits"] <= 8 and self._params["m"] <= MAX_M
         if not supported:
             warnings.warn(
                 f"GPU IVFPQ needs nbits <= 8 and m <= {MAX_M} (got {self._params['nbits']}, {self._params['m']}); training on the CPU",
@@ -221,7 +221,8 @@ class FaissIVFPQIndex(AnnIndex):
         if self._params["brute_force"]:  # exact: nprobe does not apply
             scores, ids = self._index.search(queries, k)
         else:
-            search_params = faiss.SearchParametersIVF(nprobe=min(nprobe, self._params["nlist"]))
+            search_params = faiss.SearchParametersIVF()  # its nprobe set below, not as a keyword: faiss's stub has no kwargs __init__
+            search_params.nprobe = min(nprobe, self._params["nlist"])
             scores, ids = self._index.search(queries, k, params=search_params)
         scores[ids < 0] = -np.inf
         return ids, scores

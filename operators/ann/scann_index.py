@@ -213,7 +213,7 @@ class ScannIndex(AnnIndex):
     def _search(self, queries: np.ndarray, k: int, knobs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         self._build()
         p = self._params
-        leaves = check_positive_int("leaves_to_search", knobs.get("leaves_to_search", p["leaves_to_search"]))
+        leaves: Optional[int] = check_positive_int("leaves_to_search", knobs.get("leaves_to_search", p["leaves_to_search"]))
         reorder_k = knobs.get("reorder_k", p["reorder_k"])
         if reorder_k != p["reorder_k"]:
             check_positive_int("reorder_k", reorder_k)
@@ -224,6 +224,7 @@ class ScannIndex(AnnIndex):
         else:
             leaves, pre_reorder = min(leaves, p["num_leaves"]), max(reorder_k, k)
         s = self._searcher
+        assert s is not None  # built: search asks only an index holding vectors
         search = s.search_batched_parallel if len(queries) > PARALLEL_BATCH else s.search_batched
         ids, scores = search(queries, final_num_neighbors=k, pre_reorder_num_neighbors=pre_reorder, leaves_to_search=leaves)
         ids = np.asarray(ids).astype(np.int64)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import numpy as np
 
@@ -22,7 +22,8 @@ class CodecFileError(ValueError):
 def default_centroids(n_vectors: int) -> int:
     """ColBERTv2's codebook size for a collection of ``n_vectors`` vectors:
     2^floor(log2(16·sqrt(n_vectors)))."""
-    return 2 ** int(math.floor(math.log2(16 * math.sqrt(max(1, n_vectors)))))
+    k: int = 2 ** int(math.floor(math.log2(16 * math.sqrt(max(1, n_vectors)))))  # exponent >= 4: an int
+    return k
 
 
 def residual_centroids(train_rows: int, n_vectors: Optional[int] = None, n_centroids: Optional[int] = None) -> int:
@@ -81,6 +82,16 @@ class Codec(ABC):
     dim_out: int
     bytes_per_vector: int
     normalize: bool = False
+
+    if TYPE_CHECKING:  # what every family's class defines (``registry.FAMILIES``; not Composed, which ``registry.train`` builds)
+
+        @classmethod
+        def fit(cls, arg: Optional[int], sample: np.ndarray, **options: Any) -> Codec:
+            """Train the codec named ``family-arg`` on ``sample`` ((n, dim_in) float vectors)."""
+
+        @staticmethod
+        def spec_bytes(arg: Optional[int], dim: int, **options: Any) -> int:
+            """Bytes a vector of ``dim`` dims takes under ``family-arg``, without training."""
 
     # ---- naming
     @property
@@ -185,6 +196,12 @@ class Transform(ABC):
     dim_in: int
     dim_out: int
     normalize: bool = False
+
+    if TYPE_CHECKING:  # what every transform's class defines (``registry.TRANSFORMS``)
+
+        @classmethod
+        def fit(cls, arg: Optional[int], sample: np.ndarray, **options: Any) -> Transform:
+            """Train the transform named ``family-arg`` on ``sample`` ((n, dim_in) float vectors)."""
 
     @property
     @abstractmethod

@@ -3,11 +3,14 @@ composed with a codec (``pca-D+C``)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from mvr.operators.codecs.base import Codec, Transform, _f32, _normalize, is_unit
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 
 class PQ(Codec):
@@ -31,8 +34,11 @@ class PQ(Codec):
         self.dim_in = self.dim_out = dim
         self.bytes_per_vector = m
         self.normalize = bool(normalize)
-        self.pq = faiss.ProductQuantizer(dim, m, 8)
-        faiss.copy_array_to_vector(self.centroids.ravel(), self.pq.centroids)
+        pq = faiss.ProductQuantizer(dim, m, 8)
+        # typed as the base class: faiss's stub gives ProductQuantizer.decode the C++ signature
+        # (code, x) -> None, while the Python wrapper every Quantizer gets is decode(codes) -> x
+        self.pq: faiss.Quantizer = pq
+        faiss.copy_array_to_vector(self.centroids.ravel(), pq.centroids)
 
     @property
     def name(self) -> str:
@@ -40,12 +46,14 @@ class PQ(Codec):
 
     @staticmethod
     def spec_bytes(arg: Optional[int], dim: int, **_: Any) -> int:
+        assert arg is not None  # pq-M: parse_name gives the family its M
         return int(arg)
 
     @classmethod
     def fit(cls, arg: Optional[int], sample: np.ndarray, seed: int = 0, normalize: Optional[bool] = None, niter: Optional[int] = None, **_: Any) -> "PQ":
         import faiss
 
+        assert arg is not None  # pq-M: parse_name gives the family its M
         m = int(arg)
         x = np.ascontiguousarray(sample, dtype=np.float32)
         dim = x.shape[1]
@@ -62,17 +70,18 @@ class PQ(Codec):
         return cls(m, centroids, is_unit(x) if normalize is None else normalize)
 
     def _encode(self, x: np.ndarray) -> np.ndarray:
-        return self.pq.compute_codes(x)
+        codes: NDArray[np.uint8] = self.pq.compute_codes(x)
+        return codes
 
     def _decode(self, codes: np.ndarray) -> np.ndarray:
-        x = self.pq.decode(codes)
+        x: NDArray[np.float32] = self.pq.decode(codes)
         return _normalize(x) if self.normalize else x
 
-    def _state(self):
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return {"m": self.m, "normalize": self.normalize}, {"centroids": self.centroids}
 
     @classmethod
-    def _from_state(cls, params, arrays):
+    def _from_state(cls, params: dict[str, Any], arrays: dict[str, np.ndarray]) -> "PQ":
         return cls(int(params["m"]), arrays["centroids"], bool(params["normalize"]))
 
 
@@ -101,6 +110,7 @@ class PCA(Transform):
     def fit(cls, arg: Optional[int], sample: np.ndarray, normalize: Optional[bool] = None, center: bool = False, **_: Any) -> "PCA":
         import faiss
 
+        assert arg is not None  # pca-D: parse_name gives the family its D
         d_out = int(arg)
         x = np.ascontiguousarray(sample, dtype=np.float32)
         if not 1 <= d_out <= x.shape[1]:
@@ -122,11 +132,11 @@ class PCA(Transform):
         y = (x - self.mean) @ self.matrix.T if self.center else x @ self.matrix.T
         return _normalize(y) if self.normalize else y
 
-    def _state(self):
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return {"center": self.center, "normalize": self.normalize}, {"matrix": self.matrix, "mean": self.mean}
 
     @classmethod
-    def _from_state(cls, params, arrays):
+    def _from_state(cls, params: dict[str, Any], arrays: dict[str, np.ndarray]) -> "PCA":
         return cls(arrays["matrix"], arrays["mean"], bool(params["normalize"]), bool(params["center"]))
 
 
@@ -162,12 +172,12 @@ class Composed(Codec):
     def decode_scaled(self, codes: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
         return self.inner.decode_scaled(codes)
 
-    def stages(self):
+    def stages(self) -> list[Codec | Transform]:
         return [self.transform, self.inner]
 
-    def _state(self):  # to_bytes writes stages() one by one; a composed codec has no state of its own
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:  # to_bytes writes stages() one by one; a composed codec has no state of its own
         raise TypeError(f"{self.name} is serialised stage by stage: use to_bytes(), not _state()")
 
     @classmethod
-    def _from_state(cls, params, arrays):
+    def _from_state(cls, params: dict[str, Any], arrays: dict[str, np.ndarray]) -> "Composed":
         raise TypeError("a composed codec is rebuilt from its stages by codecs.from_bytes(), not _from_state()")

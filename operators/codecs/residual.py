@@ -89,7 +89,9 @@ class Residual(Codec):
     @staticmethod
     def spec_bytes(arg: Optional[int], dim: int, n_vectors: Optional[int] = None, n_centroids: Optional[int] = None, **_: Any) -> int:
         k = n_centroids or default_centroids(n_vectors or 1)
-        return id_dtype(k).itemsize + dim * int(arg) // 8
+        id_bytes = id_dtype(k).itemsize
+        assert arg is not None  # residual-N: parse_name gives the family its N
+        return id_bytes + dim * int(arg) // 8
 
     @classmethod
     def fit(
@@ -109,6 +111,7 @@ class Residual(Codec):
         (k = ``residual_centroids``: ``n_centroids``, default ``default_centroids(n_vectors or
         len(sample))``, at most the training rows; ``niter`` iterations, default ``KMEANS_ITERATIONS``), buckets on the held-out rows' residuals. ``centroids``: a
         codebook to reuse instead of k-means (e.g. the same one for several N)."""
+        assert arg is not None  # residual-N: parse_name gives the family its N
         nbits = int(arg)
         if nbits not in cls.NBITS:
             raise ValueError(f"residual-{nbits}: bits a value must be one of {cls.NBITS}")
@@ -194,12 +197,12 @@ class Residual(Codec):
         """Centroid + decoded residual, without the rescaling to unit length."""
         return self._decode(np.ascontiguousarray(codes), normalize=False)
 
-    def _state(self):
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         params = {"nbits": self.nbits, "lo": self.lo, "hi": self.hi, "normalize": self.normalize}
         return params, {"centroids": self.centroids, "cutoffs": self.cutoffs, "weights": self.weights}
 
     @classmethod
-    def _from_state(cls, params, arrays):
+    def _from_state(cls, params: dict[str, Any], arrays: dict[str, np.ndarray]) -> "Residual":
         return cls(
             int(params["nbits"]), arrays["centroids"], arrays["cutoffs"], arrays["weights"], float(params["lo"]), float(params["hi"]), bool(params["normalize"])
         )

@@ -43,11 +43,11 @@ class Float16(Codec):
     def _decode_into(self, codes: np.ndarray, out: np.ndarray) -> None:
         half_to_float32(codes.view("<f2"), out)
 
-    def _state(self):
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return {"dim": self.dim_in}, {}
 
     @classmethod
-    def _from_state(cls, params, arrays):
+    def _from_state(cls, params: dict[str, Any], arrays: dict[str, np.ndarray]) -> "Float16":
         return cls(int(params["dim"]))
 
 
@@ -97,9 +97,9 @@ class Int8(Codec):
         """(n,) float32: each code's scale s (the error bound is s/2 per value)."""
         return np.ascontiguousarray(codes[:, :4]).view("<f4").reshape(-1).astype(np.float32)
 
-    def _state(self):
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return {"dim": self.dim_in}, {}
 
     @classmethod
-    def _from_state(cls, params, arrays):
+    def _from_state(cls, params: dict[str, Any], arrays: dict[str, np.ndarray]) -> "Int8":
         return cls(int(params["dim"]))

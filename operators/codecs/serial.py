@@ -9,7 +9,7 @@ import struct
 
 import numpy as np
 
-from mvr.operators.codecs.base import Codec, CodecFileError
+from mvr.operators.codecs.base import Codec, CodecFileError, Transform
 from mvr.operators.codecs.quantizers import Composed
 from mvr.operators.codecs.registry import FAMILIES, TRANSFORMS
 
@@ -76,13 +76,19 @@ def deserialise(data: bytes, source: str) -> Codec:
             i, _, key = a["name"].partition(".")
             raw = data[start + a["offset"] : start + a["offset"] + a["nbytes"]]
             arrays[int(i)][key] = np.frombuffer(raw, dtype=np.dtype(a["dtype"])).reshape(a["shape"]).copy()
-        built = []
+        built: list[Codec | Transform] = []
         for st, arr in zip(header["stages"], arrays):
             cls = FAMILIES.get(st["family"]) or TRANSFORMS.get(st["family"])
             if cls is None:
                 raise ValueError(f"unknown family {st['family']!r}")
             built.append(cls._from_state(st["params"], arr))
-        codec = built[0] if len(built) == 1 else Composed(built[0], built[1])
+        # the stages as ``serialise`` writes them (``Codec.stages``): a codec, or a transform then a codec
+        if len(built) == 1 and isinstance(built[0], Codec):
+            codec: Codec = built[0]
+        elif len(built) == 2 and isinstance(built[0], Transform) and isinstance(built[1], Codec):
+            codec = Composed(built[0], built[1])
+        else:
+            raise ValueError(f"stages {[st['family'] for st in header['stages']]}: not a codec, nor a transform then a codec")
     except (ValueError, KeyError, TypeError, IndexError) as e:
         raise bad(f"inconsistent content ({e})") from None
     if (codec.name, codec.dim_in, codec.dim_out, codec.bytes_per_vector) != (header["name"], header["dim_in"], header["dim_out"], header["bytes_per_vector"]):

@@ -1,7 +1,9 @@
 """Model checkpoints on local disk: where the packaged default lives, which of the three
-formats a directory holds, the encoding conventions it was published with, and a fingerprint
-of its files. No torch import at module level, so light workers (tokenizing, validating) and
-config loading can use it."""
+formats a directory holds, the encoding conventions it was published with, a fingerprint of
+its files, and the sentence-transformers / PyLate format ``mvr train`` writes (its module
+list, Dense module directories and conventions: ``write_checkpoint``, read back by
+``module_dirs`` and ``read_conventions``). No torch import at module level, so light workers
+(tokenizing, validating) and config loading can use it."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 DEFAULT_MODEL = "minilm"
 
@@ -33,7 +35,7 @@ def weights_file(directory: Path) -> Optional[Path]:
     return None
 
 
-def load_state(path: Path) -> dict:
+def load_state(path: Path) -> dict[str, Any]:
     """A weights file as {name: torch.Tensor}."""
     import torch
 
@@ -41,7 +43,8 @@ def load_state(path: Path) -> dict:
         from safetensors.torch import load_file
 
         return load_file(str(path))
-    return torch.load(str(path), map_location="cpu", weights_only=True)
+    state: dict[str, Any] = torch.load(str(path), map_location="cpu", weights_only=True)
+    return state
 
 
 def locate_model(name: str) -> tuple[str, str]:
@@ -111,6 +114,16 @@ def fingerprint(path: str) -> str:
     return h.hexdigest()
 
 
+TRANSFORMER_MODULE = "sentence_transformers.models.Transformer"  # modules.json's types
+DENSE_MODULE = "pylate.models.Dense.Dense"
+
+
+def dense_dir(i: int) -> str:
+    """The directory of a checkpoint's ``i``-th Dense module (from 1): PyLate's ``1_Dense``,
+    ``2_Dense``, …"""
+    return f"{i}_Dense"
+
+
 def module_dirs(path: str, fmt: str) -> tuple[str, list[Path]]:
     """(backbone directory, Dense module directories in the order they apply) of a
     checkpoint. PyLate may stack Dense modules (e.g. 1_Dense then 2_Dense)."""
@@ -144,14 +157,14 @@ class Conventions:
     dim: Optional[int] = None
 
 
-def _given(cfg: dict, key: str, default: Any) -> Any:
+def _given(cfg: dict[str, Any], key: str, default: Any) -> Any:
     """``cfg[key]``, or ``default`` when it is missing or null (how PyLate and ColBERT read
     their files: a null falls back to the library default)."""
     value = cfg.get(key)
     return default if value is None else value
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -161,7 +174,7 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def pylate_conventions(cfg: dict) -> dict[str, Any]:
+def pylate_conventions(cfg: dict[str, Any]) -> dict[str, Any]:
     """PyLate's ``config_sentence_transformers.json`` → ``TokenizerConfig`` values, with
     PyLate's own defaults (pylate.models.ColBERT) for keys the file leaves out.
 
@@ -194,7 +207,49 @@ def pylate_conventions(cfg: dict) -> dict[str, Any]:
     }
 
 
-def colbert_conventions(meta: dict) -> dict[str, Any]:
+def pylate_config(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``TokenizerConfig`` values → PyLate's config_sentence_transformers keys, which
+    ``pylate_conventions`` reads back into the same values: no marker is PyLate's empty
+    prefix (PyLate reads a missing or null one as its "[Q] " / "[D] ")."""
+    prompt = values["query_text_prefix"]
+    return {
+        "query_prefix": values["query_marker"] or "",
+        "document_prefix": values["document_marker"] or "",
+        "query_length": values["query_tokens"],
+        "document_length": values["passage_tokens"],
+        "do_query_expansion": values["query_augmentation"],
+        "attend_to_expansion_tokens": values["attend_to_expansion_tokens"],
+        "skiplist_words": list(values["skiplist"]),
+        "prompts": {"query": prompt, "document": values["document_text_prefix"]},
+        "default_prompt_name": None if not prompt else "query",
+        "similarity_fn_name": "MaxSim",
+    }
+
+
+def write_checkpoint(directory: str, backbone: Any, tokenizer: Any, dense_layers: Sequence[Any], conventions: dict[str, Any], trained: dict[str, Any]) -> None:
+    """A checkpoint PyLate and ``mvr index --model`` load: ``backbone`` (a transformers
+    model) and ``tokenizer`` saved at the top, each Dense module (``DenseLayer``) in its own
+    directory (``dense_dir``), the module list, and ``conventions`` (``pylate_config``) plus
+    ``trained`` (objective, base, steps, data) in config_sentence_transformers.json."""
+    from safetensors.torch import save_file
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    backbone.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": TRANSFORMER_MODULE}]
+    for i, layer in enumerate(dense_layers, 1):
+        sub = out / dense_dir(i)
+        sub.mkdir(exist_ok=True)
+        (sub / "config.json").write_text(json.dumps(layer.config, indent=2))
+        save_file({k: v.detach().cpu().contiguous() for k, v in layer.state_dict().items()}, str(sub / "model.safetensors"))
+        modules.append({"idx": i, "name": str(i), "path": sub.name, "type": DENSE_MODULE})
+    (out / "modules.json").write_text(json.dumps(modules, indent=2))
+    (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": conventions["document_length"], "do_lower_case": False}, indent=2))
+    (out / "config_sentence_transformers.json").write_text(json.dumps({"model_type": "ColBERT", **conventions, "mvr_training": trained}, indent=2))
+
+
+def colbert_conventions(meta: dict[str, Any]) -> dict[str, Any]:
     """Stanford ColBERT's ``artifact.metadata`` (its ColBERTConfig) → ``TokenizerConfig``
     values, with colbert-ai's defaults for keys the file leaves out.
 
@@ -248,7 +303,7 @@ def read_conventions(name: str) -> Optional[Conventions]:
     return None
 
 
-def load_tokenizer(name: str = DEFAULT_MODEL):
+def load_tokenizer(name: str = DEFAULT_MODEL) -> Any:
     """The Hugging Face tokenizer of a model, as ``TokenEncoder`` loads it, without its weights."""
     from transformers import AutoTokenizer
 

@@ -17,18 +17,20 @@ score = sum_j a_j (q · c_j) (``operators/retrieval/scoring.py``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
 if TYPE_CHECKING:  # torch is imported where used: what imports this module for l2_normalize alone
     # (EncodedQuery's readers, the index app's IndexVersion replica) loads no torch
     import torch
+    from numpy.typing import NDArray
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     """Rows of ``x`` scaled to unit L2 norm (zero rows stay zero)."""
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
+    out: NDArray[Any] = x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
+    return out
 
 
 def projection_matrix(in_dim: int, out_dim: int, seed: int) -> np.ndarray:
@@ -87,7 +89,8 @@ def kmeans_centroids(arrays: Sequence[np.ndarray], k: int, iterations: int = 10,
 def _kmeans_batch(arrays: Sequence[np.ndarray], k: int, iterations: int) -> np.ndarray:
     """(B, k, dim) centroids for passages that all have more than k vectors."""
     x, mask = pad(arrays)  # (B, T, D), (B, T)
-    return kmeans_lloyd(x, mask, k, iterations)[1].numpy()
+    centroids: NDArray[np.float32] = kmeans_lloyd(x, mask, k, iterations)[1].numpy()
+    return centroids
 
 
 def kmeans_lloyd(x: "torch.Tensor", mask: "torch.Tensor", k: int, iterations: int) -> tuple["torch.Tensor", "torch.Tensor"]:
@@ -165,7 +168,7 @@ class Compressor:
         self.iterations = kmeans_iterations
         self.centroid_space = check_centroid_space(centroid_space)
 
-    def __call__(self, raw: Sequence[np.ndarray], keep: Optional[Sequence[np.ndarray]] = None) -> dict[str, list]:
+    def __call__(self, raw: Sequence[np.ndarray], keep: Optional[Sequence[np.ndarray]] = None) -> dict[str, list[np.ndarray]]:
         """``raw``: (n_i, model_dim) float32 per passage; ``keep``: (n_i,) bool per passage,
         which token vectors to store. Returns lists of float32 arrays per representation."""
         if self.projection is not None:

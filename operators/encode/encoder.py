@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -43,13 +43,13 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return getattr(torch, dtype)
 
 
-class DenseLayer(torch.nn.Module):
+class DenseLayer(torch.nn.Module):  # type: ignore[misc]  # torch is read as Any (pyproject: follow_imports = "skip")
     """A sentence-transformers / PyLate ``Dense`` module: activation(linear(x)), plus x (or a
     bias-free ``residual`` projection of x when the widths differ) with ``use_residual``.
     ``config``: the module's ``config.json`` (in_features, out_features, bias,
     activation_function, use_residual)."""
 
-    def __init__(self, config: dict, source: str = "Dense") -> None:
+    def __init__(self, config: dict[str, Any], source: str = "Dense") -> None:
         super().__init__()
         act = _ACTIVATIONS.get(config.get("activation_function", "torch.nn.modules.linear.Identity"))
         if act is None:
@@ -87,7 +87,7 @@ class DenseLayer(torch.nn.Module):
         return y
 
 
-class TokenModel(torch.nn.Module):
+class TokenModel(torch.nn.Module):  # type: ignore[misc]  # torch is read as Any (pyproject: follow_imports = "skip")
     """The trainable part of an encoder: a Hugging Face backbone and an optional projection
     (a ColBERT ``linear`` or the Dense modules). ``forward``: (B, T) ids and mask → (B, T,
     dim) token vectors, not normalised. ``TokenEncoder`` runs it for inference; ``mvr train``
@@ -138,10 +138,10 @@ class TokenEncoder:
         if conventions is not None and conventions.dim is not None and conventions.dim != self.dim:
             raise ValueError(f"{self.path}: {conventions.source} says dim {conventions.dim}, the weights give {self.dim}")
 
-    @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """(B, T) ids and mask → (B, T, dim) float32."""
-        return self.model(input_ids.to(self.device), attention_mask.to(self.device)).float()
+        with torch.inference_mode():  # not the decorator: torch is read as Any, which would leave forward untyped
+            return self.model(input_ids.to(self.device), attention_mask.to(self.device)).float()
 
     def encode(
         self, sequences: Sequence[np.ndarray], batch_size: int = 32, pad_id: int = 0, attention: Optional[Sequence[np.ndarray]] = None

@@ -15,9 +15,12 @@ Vectorised per passage: one distance matrix product, one linkage, one sort and o
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 
 def check_pool_factor(pool_factor: int) -> int:
@@ -73,7 +76,8 @@ def pool_tokens(vectors: np.ndarray, pool_factor: int) -> np.ndarray:
     starts = np.r_[0, np.cumsum(counts)[:-1]]
     means = np.add.reduceat(x[order].astype(np.float64), starts, axis=0) / counts[:, None]
     norms = np.linalg.norm(means, axis=1, keepdims=True)
-    return (means / np.maximum(norms, 1e-12)).astype(np.float32)
+    out: NDArray[np.float32] = (means / np.maximum(norms, 1e-12)).astype(np.float32)
+    return out
 
 
 def pool_passages(arrays: Sequence[np.ndarray], pool_factor: int) -> list[np.ndarray]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ class PassageTokenizer:
 
     def __init__(
         self,
-        hf_tokenizer,
+        hf_tokenizer: Any,
         passage_tokens: int = 256,
         stride_tokens: int = 192,
         split_long_documents: bool = True,

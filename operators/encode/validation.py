@@ -101,7 +101,7 @@ def lone_surrogate(s: str) -> Optional[str]:
     return None if m is None else f"U+{ord(m.group()):04X} at character {m.start()}"
 
 
-def _first(obj: dict, keys: tuple[str, ...]) -> Any:
+def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> Any:
     for k in keys:
         if k in obj:
             return obj[k]
@@ -305,7 +305,7 @@ def tsv_header(raw: bytes) -> Optional[TsvHeader]:
     return TsvHeader.of(names)
 
 
-def parse_record(obj: dict, index: int, id_field: str, text_field: str, title_field: Optional[str]) -> Row:
+def parse_record(obj: dict[str, Any], index: int, id_field: str, text_field: str, title_field: Optional[str]) -> Row:
     """One row of a columnar input (Parquet) given as a dict; every other column of it is a
     metadata key."""
     meta = {k: v for k, v in obj.items() if k not in (id_field, text_field, title_field)}

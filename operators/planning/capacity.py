@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Optional
 
 from mvr.operators import codecs
 from mvr.operators.ann.base import ADD_BATCH
@@ -723,7 +723,7 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
     elif serve.partitions is not None:
         partitions = serve.partitions
     elif serve.ram_per_partition_gb is not None:
-        pick = 2 if serve.size_by == "peak" else 1
+        pick: Literal[1, 2] = 2 if serve.size_by == "peak" else 1
         partitions = partitions_for_budget(lambda p: per_partition(p)[pick], serve.ram_per_partition_gb * 1e9, w.passages)
     else:
         partitions = 1

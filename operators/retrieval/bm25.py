@@ -52,7 +52,8 @@ class Analyzer:
         """One list of terms per text (empty when nothing is left after stopwords)."""
         if not texts:
             return []
-        return bm25s.tokenize(list(texts), stopwords=self.stopwords or [], stemmer=self.stemmer, return_ids=False, show_progress=False)
+        terms: list[list[str]] = bm25s.tokenize(list(texts), stopwords=self.stopwords or [], stemmer=self.stemmer, return_ids=False, show_progress=False)
+        return terms
 
 
 @dataclass
@@ -60,7 +61,7 @@ class TermStats:
     """Collection statistics BM25 needs: ``df`` {term: passages containing it}, ``n_docs``
     passages, ``n_terms`` terms over all passages (mean length = n_terms / n_docs)."""
 
-    df: Counter = field(default_factory=Counter)
+    df: Counter[str] = field(default_factory=Counter)
     n_docs: int = 0
     n_terms: int = 0
 
@@ -81,7 +82,7 @@ class TermStats:
         return self.n_terms / self.n_docs if self.n_docs else 0.0
 
 
-class CollectionBM25(bm25s.BM25):
+class CollectionBM25(bm25s.BM25):  # type: ignore[misc]  # bm25s ships no type information: its BM25 reads as Any
     """A bm25s index over some passages scored with collection-wide ``TermStats`` (bm25s's
     documented extension point: overriding ``build_index_from_tokens``)."""
 
@@ -90,7 +91,9 @@ class CollectionBM25(bm25s.BM25):
         self.stats = stats
         self.nonoccurrence_array = None
 
-    def build_index_from_tokens(self, corpus_tokens, show_progress=False, leave_progress=False):
+    def build_index_from_tokens(
+        self, corpus_tokens: Sequence[Sequence[str]], show_progress: bool = False, leave_progress: bool = False
+    ) -> tuple[dict[str, Any], dict[str, int]]:
         if self.method not in METHODS:
             raise ValueError(f"BM25 method {self.method!r} cannot be partitioned; choose one of {', '.join(METHODS)}")
         stats = self.stats if self.stats is not None else TermStats.of(corpus_tokens)

@@ -126,10 +126,10 @@ def tokenize(source: str) -> list[Token]:
                     raise FilterError(f"integer {show(text)} is outside the 64-bit range", pos)
                 out.append(Token("int", text, pos, value))
             else:
-                value = float(text)
-                if not math.isfinite(value):
+                number = float(text)
+                if not math.isfinite(number):
                     raise FilterError(f"number {show(text)} is out of range", pos)
-                out.append(Token("float", text, pos, value))
+                out.append(Token("float", text, pos, number))
             i = end
             continue
         m = _NAME.match(source, i)

@@ -36,7 +36,7 @@ rescored exactly on both sides, fused, aggregated to documents.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Literal, Optional, Sequence, get_args
 
 import numpy as np
 
@@ -46,7 +46,8 @@ from mvr.operators.retrieval.partition import Partition, allowed_as_rows
 from mvr.operators.retrieval.ranking import Ranked, top_documents
 from mvr.operators.retrieval.scoring import MODES, QueryVectors
 
-FUSIONS = ("weighted", "rrf")
+Fusion = Literal["weighted", "rrf"]  # how a hybrid fuses its two rankings
+FUSIONS: tuple[Fusion, ...] = get_args(Fusion)
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ def side_by_side_batch(
         if ok is not None:
             bm25[:, ~ok] = 0.0  # not allowed, or deleted: in no side's n-best
         sparse_best = [n_best(b, n, positive=True) for b in bm25]
-        cands = [None if rows[i] is None else _candidates(rows[i], ok) for i in range(lo, hi)]
+        cands = [None if (r := rows[i]) is None else _candidates(r, ok) for i in range(lo, hi)]
         scored = _dense_scores(dense, batch.part(lo, hi), cands, sparse_best, every, ok)
         for j, (scored_rows, scores, is_cand) in enumerate(scored):
             c_rows, c_scores = (scored_rows, scores) if is_cand is None else (scored_rows[is_cand], scores[is_cand])
@@ -239,15 +240,16 @@ def _dense_scores(
             scores = dense.rescore_batch(batch.part(a, b), every)
         for i in range(a, b):
             out[i] = (every, scores[i - a], None)
-    own = [i for i, c in enumerate(cands) if c is not None]
-    need = {i: np.union1d(cands[i], sparse_best[i]) for i in own}
+    own_cands = {i: c for i, c in enumerate(cands) if c is not None}
+    own = list(own_cands)
+    need = {i: np.union1d(own_cands[i], sparse_best[i]) for i in own}
     if own and (len(own) + DECODE_COST) * len(dense) <= (1 + DECODE_COST) * sum(len(need[i]) for i in own):
         # candidates covering most of the partition: one pass over every passage for them all
         # (each block decoded once) costs less than decoding each query's own
         for a, b in _runs(own):
             scores = dense.rescore_batch(batch.part(a, b), None)
             for i in range(a, b):
-                out[i] = (need[i], scores[i - a, need[i]], np.isin(need[i], cands[i], assume_unique=True))
+                out[i] = (need[i], scores[i - a, need[i]], np.isin(need[i], own_cands[i], assume_unique=True))
         return out  # type: ignore[return-value]
     offsets = dense.vectors.offsets
     budget = max(1, GATHER_BYTES // (4 * max(dense.dim, 1)))  # decoded vector rows a group
@@ -265,7 +267,7 @@ def _dense_scores(
             at = np.searchsorted(union, need[g])
             mine = decoded if len(at) == len(union) else (decoded.take(at) if isinstance(decoded, Packed) else decoded[at])
             scores = scoring.score_batch(batch.part(g, g + 1), mine)[0] if len(at) else np.zeros(0, np.float32)
-            out[g] = (need[g], scores, np.isin(need[g], cands[g], assume_unique=True))
+            out[g] = (need[g], scores, np.isin(need[g], own_cands[g], assume_unique=True))
         group, held = [], 0
     return out  # type: ignore[return-value]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from mvr.operators.packed import Packed
 from mvr.operators.retrieval import scoring
 from mvr.operators.retrieval.ranking import Ranked, top_documents
 from mvr.operators.retrieval.stored_vectors import StoredVectors
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 
 @dataclass
@@ -100,11 +103,13 @@ def in_allowed(rows: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     a bool mask over the partition's rows)."""
     rows = np.asarray(rows, np.int64)
     if allowed.dtype == bool:
-        return allowed[rows]
+        picked: NDArray[np.bool_] = allowed[rows]
+        return picked
     if not len(allowed):
         return np.zeros(len(rows), bool)
     i = np.minimum(np.searchsorted(allowed, rows), len(allowed) - 1)
-    return allowed[i] == rows
+    found: NDArray[np.bool_] = allowed[i] == rows
+    return found
 
 
 def allowed_as_rows(allowed: np.ndarray) -> np.ndarray:
@@ -205,7 +210,8 @@ class Partition:
     def rescore(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray] = None) -> np.ndarray:
         """Exact ``mode`` scores of the passages at ``rows`` (None: all, decoded a block at a
         time), (n,) float32. Only those passages' vectors are decoded."""
-        return self.rescore_batch(scoring.QueryBatch.of(mode, [query]), rows)[0]
+        scores: NDArray[np.float32] = self.rescore_batch(scoring.QueryBatch.of(mode, [query]), rows)[0]
+        return scores
 
     def rescore_batch(self, batch: scoring.QueryBatch, rows: Optional[np.ndarray] = None) -> np.ndarray:
         """Exact scores of the passages at ``rows`` (None: all) for every query of ``batch``,

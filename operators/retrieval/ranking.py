@@ -45,12 +45,12 @@ def best_first(scores: np.ndarray, at_least: int) -> np.ndarray:
     return head[np.argsort(neg[head], kind="stable")]
 
 
-def top_documents(scores: np.ndarray, doc_ids: Sequence[str], passage_idx: np.ndarray, k: int) -> Ranked:
+def top_documents(scores: np.ndarray, doc_ids: Sequence[str] | np.ndarray, passage_idx: np.ndarray, k: int) -> Ranked:
     """The best ``k`` documents of n scored passages (``scores``, ``doc_ids``, ``passage_idx``
     all of length n), each document scored by its best passage. Looks at the best 2k
     passages first (``best_first``) and further only when they hold fewer than k documents."""
     n, want, done, picked = len(scores), 2 * k, 0, []
-    seen: set = set()
+    seen: set[str] = set()
     while True:
         order = best_first(scores, min(want, n))
         for i in order[done:].tolist():

@@ -11,9 +11,12 @@ without torch)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence, get_args
+from typing import TYPE_CHECKING, Literal, Protocol, Sequence, get_args
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 from mvr.operators.kernels import matmul
 from mvr.operators.packed import Packed
@@ -91,23 +94,27 @@ def _row(query: np.ndarray) -> np.ndarray:
 
 def maxsim(query: np.ndarray, docs: Packed) -> np.ndarray:
     """ColBERT: S(q, d) = sum_i max_j q_i · d_j. ``query``: (n_q, dim) L2-normalised."""
-    return maxsim_many(_f32(query), np.zeros(1, np.int64), docs)[0]
+    scores: NDArray[np.float32] = maxsim_many(_f32(query), np.zeros(1, np.int64), docs)[0]
+    return scores
 
 
 def first_m_max(query: np.ndarray, docs: Packed) -> np.ndarray:
     """ME-BERT: max_j q · d_j over each passage's first m vectors. ``query``: (dim,)."""
-    return first_m_many(_row(query), docs)[0]
+    scores: NDArray[np.float32] = first_m_many(_row(query), docs)[0]
+    return scores
 
 
 def softmax_centroid(query: np.ndarray, docs: Packed) -> np.ndarray:
     """Pseudo-query: a_j = softmax_j(q · c_j), e_d = sum_j a_j c_j, score = q · e_d
     (= sum_j a_j (q · c_j)). ``query``: (dim,) pooled query vector."""
-    return softmax_centroid_many(_row(query), docs)[0]
+    scores: NDArray[np.float32] = softmax_centroid_many(_row(query), docs)[0]
+    return scores
 
 
 def dot(query: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     """Single-vector: q · d for (n, dim) passage vectors."""
-    return dot_many(_row(query), vectors)[0]
+    scores: NDArray[np.float32] = dot_many(_row(query), vectors)[0]
+    return scores
 
 
 # Search modes and the stored vectors each one scores (and searches with ANN): the one source
@@ -152,7 +159,8 @@ def first_stage_vectors(mode: str, query: QueryVectors) -> np.ndarray:
 def score(mode: str, query: QueryVectors, docs: Packed | np.ndarray) -> np.ndarray:
     """(n,) exact scores of n passages under ``mode``; ``docs`` is the mode's stored vectors
     (Packed for tokens, centroids and first-m; an (n, dim) matrix for pooled)."""
-    return score_batch(QueryBatch.of(mode, [query]), docs)[0]
+    scores: NDArray[np.float32] = score_batch(QueryBatch.of(mode, [query]), docs)[0]
+    return scores
 
 
 @dataclass(frozen=True)
@@ -210,9 +218,13 @@ def score_batch(batch: QueryBatch, docs: Packed | np.ndarray) -> np.ndarray:
     """(n_q, n) exact scores of n passages under ``batch.mode`` for every query of the
     batch; ``docs`` is the mode's stored vectors (as ``score``)."""
     if batch.mode == "maxsim":
+        assert isinstance(docs, Packed)  # the mode's stored vectors: Packed tokens
         return maxsim_many(batch.vectors, batch.starts, docs)
     if batch.mode == "first-m":
+        assert isinstance(docs, Packed)  # Packed first-m vectors
         return first_m_many(batch.vectors, docs)
     if batch.mode == "softmax-centroid":
+        assert isinstance(docs, Packed)  # Packed centroids
         return softmax_centroid_many(batch.vectors, docs)
+    assert not isinstance(docs, Packed)  # pooled: an (n, dim) matrix
     return dot_many(batch.vectors, docs)

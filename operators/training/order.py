@@ -11,11 +11,14 @@ little of its padded (batch, tokens) tensor is padding."""
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 
 class BatchOrder:
@@ -72,13 +75,14 @@ class BatchOrder:
         return order
 
 
-def pair_lengths(pairs: pa.Table, count: Optional[Callable[[list[str]], np.ndarray]] = None, chunk: int = 8192) -> np.ndarray:
+def pair_lengths(pairs: pa.Table, count: Optional[Callable[[list[str]], Sequence[int] | np.ndarray]] = None, chunk: int = 8192) -> np.ndarray:
     """(n_pairs,) the longest of each pair's positive and negatives (what its batch pads to),
     by ``count`` (texts → (n,) lengths, e.g. tokens; None: characters), ``chunk`` texts a call."""
 
     def measure(texts: pa.Array) -> np.ndarray:
         if count is None:
-            return pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
+            chars: NDArray[np.int64] = pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
+            return chars
         parts = [np.asarray(count(texts.slice(i, chunk).to_pylist()), dtype=np.int64) for i in range(0, len(texts), chunk)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 

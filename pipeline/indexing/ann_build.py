@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import asdict, dataclass
-from typing import Any, Callable, Optional
+from dataclasses import asdict
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import ray
@@ -22,6 +22,7 @@ from mvr.operators.ann.factory import load_index, make_index
 from mvr.pipeline.config import AnnBuildConfig, BM25BuildConfig
 from mvr.pipeline.indexing.bm25_build import build_bm25, is_current, partitions_for
 from mvr.pipeline.ray_runtime import init_ray, task_result
+from mvr.pipeline.results import AnnBuildResult
 from mvr.storage.codec_file import load_codecs
 from mvr.storage.integrity import ExpectedFile, require_intact
 from mvr.storage.manifest import Manifest, ShardEntry, commit_update, load_manifest, shard_lookup
@@ -76,13 +77,6 @@ def build_partition(
     return entry
 
 
-@dataclass
-class AnnBuildResult:
-    manifest: Manifest
-    built: dict[str, dict[str, Any]]  # kind → manifest entry
-    seconds: float
-
-
 def is_up_to_date(manifest: Manifest, kind: str, config: AnnBuildConfig) -> bool:
     """The current build of ``kind`` has ``config``'s backend, partition count and parameters,
     over the manifest's shards (resources and threads do not change what is built)."""
@@ -115,7 +109,7 @@ def build_ann(index_url: str, config: AnnBuildConfig, log: Callable[[str], None]
     return AnnBuildResult(manifest, built, time.perf_counter() - t0)
 
 
-def _build_kinds(index_url: str, manifest: Manifest, config: AnnBuildConfig, kinds: list[str], log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+def _build_kinds(index_url: str, manifest: Manifest, config: AnnBuildConfig, kinds: Sequence[str], log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
     """Build and commit the partitions of ``kinds``; their new manifest entries."""
     plans = plan_partitions(manifest, config.partitions)
     init_ray()
@@ -132,7 +126,7 @@ def _build_kinds(index_url: str, manifest: Manifest, config: AnnBuildConfig, kin
         rel = f"{build_dir(kind, build_id)}/part-{p.number:05d}"
         shards = [shard_lookup(manifest.shards, sl.path).model_dump() for sl in p.slices]
         refs[remote.remote(index_url, kind, asdict(p), rel, config.backend, config.params, threads, shards, manifest.codecs)] = (kind, p.number)
-    entries: dict[str, list[Optional[dict]]] = {kind: [None] * len(plans) for kind in kinds}
+    entries: dict[str, list[Any]] = {kind: [None] * len(plans) for kind in kinds}  # a partition's entry (a dict) once its task returned
     pending = list(refs)
     with tqdm(total=len(pending), desc="build-ann", unit="partition") as bar:
         while pending:

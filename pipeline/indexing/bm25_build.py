@@ -58,18 +58,18 @@ def build_bm25_entry(
 ) -> dict[str, Any]:
     """Build BM25 partitions over ``plans``' passage ranges of ``manifest``'s shards (Ray
     tasks, two rounds) and return the manifest's ``bm25`` entry for them (not committed)."""
-    plans = [asdict(p) for p in plans]
+    plan_dicts = [asdict(p) for p in plans]
     init_ray()
     cpus_per_task = task_cpus(cpus_per_task)
     bm25 = config.model_dump(mode="json")
-    build_id = f"p{len(plans)}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    log(f"building {len(plans)} BM25 partition(s) (stopwords={config.stopwords}, stemmer={config.stemmer}, {config.method})")
+    build_id = f"p{len(plan_dicts)}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    log(f"building {len(plan_dicts)} BM25 partition(s) (stopwords={config.stopwords}, stemmer={config.stemmer}, {config.method})")
     count = ray.remote(num_cpus=cpus_per_task, max_retries=3)(partition_stats)
     build = ray.remote(num_cpus=cpus_per_task, max_retries=3)(build_partition)
-    shards = [[asdict(f) for f in shard_files(manifest, [sl["path"] for sl in p["slices"]])] for p in plans]
-    stats = sum(_gather([count.remote(index_url, p, bm25, s) for p, s in zip(plans, shards)], "bm25 stats"), TermStats())
+    shards = [[asdict(f) for f in shard_files(manifest, [sl["path"] for sl in p["slices"]])] for p in plan_dicts]
+    stats = sum(_gather([count.remote(index_url, p, bm25, s) for p, s in zip(plan_dicts, shards)], "bm25 stats"), TermStats())
     stats_ref = ray.put(stats)
-    refs = [build.remote(index_url, p, f"{build_dir(build_id)}/part-{p['number']:05d}", bm25, stats_ref) for p in plans]
+    refs = [build.remote(index_url, p, f"{build_dir(build_id)}/part-{p['number']:05d}", bm25, stats_ref) for p in plan_dicts]
     entries = _gather(refs, "bm25 build")
     return {
         "build": build_id,

@@ -32,8 +32,9 @@ import ray
 from mvr.pipeline.config import AnnBuildConfig, BM25Config
 from mvr.pipeline.indexing.ann_build import _task_resources, build_partition
 from mvr.pipeline.indexing.bm25_build import build_bm25_entry
-from mvr.pipeline.indexing.updates import CATALOGS_DIR, UpdateResult, target_passages
+from mvr.pipeline.indexing.updates import CATALOGS_DIR, target_passages
 from mvr.pipeline.ray_runtime import init_ray, task_cpus, task_result
+from mvr.pipeline.results import UpdateResult
 from mvr.storage.catalog import build_catalog
 from mvr.storage.manifest import Manifest, ShardEntry, ShardList, commit_update, shard_lookup, shard_paths, shard_rows
 from mvr.storage.partitions import build_dir, plan_partitions
@@ -122,9 +123,9 @@ def _rewrite_shards(index_url: str, m: Manifest, dead: np.ndarray, rel_dir: str,
         untouched = np.setdiff1d(np.arange(len(rows)), touched)
         for i in untouched:
             entries[int(i)] = m.shards[int(i)]
-        for i, ref in refs.items():
+        for n, ref in refs.items():
             new = task_result(ref)
-            entries[i] = ShardEntry(**new) if new is not None else None
+            entries[n] = ShardEntry(**new) if new is not None else None
         log(f"rewrote {len(touched)} of {len(rows)} shards without {len(dead)} deleted passages")
     return ShardList.from_entries([e for e in entries if e is not None])
 

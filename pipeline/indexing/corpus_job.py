@@ -17,7 +17,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import ray
@@ -29,6 +29,7 @@ from mvr.pipeline.config import IndexConfig
 from mvr.pipeline.indexing.encode_stage import EncodeCompress, EncodeSample, compress_encoded, encode_task
 from mvr.pipeline.indexing.stages import read_tokenize, sample_vectors, scan_block, select_sample, train_codecs, write_shards
 from mvr.pipeline.ray_runtime import EncodePlan, init_ray, plan_encode, task_result
+from mvr.pipeline.results import IndexResult
 from mvr.storage import catalog, codec_file, fs, index_dir, staging
 from mvr.storage.corpus import CorpusError, InputBlock, plan_blocks
 from mvr.storage.manifest import Manifest, ShardEntry, commit_manifest, read_manifest
@@ -37,20 +38,6 @@ from mvr.storage.shards import committed_records
 
 class IndexExistsError(RuntimeError):
     """The target already holds a different committed index (or an unfinished job of one)."""
-
-
-@dataclass
-class IndexResult:
-    manifest: Manifest
-    up_to_date: bool  # nothing was done: the index already matched corpus and config
-    seconds: float
-
-    @property
-    def summary(self) -> str:
-        c = self.manifest.counts
-        return (
-            f"indexed {c['indexed_documents']}, rejected {c['rejected']} (input rows {c['input_rows']}); {c['passages']} passages, {c['tokens']} token vectors"
-        )
 
 
 def _scan(index_url: str, blocks: list[InputBlock], placement: EncodePlan) -> None:
@@ -92,7 +79,7 @@ class _Prepared:
     the plan key, whether an existing index is to be replaced once the new corpus has been
     validated (``--overwrite``), and whether INDEX did not exist before this run."""
 
-    blocks: object  # list[InputBlock] | Manifest
+    blocks: list[InputBlock] | Manifest
     key: dict
     replace: bool
     created: bool
@@ -223,7 +210,7 @@ def index_corpus(
     else:
         ds = _encoded(_tokenized(index_url, blocks, config, placement), EncodeCompress, config, placement, codec_files=codec_files)
     ds = ds.map_batches(
-        write_shards,
+        write_shards,  # type: ignore[arg-type]  # Ray annotates fn as taking the batch alone; fn_kwargs supplies the rest
         batch_size=config.runtime.write_rows_per_shard,
         batch_format="pyarrow",
         fn_kwargs={"index_url": index_url},
@@ -253,7 +240,7 @@ def _tokenized(index_url: str, blocks: list[InputBlock], config: IndexConfig, pl
     """Ray Data: the blocks' passages with token ids, a block a task (``read_tokenize``)."""
     ds = ray.data.from_items([b.to_dict() for b in blocks], override_num_blocks=len(blocks))
     return ds.map_batches(
-        read_tokenize,
+        read_tokenize,  # type: ignore[arg-type]  # Ray annotates fn as taking the batch alone; fn_kwargs supplies the rest
         batch_size=1,
         batch_format="pyarrow",
         fn_kwargs={"index_url": index_url, "model_name": config.model.name, "tokenizer_settings": config.tokenizer.model_dump()},
@@ -274,10 +261,18 @@ def _encoded(ds: ray.data.Dataset, actor: type, config: IndexConfig, placement: 
         "torch_threads": placement.threads,
         **kwargs,
     }
-    common = {"batch_size": config.runtime.encode_actor_batch, "batch_format": "pyarrow", "num_cpus": placement.cpus, "num_gpus": placement.gpus}
+    common: dict[str, Any] = {
+        "batch_size": config.runtime.encode_actor_batch,
+        "batch_format": "pyarrow",
+        "num_cpus": placement.cpus,
+        "num_gpus": placement.gpus,
+    }
     if placement.in_tasks:
         return ds.map_batches(
-            encode_task, fn_kwargs={"stage": actor.__name__, "init": init}, compute=ray.data.TaskPoolStrategy(size=placement.actors), **common
+            encode_task,  # type: ignore[arg-type]  # Ray annotates fn as taking the batch alone; fn_kwargs supplies the rest
+            fn_kwargs={"stage": actor.__name__, "init": init},
+            compute=ray.data.TaskPoolStrategy(size=placement.actors),
+            **common,
         )
     return ds.map_batches(actor, fn_constructor_kwargs=init, compute=ray.data.ActorPoolStrategy(size=placement.actors), **common)
 
@@ -291,7 +286,7 @@ def _compressed(kept: list[str], codec_files: dict[str, bytes], config: IndexCon
     dim = codecs.from_bytes(codec_files["tokens"]).dim_in
     ds = ray.data.from_items([{"url": u} for u in kept], override_num_blocks=len(kept))
     return ds.map_batches(
-        compress_encoded,
+        compress_encoded,  # type: ignore[arg-type]  # Ray annotates fn as taking the batch alone; fn_kwargs supplies the rest
         batch_size=1,
         batch_format="pyarrow",
         fn_kwargs={"compress": config.compress.model_dump(), "codec_files": codec_files, "dim": dim, "threads": placement.threads},
@@ -333,8 +328,8 @@ def _codecs(
     staging.clear_encoded(index_url)  # an interrupted run's: pass 2 then encodes what is left
     staged = codec_file.read_staged(index_url)
     if staged is not None:
-        names = ", ".join(f"{g} {codecs.from_bytes(d).name}" for g, d in staged.items())
-        log(f"reusing the codecs the interrupted run trained ({names})")
+        reused = ", ".join(f"{g} {codecs.from_bytes(d).name}" for g, d in staged.items())
+        log(f"reusing the codecs the interrupted run trained ({reused})")
         return staged, []
     c = config.compress
     t0 = time.time()
@@ -353,7 +348,7 @@ def _codecs(
     vector_fraction = min(1.0, SAMPLE_OVERDRAW * c.codec_sample_vectors / (docs * fraction * per_doc))
     ds = _tokenized(index_url, blocks, config, placement)
     ds = ds.map_batches(
-        select_sample,
+        select_sample,  # type: ignore[arg-type]  # Ray annotates fn as taking the batch alone; fn_kwargs supplies the rest
         batch_format="pyarrow",
         fn_kwargs={"fraction": fraction, "seed": c.codec_seed},
         compute=placement.io_compute(len(blocks)),

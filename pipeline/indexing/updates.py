@@ -32,7 +32,7 @@ import json
 import math
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -46,10 +46,12 @@ from mvr.pipeline.indexing.ann_build import build_partition
 from mvr.pipeline.indexing.bm25_build import build_bm25_entry
 from mvr.pipeline.indexing.corpus_job import index_corpus
 from mvr.pipeline.ray_runtime import init_ray, task_cpus, task_result
+from mvr.pipeline.results import UpdateResult
 from mvr.storage import codec_file, fs
 from mvr.storage.catalog import Catalog, build_catalog
 from mvr.storage.codec_file import load_codecs
 from mvr.storage.corpus import plan_blocks
+from mvr.storage.index_dir import check_corpus_outside
 from mvr.storage.integrity import ExpectedFile, require_intact
 from mvr.storage.manifest import Manifest, ShardEntry, ShardList, commit_update, load_manifest, shard_lookup, shard_paths, shard_rows
 from mvr.storage.partitions import (
@@ -73,14 +75,6 @@ CATALOGS_DIR = "catalogs"
 GROWTH_CAP = 1.5  # a partition takes appended passages up to this multiple of its build's target size
 
 
-@dataclass
-class UpdateResult:
-    manifest: Manifest
-    summary: str
-    seconds: float
-    up_to_date: bool = False
-
-
 # ---------------------------------------------------------------------------------------------
 # mvr add
 
@@ -89,13 +83,6 @@ def add_id(corpus_url: str, input_fingerprint: str, config: IndexConfig) -> str:
     """The workspace name of adding this input with these settings (so a rerun resumes it)."""
     key = json.dumps({"corpus": corpus_url, "input": input_fingerprint, "settings": config.vector_settings()}, sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()[:16]
-
-
-def check_corpus_outside(corpus_url: str, index_url: str) -> None:
-    """ValueError when the corpus to add is the index itself or lies inside it (its shards or
-    rejects would be read as documents)."""
-    if fs.within(corpus_url, index_url):
-        raise ValueError(f"the corpus {corpus_url} is the index {index_url} or lies inside it: give the documents to add (mvr add INDEX CORPUS)")
 
 
 def add_documents(corpus_url: str, index_url: str, log: Callable[[str], None] = print, force: bool = False) -> UpdateResult:

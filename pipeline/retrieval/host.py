@@ -168,7 +168,7 @@ class PartitionHost:
 
         return side_by_side_batch(part, sparse, self.first[kind], mode, queries, rows, n_best, allowed=allowed)
 
-    def many(self, calls: list[tuple[str, tuple]]) -> list[tuple[bool, Any]]:
+    def many(self, calls: list[tuple[str, tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
         """Several trips in one call (the ingress coalesces the calls of one loop turn,
         ``pipeline/serving/fanout.py``): each (method, args) answered as (True, result) or
         (False, the error it raised)."""
@@ -184,7 +184,7 @@ class PartitionHost:
         }
 
 
-def run_many(target: Any, calls: list[tuple[str, tuple]]) -> list[tuple[bool, Any]]:
+def run_many(target: Any, calls: list[tuple[str, tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
     """Each (method, args) of ``calls`` run on ``target``, answered in order as (True, result)
     or (False, the exception it raised): one call fails alone, the others of the trip answer.
     ``hybrid`` calls over the same vectors and allowed rows (e.g. the queries of a
@@ -192,16 +192,16 @@ def run_many(target: Any, calls: list[tuple[str, tuple]]) -> list[tuple[bool, An
     pass over the vectors for them all); when that batch fails, each of its calls is run alone."""
     out: list[Optional[tuple[bool, Any]]] = [None] * len(calls)
     for group in _hybrid_groups(calls):
-        args = [calls[c][1] for c in group]
-        mode, kind, _, _, _, n_best, *allowed = args[0]
+        batch = [calls[c][1] for c in group]
+        mode, kind, _, _, _, n_best, *allowed = batch[0]
         try:
             parts = target.hybrid(
-                mode, kind, [q for a in args for q in a[2]], [t for a in args for t in a[3]], [r for a in args for r in a[4]], n_best, *allowed
+                mode, kind, [q for a in batch for q in a[2]], [t for a in batch for t in a[3]], [r for a in batch for r in a[4]], n_best, *allowed
             )
         except Exception:
             continue
         start = 0
-        for c, a in zip(group, args):
+        for c, a in zip(group, batch):
             out[c], start = (True, parts[start : start + len(a[2])]), start + len(a[2])
     for c, (method, args) in enumerate(calls):
         if out[c] is not None:
@@ -216,7 +216,7 @@ def run_many(target: Any, calls: list[tuple[str, tuple]]) -> list[tuple[bool, An
     return out  # type: ignore[return-value]
 
 
-def _hybrid_groups(calls: list[tuple[str, tuple]]) -> list[list[int]]:
+def _hybrid_groups(calls: list[tuple[str, tuple[Any, ...]]]) -> list[list[int]]:
     """Indices of the ``hybrid`` calls that can run as one batch, in groups of two or more:
     the same mode, vector kind, n-best and allowed rows (equal arrays, or none)."""
     groups: list[list[int]] = []
@@ -232,7 +232,7 @@ def _hybrid_groups(calls: list[tuple[str, tuple]]) -> list[list[int]]:
     return [g for g in groups if len(g) > 1]
 
 
-def _joins(first: tuple, args: tuple) -> bool:
+def _joins(first: tuple[Any, ...], args: tuple[Any, ...]) -> bool:
     """Whether the ``hybrid`` call ``args`` can join the batch of ``first``: the same mode,
     kind and n-best, and the same allowed rows (both None, or equal arrays); otherwise it runs
     alone."""
@@ -265,7 +265,7 @@ class LocalPartition:
             raise value
         return value
 
-    def call(self, method: str, *args: Any) -> asyncio.Future:
+    def call(self, method: str, *args: Any) -> asyncio.Future[Any]:
         future = asyncio.get_running_loop().create_future()
         try:
             future.set_result(self.run(method, *args))
@@ -273,7 +273,7 @@ class LocalPartition:
             future.set_exception(e)
         return future
 
-    def info(self) -> asyncio.Future:
+    def info(self) -> asyncio.Future[dict[str, Any]]:
         """The host's ``info()``, marked as held by the ingress, as a done future."""
         future = asyncio.get_running_loop().create_future()
         future.set_result({**self.host.info(), "placement": "ingress"})

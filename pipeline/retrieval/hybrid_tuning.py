@@ -121,6 +121,7 @@ def tune_hybrid(
     search = config.search.model_copy(update={"hybrid": config.search.hybrid.model_copy(update={"dense": config.dense})})
     searcher = searcher or Searcher(index_url, [config.dense, "bm25", "hybrid"], search)
     fs, base = request_settings(search, "hybrid", {"dense": config.dense})
+    assert fs is not None and base is not None  # mode hybrid: both settings are given
     encoded = dict(zip(judged, searcher.encode([collection.queries[q] for q in judged])))
     step = batch or len(judged)
     unions: dict[str, tuple[Union, int]] = {}

@@ -72,6 +72,13 @@ def default_modes(manifest: Manifest) -> list[str]:
     return list(MODES) + (["bm25", "hybrid"] if manifest.bm25 else [])
 
 
+def _slice_range(spec: ShardSpec, kind: str, passages: int) -> tuple[int, int]:
+    """(first passage, passages) of ``spec``'s slice of ``kind``: the exact slice (no manifest
+    entry) holds all ``passages``."""
+    entry = spec.kinds[kind]
+    return spec.first[kind], passages if entry is None else int(entry["passages"])
+
+
 def plan_layout(index_url: str, manifest: Manifest, modes: Sequence[str], exact: bool = False, hybrid_dense: str = "maxsim") -> ServingLayout:
     """The deployments needed to serve ``modes`` from ``manifest`` (``exact``: brute force for
     every dense mode, ignoring ANN builds; ``hybrid_dense``: the dense mode ``hybrid`` fuses
@@ -91,6 +98,7 @@ def plan_layout(index_url: str, manifest: Manifest, modes: Sequence[str], exact:
     shards: dict[int, ShardSpec] = {}
     served: dict[str, ServedMode] = {}
     passages = int(manifest.counts.get("passages", 0))
+    mode: str
     for mode in (m for m in modes if m in MODES):
         kind = MODE_VECTORS[mode]
         entry = None if exact else manifest.ann.get(kind)
@@ -114,9 +122,7 @@ def plan_layout(index_url: str, manifest: Manifest, modes: Sequence[str], exact:
         for mode, sm in list(served.items()):
             if mode not in MODES:
                 continue
-            ranges = [
-                (shards[i].first[sm.kind], passages if shards[i].kinds[sm.kind] is None else int(shards[i].kinds[sm.kind]["passages"])) for i in sm.shards
-            ]
+            ranges = [_slice_range(shards[i], sm.kind, passages) for i in sm.shards]
             for i, tile in zip(sm.shards, tiling(ranges, bm25_parts)):
                 shards[i].sparse[sm.kind] = tile
                 shards[i].bm25.update({j: bm25_parts[j] for j in tile})

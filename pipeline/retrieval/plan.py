@@ -31,10 +31,11 @@ deployment handles side by side, with a timeout). No HTTP and no Ray here."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Coroutine, Generator, Generic, Optional, Sequence, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, Awaitable, Callable, Coroutine, Generator, Generic, Optional, Sequence, TypeVar, Union
 
 import numpy as np
+from numpy.typing import NDArray
 
 from mvr.operators.encode.query import EncodedQuery
 from mvr.operators.retrieval.bm25 import Analyzer
@@ -49,7 +50,7 @@ from mvr.pipeline.retrieval.request import Restriction, filtered_exact, request_
 from mvr.pipeline.retrieval.trips import Call, Host, call
 
 Calls = dict[int, Call[Any]]  # a trip's calls: {host: its call}
-Settings = tuple[Optional[FirstStage], Optional[HybridParams], ServedMode]  # QueryPlan.settings
+Rows = Optional[NDArray[np.int64]]  # a host's rows (candidates or allowed); None: all of them
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -109,14 +110,44 @@ def merge_partition_results(
 NOTHING = PartitionResult(Ranked(), 0, 0.0)
 
 
+@dataclass(frozen=True)
+class SparseSearch:
+    """How ``bm25`` is searched: one trip, each host's BM25 top documents."""
+
+    served: ServedMode
+
+
+@dataclass(frozen=True)
+class DenseSearch:
+    """How a dense ``mode`` is searched: candidates (its ANN first stage ``fs``) or every
+    passage (exact path), then exact scores where the vectors are."""
+
+    mode: str
+    served: ServedMode
+    fs: FirstStage
+
+
+@dataclass(frozen=True)
+class HybridSearch:
+    """How ``hybrid`` is searched: its dense mode's candidates (``served``, ``fs``) joined
+    with BM25's top documents on each host, both scored exactly, fused by ``params``."""
+
+    served: ServedMode
+    fs: FirstStage
+    params: HybridParams
+
+
+Settings = Union[SparseSearch, DenseSearch, HybridSearch]  # a request's strategy (QueryPlan.settings)
+
+
 @dataclass
 class _Candidates:
     """The first stage's outcome: candidate rows per host (None: every passage), the hosts
     still answering, each host's allowed rows, the path and the first trip's exact scores."""
 
-    rows: dict[int, Optional[np.ndarray]]
+    rows: dict[int, Rows]
     alive: list[int]
-    allowed: dict[int, Optional[np.ndarray]]
+    allowed: dict[int, Rows]
     path: str
     scored: dict[int, Scored] = field(default_factory=dict)
 
@@ -140,15 +171,18 @@ class QueryPlan:
         return served
 
     def settings(self, mode: str, knobs: dict[str, Any]) -> Settings:
-        """A request's settings (``request_settings``) and how its (dense) mode is served;
+        """A request's settings (``request_settings``) as the strategy of its mode's kind;
         ValueError when the mode, or a hybrid's dense mode with its BM25 side, is not served."""
         fs, hybrid = request_settings(self.config, mode, knobs)
         served = self.served(mode)
-        if hybrid is not None:
-            served = self.layout.modes.get(hybrid.dense)
-            if served is None or not all(served.kind in self.layout.shards[i].sparse for i in served.shards):
-                raise ValueError(f"hybrid's dense mode {hybrid.dense!r} is not served with a BM25 side here")
-        return fs, hybrid, served
+        if fs is None:
+            return SparseSearch(served)
+        if hybrid is None:
+            return DenseSearch(mode, served, fs)
+        dense = self.layout.modes.get(hybrid.dense)
+        if dense is None or not all(dense.kind in self.layout.shards[i].sparse for i in dense.shards):
+            raise ValueError(f"hybrid's dense mode {hybrid.dense!r} is not served with a BM25 side here")
+        return HybridSearch(dense, fs, hybrid)
 
     def terms(self, text: str) -> list[str]:
         """The BM25 terms of a query text."""
@@ -163,15 +197,15 @@ class QueryPlan:
     def host_range(self, served: ServedMode, i: int) -> tuple[int, int]:
         """(first passage, passages) of host ``i``'s slice of ``served``."""
         spec = self.layout.shards[i]
-        if served.mode == "bm25":
-            e = spec.bm25[spec.bm25_own]
+        if served.mode == "bm25" and spec.bm25_own is not None:  # (every host of bm25 owns a BM25 partition)
+            e: Optional[dict[str, Any]] = spec.bm25[spec.bm25_own]
         else:
             e = spec.kinds.get(served.kind)
-            if e is None:
-                return 0, served.passages
+        if e is None:  # the exact slice over every passage
+            return 0, served.passages
         return int(e["first_passage"]), int(e["passages"])
 
-    def _allowed(self, served: ServedMode, restriction: Optional[Restriction]) -> dict[int, Optional[np.ndarray]]:
+    def _allowed(self, served: ServedMode, restriction: Optional[Restriction]) -> dict[int, Rows]:
         if restriction is None:
             return {i: None for i in served.shards}
         return {i: restriction.rows(*self.host_range(served, i)) for i in served.shards}
@@ -183,7 +217,7 @@ class QueryPlan:
         allowed = self._allowed(served, restriction)
         alive = list(served.shards)
         out = _Candidates({i: None for i in alive}, alive, allowed, served.path)
-        if served.path in ("exact", "bm25"):
+        if served.path == "exact":
             return out
         if restriction is not None and filtered_exact(len(restriction), fs, need):
             out.path = "exact"  # few allowed passages: score them all
@@ -259,6 +293,71 @@ class QueryPlan:
             out.append(result)
         return out
 
+    def _answer(
+        self,
+        query: str,
+        mode: str,
+        path: str,
+        k: int,
+        served: ServedMode,
+        hosts: Sequence[int],
+        asked: Calls,
+        got: dict[int, PartitionResult],
+        timings: dict[str, float],
+        restriction: Optional[Restriction],
+    ) -> SearchResult:
+        """One query's answer from the ``hosts`` that answered, or were not ``asked`` (nothing
+        to rank there); ``NoPartitionAnswered`` when that is none of them."""
+        results = [got[i] if i in got else NOTHING for i in hosts if i in got or i not in asked]
+        if not results:
+            raise NoPartitionAnswered("no partition answered")
+        result = merge_partition_results(query, mode, path, k, results, len(served.shards), timings)
+        result.allowed_passages = len(restriction) if restriction is not None else None
+        return result
+
+    async def _search_sparse(self, query: EncodedQuery, k: int, s: SparseSearch, restriction: Optional[Restriction], encode_ms: float) -> SearchResult:
+        """``bm25``: one trip, each host's top documents for the query's terms."""
+        t1 = time.perf_counter()
+        allowed = self._allowed(s.served, restriction)
+        t2 = time.perf_counter()
+        terms = self.terms(query.text)
+        asked = {i: call(Host.bm25_rank, terms, k, allowed[i]) for i in s.served.shards if _some(allowed[i])}
+        got = await Trip(asked)
+        timings = {"encode": encode_ms, "candidates": (t2 - t1) * 1e3, "rescore": (time.perf_counter() - t2) * 1e3}
+        return self._answer(query.text, "bm25", "bm25", k, s.served, s.served.shards, asked, got, timings, restriction)
+
+    async def _search_dense(self, query: EncodedQuery, k: int, s: DenseSearch, restriction: Optional[Restriction], encode_ms: float) -> SearchResult:
+        """A dense mode: candidates (or every passage), then each host's exact top ``k``; a
+        filtered ANN search that found fewer than ``k`` documents is redone exactly."""
+        mode, served = s.mode, s.served
+        t1 = time.perf_counter()
+        one_trip = 0 < len(served.shards) <= self.one_trip_max_partitions
+        c = await self._candidates(mode, served, query, k, s.fs, restriction, one_trip)
+        t2 = time.perf_counter()
+        rows, alive, allowed, path = c.rows, c.alive, c.allowed, c.path
+
+        def worth_asking(i: int) -> bool:  # no candidate or no allowed row: nothing to rank there
+            return _some(rows[i]) and _some(allowed[i])
+
+        ready: dict[int, PartitionResult] = {}  # ranked from the first trip's scores: no second trip
+        for i in alive:
+            candidates = rows[i]
+            if i in c.scored and worth_asking(i) and candidates is not None and (r := c.scored[i].result(candidates, k)) is not None:
+                ready[i] = r
+        asked = {i: call(Host.rank, mode, served.kind, query, rows[i], k, allowed[i]) for i in alive if worth_asking(i) and i not in ready}
+        second = bool(asked)
+        got = {**await Trip(asked), **ready}
+        if restriction is not None and path == "ann":
+            if len(merge([g.ranked for g in got.values()], k)) < k and sum(g.candidates for g in got.values()) < len(restriction):
+                # fewer than k documents among the candidates: score the allowed passages exactly
+                asked = {i: call(Host.rank, mode, served.kind, query, None, k, allowed[i]) for i in alive if _some(allowed[i])}
+                got, path = await Trip(asked), "exact"
+        timings = {"encode": encode_ms, "candidates": (t2 - t1) * 1e3, "rescore": (time.perf_counter() - t2) * 1e3}
+        result = self._answer(query.text, mode, path, k, served, alive, asked, got, timings, restriction)
+        if one_trip and path == "ann":
+            result.asked_again = second
+        return result
+
     async def search(
         self,
         query: EncodedQuery,
@@ -276,50 +375,14 @@ class QueryPlan:
         ``settings``: ``settings(mode, knobs)``, when the caller has them already.
         ValueError for a request this plan cannot answer, ``NoPartitionAnswered`` when no host
         did."""
-        fs, hybrid, served = settings or self.settings(mode, knobs or {})
-        fs = first_stage or fs
-        if hybrid is not None:  # a batch of one
-            return (await self._search_hybrid([query], k, hybrid, fs, restriction, [encode_ms]))[0]
-        t1 = time.perf_counter()
-        n_allowed = len(restriction) if restriction is not None else None
-        sparse = mode == "bm25"  # one trip, BM25's top documents; the dense modes: candidates, then exact scores
-        one_trip = not sparse and 0 < len(served.shards) <= self.one_trip_max_partitions
-        c = (
-            _Candidates({i: None for i in served.shards}, list(served.shards), self._allowed(served, restriction), "bm25")
-            if sparse
-            else await self._candidates(mode, served, query, k, fs, restriction, one_trip)
-        )
-        t2 = time.perf_counter()
-        rows, alive, allowed, path = c.rows, c.alive, c.allowed, c.path
-
-        def worth_asking(i: int) -> bool:  # no candidate or no allowed row: nothing to rank there
-            return (rows[i] is None or len(rows[i]) > 0) and (allowed[i] is None or len(allowed[i]) > 0)
-
-        ready: dict[int, PartitionResult] = {}  # ranked from the first trip's scores: no second trip
-        if sparse:
-            terms = self.terms(query.text)
-            asked = {i: call(Host.bm25_rank, terms, k, allowed[i]) for i in alive if allowed[i] is None or len(allowed[i])}
-        else:
-            for i in alive:
-                if i in c.scored and worth_asking(i) and (r := c.scored[i].result(rows[i], k)) is not None:
-                    ready[i] = r
-            asked = {i: call(Host.rank, mode, served.kind, query, rows[i], k, allowed[i]) for i in alive if worth_asking(i) and i not in ready}
-        second = bool(asked)
-        got = {**await Trip(asked), **ready}
-        if restriction is not None and not sparse and path == "ann":
-            if len(merge([g.ranked for g in got.values()], k)) < k and sum(g.candidates for g in got.values()) < len(restriction):
-                # fewer than k documents among the candidates: score the allowed passages exactly
-                asked = {i: call(Host.rank, mode, served.kind, query, None, k, allowed[i]) for i in alive if len(allowed[i])}
-                got, path = await Trip(asked), "exact"
-        results = [got[i] if i in got else NOTHING for i in alive if i in got or i not in asked]
-        if not results:
-            raise NoPartitionAnswered("no partition answered")
-        timings = {"encode": encode_ms, "candidates": (t2 - t1) * 1e3, "rescore": (time.perf_counter() - t2) * 1e3}
-        result = merge_partition_results(query.text, mode, path, k, results, len(served.shards), timings)
-        result.allowed_passages = n_allowed
-        if one_trip and path == "ann":
-            result.asked_again = second
-        return result
+        s = settings or self.settings(mode, knobs or {})
+        if isinstance(s, SparseSearch):
+            return await self._search_sparse(query, k, s, restriction, encode_ms)
+        if first_stage is not None:
+            s = replace(s, fs=first_stage)
+        if isinstance(s, HybridSearch):  # a batch of one
+            return (await self._search_hybrid([query], k, s.params, s.fs, restriction, [encode_ms]))[0]
+        return await self._search_dense(query, k, s, restriction, encode_ms)
 
     async def search_exact(
         self,
@@ -338,24 +401,25 @@ class QueryPlan:
         equally."""
         if mode not in MODES or not queries:
             return None
-        fs, _, served = settings or self.settings(mode, knobs or {})
-        if not (served.path == "exact" or (restriction is not None and filtered_exact(len(restriction), fs, k))):
+        s = settings or self.settings(mode, knobs or {})
+        if not isinstance(s, DenseSearch):
+            return None
+        served = s.served
+        if not (served.path == "exact" or (restriction is not None and filtered_exact(len(restriction), s.fs, k))):
             return None
         allowed = self._allowed(served, restriction)
         t0 = time.perf_counter()
-        asked = {i: call(Host.rank_batch, mode, served.kind, list(queries), k, allowed[i]) for i in served.shards if allowed[i] is None or len(allowed[i])}
+        asked = {i: call(Host.rank_batch, mode, served.kind, list(queries), k, allowed[i]) for i in served.shards if _some(allowed[i])}
         got = await Trip(asked)
         if asked and not got:
             raise NoPartitionAnswered("no partition answered")
         rescore = (time.perf_counter() - t0) * 1e3 / len(queries)
         ms = list(encode_ms) or [0.0] * len(queries)
-        out = []
-        for q, (query, e_ms) in enumerate(zip(queries, ms)):
-            results = [got[i][q] if i in got else NOTHING for i in served.shards if i in got or i not in asked]
-            result = merge_partition_results(query.text, mode, "exact", k, results, len(served.shards), {"encode": e_ms, "candidates": 0.0, "rescore": rescore})
-            result.allowed_passages = len(restriction) if restriction is not None else None
-            out.append(result)
-        return out
+        timings = [{"encode": e_ms, "candidates": 0.0, "rescore": rescore} for e_ms in ms]
+        return [
+            self._answer(query.text, mode, "exact", k, served, served.shards, asked, {i: g[q] for i, g in got.items()}, t, restriction)
+            for q, (query, t) in enumerate(zip(queries, timings))
+        ]
 
     async def search_many(
         self,
@@ -375,17 +439,21 @@ class QueryPlan:
         ms = list(encode_ms) or [0.0] * len(queries)
         if len(ms) != len(queries):
             raise ValueError(f"{len(queries)} queries but {len(ms)} encode times")
-        settings = settings or self.settings(mode, knobs or {})
-        exact = await self.search_exact(queries, k, mode, knobs, restriction, ms, settings)
+        s = settings or self.settings(mode, knobs or {})
+        exact = await self.search_exact(queries, k, mode, knobs, restriction, ms, s)
         if exact is not None:
             return exact
-        fs, hybrid, _ = settings
-        if hybrid is not None and queries:
-            return await self._search_hybrid(queries, k, hybrid, fs, restriction, ms)
-        return [await self.search(q, k, mode, knobs, restriction, e, settings=settings) for q, e in zip(queries, ms)]
+        if isinstance(s, HybridSearch) and queries:
+            return await self._search_hybrid(queries, k, s.params, s.fs, restriction, ms)
+        return [await self.search(q, k, mode, knobs, restriction, e, settings=s) for q, e in zip(queries, ms)]
 
 
-def run_trips(plan: Coroutine[Trip[Any], dict[int, Any], T], trip: Callable[[Calls], dict[int, Any]]) -> T:
+def _some(rows: Rows) -> bool:
+    """Whether a host has rows to work on: all of them (None) or some."""
+    return rows is None or len(rows) > 0
+
+
+def run_trips(plan: Coroutine[Trip[Any], Any, T], trip: Callable[[Calls], dict[int, Any]]) -> T:
     """Drive ``plan`` (a ``QueryPlan`` coroutine) to its result, each trip it awaits answered
     by ``trip(calls)`` in this thread (what ``trip`` raises is raised here)."""
     answer: Optional[dict[int, Any]] = None
@@ -394,12 +462,13 @@ def run_trips(plan: Coroutine[Trip[Any], dict[int, Any], T], trip: Callable[[Cal
             asked = plan.send(answer)
             answer = trip(asked.calls)
     except StopIteration as done:
-        return done.value
+        result: T = done.value
+        return result
     finally:
         plan.close()
 
 
-async def run_trips_async(plan: Coroutine[Trip[Any], dict[int, Any], T], trip: Callable[[Calls], Awaitable[dict[int, Any]]]) -> T:
+async def run_trips_async(plan: Coroutine[Trip[Any], Any, T], trip: Callable[[Calls], Awaitable[dict[int, Any]]]) -> T:
     """``run_trips`` for a caller with an event loop: each trip awaited (``trip`` runs its
     calls side by side and answers those that answered in time)."""
     answer: Optional[dict[int, Any]] = None
@@ -408,6 +477,7 @@ async def run_trips_async(plan: Coroutine[Trip[Any], dict[int, Any], T], trip: C
             asked = plan.send(answer)
             answer = await trip(asked.calls)
     except StopIteration as done:
-        return done.value
+        result: T = done.value
+        return result
     finally:
         plan.close()

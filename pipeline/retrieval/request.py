@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 from pydantic import ValidationError
@@ -20,7 +20,9 @@ from mvr.operators.retrieval.fusion import HybridParams
 from mvr.operators.retrieval.partition import allowed_rows
 from mvr.operators.retrieval.scoring import check_search_mode
 from mvr.pipeline.config import FirstStageConfig, HybridConfig, SearchConfig
-from mvr.storage.catalog import Catalog
+
+if TYPE_CHECKING:
+    from mvr.storage.catalog import Catalog  # duckdb: imported where a catalog is opened
 
 MAX_K = 1000
 MAX_QUERY_CHARS = 4096
@@ -60,7 +62,7 @@ class RestrictionCache:
 
     def __init__(self, kept: int = 16) -> None:
         self.kept = kept
-        self._held: "OrderedDict[tuple, Restriction]" = OrderedDict()
+        self._held: "OrderedDict[tuple[Optional[str], Optional[tuple[str, ...]]], Restriction]" = OrderedDict()
         self._lock = threading.Lock()
 
     def resolve(self, catalog: Catalog, filter: Optional[str] = None, doc_ids: Optional[Sequence[str]] = None) -> Optional[Restriction]:

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from mvr.operators.codecs import Codec
 from mvr.operators.encode.compress import projection_matrix
-from mvr.operators.encode.encoder import TokenEncoder
 from mvr.operators.encode.query import EncodedQuery, QueryEncoder
 from mvr.operators.encode.tokenizer import PassageTokenizer
 from mvr.operators.retrieval.candidates import FirstStage
@@ -34,9 +33,12 @@ from mvr.pipeline.retrieval.host import LocalPartition, PartitionHost, local_tri
 from mvr.pipeline.retrieval.layout import ServedMode, ServingLayout, ShardSpec, plan_layout
 from mvr.pipeline.retrieval.plan import Calls, QueryPlan, SearchResult, Settings, run_trips
 from mvr.pipeline.retrieval.request import Restriction, RestrictionCache, validate_request
-from mvr.storage.catalog import Catalog
 from mvr.storage.codec_file import load_codecs
 from mvr.storage.manifest import Manifest, load_manifest
+
+if TYPE_CHECKING:
+    from mvr.operators.encode.encoder import TokenEncoder  # torch: imported when a searcher loads its model
+    from mvr.storage.catalog import Catalog  # duckdb: imported on a filter's first use
 
 
 def index_query_encoder(index_url: str, manifest: Manifest, encoder: Optional[TokenEncoder] = None) -> QueryEncoder:
@@ -49,6 +51,8 @@ def load_query_encoder(index_config: dict[str, Any], encoder: Optional[TokenEnco
     """The query encoder an index was built for (same model, conventions and projection), from
     the index configuration its manifest stores (``Manifest.config``), projecting into the
     spaces of the ``codecs``' decoded vectors when given (``index_query_encoder``)."""
+    from mvr.operators.encode.encoder import TokenEncoder
+
     config = IndexConfig.of_index(index_config)
     encoder = encoder or TokenEncoder(config.model.name, config.model.device, config.model.dtype)
     tokenizer = PassageTokenizer(encoder.tokenizer, **config.tokenizer.model_dump())
@@ -73,6 +77,7 @@ class Searcher:
         self.manifest = load_manifest(index_url)
         self.layout = plan_layout(index_url, self.manifest, modes, exact=self.config.exact, hybrid_dense=self.config.hybrid.dense)
         self.hosts = [LocalPartition(PartitionHost(index_url, spec, self.manifest, warm_up=False)) for spec in self.layout.shards]
+        self.trip: Callable[[Calls], dict[int, Any]] = partial(local_trip, self.hosts)  # the plan's trips, run here
         self.plan = QueryPlan(self.layout, self.config)
         self.paths = {m: s.path for m, s in self.layout.modes.items()}
         self.query_encoder = load_query_encoder(self.manifest.config, encoder, load_codecs(index_url, self.manifest.codecs))
@@ -96,6 +101,8 @@ class Searcher:
     def catalog(self) -> Catalog:
         """The catalog of the version searched (opened on first use: filters)."""
         if self._catalog is None:
+            from mvr.storage.catalog import Catalog
+
             self._catalog = Catalog(self.index_url, self.manifest.catalog)
         return self._catalog
 
@@ -130,7 +137,7 @@ class Searcher:
         """For each query, each partition's part of its hybrid union
         (``QueryPlan.hybrid_parts_batch``: one trip for all of them); ``fuse`` them for any
         fusion setting."""
-        return run_trips(self.plan.hybrid_parts_batch(queries, params, fs, restriction), partial(local_trip, self.hosts))[0]
+        return run_trips(self.plan.hybrid_parts_batch(queries, params, fs, restriction), self.trip)[0]
 
     def search_encoded(
         self, query: EncodedQuery, k: int = 10, mode: str = "maxsim", encode_ms: float = 0.0, restriction: Optional[Restriction] = None, **knobs: Any
@@ -140,7 +147,7 @@ class Searcher:
         allows (None: all; ``Searcher.restriction`` makes one from a filter)."""
         self.check(query.text, k, mode)
         settings = self.plan.settings(mode, knobs)
-        return run_trips(self.plan.search(query, k, mode, knobs, restriction, encode_ms, settings=settings), partial(local_trip, self.hosts))
+        return run_trips(self.plan.search(query, k, mode, knobs, restriction, encode_ms, settings=settings), self.trip)
 
     def search_encoded_batch(
         self,
@@ -160,7 +167,7 @@ class Searcher:
         for q in queries:
             self.check(q.text, k, mode)
         settings = self.plan.settings(mode, knobs)
-        return search_batch(self.plan, partial(local_trip, self.hosts), queries, k, mode, knobs, restriction, ms, settings)
+        return search_batch(self.plan, self.trip, queries, k, mode, knobs, restriction, ms, settings)
 
     def search(
         self, queries: Sequence[str], k: int = 10, mode: str = "maxsim", filter: Optional[str] = None, doc_ids: Optional[Sequence[str]] = None, **knobs: Any
@@ -182,7 +189,7 @@ class Searcher:
             (e,) = [EncodedQuery.text_only(q)] if mode == "bm25" else self.encode([q])
             encoded.append(e)
             encode_ms.append((time.perf_counter() - t0) * 1e3)
-        return search_batch(self.plan, partial(local_trip, self.hosts), encoded, k, mode, knobs, restriction, encode_ms, settings)
+        return search_batch(self.plan, self.trip, encoded, k, mode, knobs, restriction, encode_ms, settings)
 
 
 class PartitionSearch:
@@ -208,6 +215,7 @@ class PartitionSearch:
         }
         self.plan = QueryPlan(ServingLayout("<in memory>", 0, modes, specs), config or SearchConfig())
         self.hosts = [LocalPartition(PartitionHost.of_partitions(i, {kind: p}, {kind: firsts[i]})) for i, p in enumerate(partitions)]
+        self.trip: Callable[[Calls], dict[int, Any]] = partial(local_trip, self.hosts)
 
     def search(
         self,
@@ -219,7 +227,7 @@ class PartitionSearch:
         first_stage: Optional[FirstStage] = None,
     ) -> SearchResult:
         """``QueryPlan.search`` over these partitions."""
-        return run_trips(self.plan.search(query, k, mode, knobs, restriction, first_stage=first_stage), partial(local_trip, self.hosts))
+        return run_trips(self.plan.search(query, k, mode, knobs, restriction, first_stage=first_stage), self.trip)
 
     def search_batch(
         self,
@@ -231,7 +239,7 @@ class PartitionSearch:
         encode_ms: float | Sequence[float] = 0.0,
     ) -> list[SearchResult]:
         """``search`` of each query (``search_batch``: exact modes in one pass)."""
-        return search_batch(self.plan, partial(local_trip, self.hosts), queries, k, mode, knobs or {}, restriction, encode_times(encode_ms, len(queries)))
+        return search_batch(self.plan, self.trip, queries, k, mode, knobs or {}, restriction, encode_times(encode_ms, len(queries)))
 
 
 def encode_times(encode_ms: float | Sequence[float], n: int) -> list[float]:

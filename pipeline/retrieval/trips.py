@@ -61,7 +61,7 @@ class Call(Generic[R_co]):
     """One host's part of a trip: ``Host.<method>(*args)``, answering an ``R_co``."""
 
     method: str
-    args: tuple
+    args: tuple[Any, ...]
 
 
 def call(method: Callable[Concatenate[Host, P], R], *args: P.args, **kwargs: P.kwargs) -> Call[R]:

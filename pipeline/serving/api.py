@@ -25,7 +25,7 @@ allowed passages here (422 for an unknown column or a type mismatch; the last fe
 import asyncio
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Awaitable, Optional
 
 from fastapi import FastAPI, HTTPException
 from ray import serve
@@ -73,6 +73,7 @@ class ServiceApp(FastAPI):
             if getattr(self.state, "token_sha256", None) is not None:
                 schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
                 schema["security"] = [{"bearer": []}]
+        assert self.openapi_schema is not None  # set by FastAPI.openapi()
         return self.openapi_schema
 
 
@@ -141,6 +142,7 @@ class SearchService:
         if manifest is None and (encoder_app is None or index_app is None):
             raise ValueError("the ingress encodes the queries or holds the partitions itself only given the index's manifest")
         if encoder_app is None:
+            assert manifest is not None  # refused above without one
             e = config.encoder
             self.local_encoder: Optional[BatchedQueryEncoder] = BatchedQueryEncoder(
                 layout.index_url, manifest, encoder_threads, e.max_batch_size, e.batch_wait_ms / 1e3
@@ -151,6 +153,7 @@ class SearchService:
             self.encoder = serve.get_deployment_handle("QueryEncoder", encoder_app)
         self.fanout: list[CoalescedHandle | LocalPartition]  # the trips of a query go through these
         if index_app is None:
+            assert manifest is not None  # refused above without one
             # on this process's threads: a FAISS thread count set here would be the encoder's
             # too (one OpenMP runtime a process; measured, encoding took twice as long)
             self.fanout = [LocalPartition(PartitionHost(layout.index_url, s, manifest)) for s in layout.shards]
@@ -217,11 +220,17 @@ class SearchService:
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
         t0 = time.perf_counter()
+        encoded: EncodedQuery | QueryNotEncodable
         if mode == "bm25":
             encoded = EncodedQuery.text_only(query)
         else:
             try:
-                call = self.local_encoder.encode(query) if self.local_encoder is not None else self.encoder.encode.remote(query)
+                call: Awaitable[EncodedQuery | QueryNotEncodable]
+                if self.local_encoder is not None:
+                    call = self.local_encoder.encode(query)
+                else:
+                    assert self.encoder is not None  # no local encoder: the QueryEncoder deployment's handle
+                    call = self.encoder.encode.remote(query)
                 encoded = await asyncio.wait_for(call, self.config.encode_timeout_s)
             except Exception as e:
                 raise HTTPException(503, f"the query encoder did not answer: {type(e).__name__}") from None
@@ -268,7 +277,7 @@ class SearchService:
         bodies = await asyncio.gather(*(one(i, q) for i, q in enumerate(body.queries)))
         return {"responses": bodies, "timings_ms": {"total": round((time.perf_counter() - t0) * 1e3, 3)}}
 
-    async def _ping(self) -> dict[str, Any]:
+    async def _ping(self) -> dict[int, Any]:
         """Each partition's ``info`` (keys 0..P-1) and the encoder's (key -1), those answering."""
         calls = {i: f.info() for i, f in enumerate(self.fanout)}
         if self.encoder is not None:

@@ -24,11 +24,12 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Collection, Optional
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Callable, Collection, Optional, cast
 
 import ray
 from ray import serve
+from ray.actor import ActorClass
 from ray.serve._private.constants import SERVE_PROXY_NAME
 from ray.serve.schema import ProxyStatus, ServeInstanceDetails
 
@@ -36,6 +37,7 @@ from mvr.pipeline.config import ServeConfig
 from mvr.pipeline.ray_runtime import init_ray
 from mvr.pipeline.retrieval.layout import ServingLayout, default_modes, plan_layout
 from mvr.pipeline.serving.api import SearchService
+from mvr.pipeline.serving.deployment import LOGGING, Deployment, ReplicaPlan, ResourcePlan
 from mvr.pipeline.serving.guard import token_digest
 from mvr.pipeline.serving.partition import IndexVersion, PartitionServer
 from mvr.pipeline.serving.query_encoder import QueryEncoderServer
@@ -43,60 +45,15 @@ from mvr.storage.integrity import require_intact
 from mvr.storage.manifest import Manifest, load_manifest
 from mvr.storage.verify import expected_files
 
-# Serve's low-latency settings (what RAY_SERVE_THROUGHPUT_OPTIMIZED sets for replicas): user
-# code and handle routing on the replica's own event loop instead of extra threads, gRPC
-# between handles and replicas, buffered request logs. Measured in benchmarks/serve_load.py.
-REPLICA_ENV = {
-    "OMP_WAIT_POLICY": "PASSIVE",  # see operators/__init__.py
-    "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
-    "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
-    "RAY_SERVE_USE_GRPC_BY_DEFAULT": "1",
-    "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1000",
-}
-
-
-# No access log line per call (a query makes 4+ calls), warnings and errors still logged.
-LOGGING = {"enable_access_log": False, "log_level": "WARNING"}
+if TYPE_CHECKING:
+    from ray.serve._private.client import ServeControllerClient
 
 # Replicas a deployment that loads partitions (``Partition{i}``, or the ingress holding them)
 # starts before its deploy fails when each raises (Serve's default: 3 a replica, up to 20):
 # loading the same damaged files again fails again, so the first failure ends the deploy
 # (``start_failure``) rather than a loop of restarts. A replica that dies once it has
 # started is still restarted.
-LOADS_ONCE = {"max_constructor_retry_count": 1}
-
-
-@dataclass(frozen=True)
-class ReplicaPlan:
-    """What one replica of a deployment reserves and how many threads it runs."""
-
-    replicas: int
-    num_cpus: float
-    num_gpus: float
-    threads: Optional[int]
-    max_ongoing_requests: int
-
-    def options(self, name: Optional[str] = None) -> dict[str, Any]:
-        env = dict(REPLICA_ENV)
-        if self.threads:
-            env.update({name: str(self.threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
-        actor: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "runtime_env": {"env_vars": env}}
-        out: dict[str, Any] = {
-            "num_replicas": self.replicas,
-            "ray_actor_options": actor,
-            "max_ongoing_requests": self.max_ongoing_requests,
-            "logging_config": LOGGING,
-        }
-        if name:
-            out["name"] = name
-        return out
-
-
-@dataclass(frozen=True)
-class ResourcePlan:
-    encoder: ReplicaPlan
-    partition: ReplicaPlan
-    searcher: ReplicaPlan
+LOADS_ONCE: dict[str, Any] = {"max_constructor_retry_count": 1}
 
 
 def plan_resources(config: ServeConfig, n_partitions: int) -> ResourcePlan:
@@ -159,31 +116,16 @@ def app_names(config: ServeConfig, manifest: Manifest, layout: ServingLayout, pl
 
 def encoder_app(index_url: str, manifest: Manifest, config: ServeConfig, plan: ReplicaPlan) -> serve.Application:
     e = config.encoder
-    return QueryEncoderServer.options(**plan.options()).bind(index_url, manifest, plan.threads, e.max_batch_size, e.batch_wait_ms / 1e3)
+    # @serve.deployment made the class a Deployment (mypy keeps a decorated class's own type)
+    return cast(serve.Deployment, QueryEncoderServer).options(**plan.options()).bind(index_url, manifest, plan.threads, e.max_batch_size, e.batch_wait_ms / 1e3)
 
 
 def index_app(layout: ServingLayout, manifest: Manifest, config: ServeConfig, plan: ReplicaPlan) -> serve.Application:
     parts = []
     for shard in layout.shards:
         parts.append(PartitionServer.options(**plan.options(f"Partition{shard.index}"), **LOADS_ONCE).bind(layout.index_url, shard, manifest, plan.threads))
-    return IndexVersion.options(logging_config=LOGGING).bind(layout.version, *parts)
-
-
-@dataclass
-class Deployment:
-    """What ``deploy`` put up: the URL, the index version and the apps serving it (no encoder
-    app when the encoder runs in the ingress, no index app when the partitions do)."""
-
-    url: str
-    index_url: str
-    version: int
-    encoder_app: Optional[str]
-    index_app: Optional[str]
-    layout: ServingLayout
-    resources: ResourcePlan
-    seconds: float
-    removed: list[str]
-    direct_urls: tuple[str, ...] = ()  # with ``direct_ingress``: each ingress replica's own URL
+    # a Deployment, as QueryEncoderServer in encoder_app
+    return cast(serve.Deployment, IndexVersion).options(logging_config=LOGGING).bind(layout.version, *parts)
 
 
 def http_url(config: ServeConfig, host: Optional[str] = None, port: Optional[int] = None) -> str:
@@ -207,7 +149,7 @@ PROXY_START_TIMEOUT_S = 180.0  # one attempt's wait for the proxies (Serve's own
 class ProxyDied(RuntimeError):
     """A Serve HTTP proxy (the actor ``actor_id``) died before it was ready."""
 
-    def __init__(self, actor_id: str, reason: str) -> None:
+    def __init__(self, actor_id: Optional[str], reason: str) -> None:
         self.actor_id = actor_id
         super().__init__(reason)
 
@@ -247,7 +189,7 @@ def check_listening(config: ServeConfig) -> None:
     runs one set of HTTP proxies a Ray cluster, started by the first ``serve.start`` (a
     joined cluster may already run one), and ignores the HTTP options of later starts, so the
     service would answer at another URL than the one ``deploy`` reports."""
-    http = serve.context._get_global_client().http_config
+    http = _serve_client().http_config
     if (http.host, http.port) != (config.host, config.port):
         raise ValueError(
             f"Serve already runs on this Ray cluster with its HTTP proxy on {http.host}:{http.port}, not {config.host}:{config.port}: "
@@ -261,9 +203,9 @@ def wait_proxies_ready(dead: Collection[str] = (), timeout_s: float = PROXY_STAR
     replacement starts); a proxy whose actor is in ``dead`` is already known to be going.
     TimeoutError after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    seen: dict[str, str] = {}  # node → the proxy actor first seen there
+    seen: dict[str, Optional[str]] = {}  # node → the proxy actor first seen there
     while True:
-        proxies = ServeInstanceDetails(**serve.context._get_global_client().get_serve_details()).proxies
+        proxies = ServeInstanceDetails(**_serve_client().get_serve_details()).proxies
         for node, p in proxies.items():
             first = seen.setdefault(node, p.actor_id)
             if first != p.actor_id and first not in dead:
@@ -275,6 +217,14 @@ def wait_proxies_ready(dead: Collection[str] = (), timeout_s: float = PROXY_STAR
             states = ", ".join(f"{n}: {p.status.value}" for n, p in proxies.items())
             raise TimeoutError(f"Serve's HTTP proxies were not ready within {timeout_s:.0f} s ({states or 'none'})")
         time.sleep(0.1)
+
+
+def _serve_client() -> ServeControllerClient:
+    """Serve's controller client (``_get_global_client`` raises, never returns None, when no
+    Serve runs: it is asked to)."""
+    client = serve.context._get_global_client()
+    assert client is not None
+    return client
 
 
 def _running(app: str) -> bool:
@@ -329,8 +279,11 @@ def deploy(
             targets.append(serve.RunTarget(build(), name=name, route_prefix=None))
     digest = token_digest(token) if token else token_sha256
     in_ingress = manifest if enc_name is None or idx_name is None else None  # the ingress loads the encoder or the partitions itself
-    ingress = SearchService.options(**plan.searcher.options(), **(LOADS_ONCE if idx_name is None else {})).bind(
-        layout, config, enc_name, idx_name, digest, in_ingress, plan.searcher.threads, (reloader_name(config.app_name), RELOADER_NAMESPACE)
+    # a Deployment, as QueryEncoderServer in encoder_app
+    ingress = (
+        cast(serve.Deployment, SearchService)
+        .options(**plan.searcher.options(), **(LOADS_ONCE if idx_name is None else {}))
+        .bind(layout, config, enc_name, idx_name, digest, in_ingress, plan.searcher.threads, (reloader_name(config.app_name), RELOADER_NAMESPACE))
     )
     first = config.app_name not in serve.status().applications
     started = [t.name for t in targets] + ([config.app_name] if first else [])
@@ -402,7 +355,7 @@ def direct_urls(config: ServeConfig, replicas: int, timeout_s: float = 30.0) -> 
     ``config.app_name``, as a load balancer reads them), once ``replicas`` of them listen.
     RuntimeError naming the fix when none does within ``timeout_s`` (a cluster without
     direct ingress lists its proxies there, as does one whose replicas have no port yet)."""
-    controller = serve.context._get_global_client()._controller  # the target groups' one reader (Serve 2.60)
+    controller = _serve_client()._controller  # the target groups' one reader (Serve 2.60)
     deadline = time.monotonic() + timeout_s
     while True:
         groups = ray.get(controller.get_target_groups.remote(config.app_name))
@@ -427,7 +380,8 @@ def reloader_name(app_name: str) -> str:
     return f"{app_name}-reloader"
 
 
-@ray.remote(num_cpus=0, max_concurrency=4)
+# max_concurrency is an actor option, which Ray's overloads of ray.remote (a task's options) leave out
+@ray.remote(num_cpus=0, max_concurrency=4)  # type: ignore[call-overload]
 class Reloader:
     """Follows the index's versions for one service (a detached actor beside Serve): ``reload``
     deploys the latest committed version when it is newer than the one served (``deploy``:
@@ -462,6 +416,7 @@ class Reloader:
 
     def _poll(self) -> None:
         while True:
+            assert self.config.reload_poll_s is not None  # polling starts only with reload_poll_s set
             time.sleep(float(self.config.reload_poll_s))
             try:
                 self.reload()
@@ -477,8 +432,11 @@ def start_reloader(index_url: str, config: ServeConfig, token: Optional[str], se
         ray.kill(ray.get_actor(name, namespace=RELOADER_NAMESPACE))
     except ValueError:
         pass
-    return Reloader.options(name=name, namespace=RELOADER_NAMESPACE, lifetime="detached").remote(
-        index_url, config.model_dump(mode="json"), token_digest(token) if token else None, serving
+    # @ray.remote made the class an ActorClass (mypy keeps a decorated class's own type)
+    return (
+        cast(ActorClass[Reloader], Reloader)
+        .options(name=name, namespace=RELOADER_NAMESPACE, lifetime="detached")
+        .remote(index_url, config.model_dump(mode="json"), token_digest(token) if token else None, serving)
     )
 
 

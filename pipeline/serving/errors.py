@@ -134,5 +134,7 @@ class QueryRefused(HTTPException):
 
 def install(app: FastAPI) -> None:
     """Answer ``app``'s validation and HTTP errors as above."""
-    app.add_exception_handler(RequestValidationError, validation_error)
-    app.add_exception_handler(StarletteHTTPException, http_error)
+    # FastAPI's decorator form of ``add_exception_handler`` (the same call): Starlette types a
+    # handler as taking any Exception, so a handler of one exception class passes only this way
+    app.exception_handler(RequestValidationError)(validation_error)
+    app.exception_handler(StarletteHTTPException)(http_error)

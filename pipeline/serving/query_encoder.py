@@ -7,7 +7,7 @@ composes them is ``pipeline/serving/api.py``; the apps are built and deployed by
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Protocol, cast
 
 import numpy as np
 from ray import serve
@@ -21,6 +21,15 @@ class QueryNotEncodable(ValueError):
     """What ``QueryEncoderServer.encode`` returns (not raises) for a text the encoder fails on
     while the texts batched with it encode: that request alone is refused (the ingress answers
     422), its batch-mates get their vectors."""
+
+
+class _BatchSetters(Protocol):
+    """The setters ``@serve.batch`` puts on the method it wraps (documented by Ray, missing
+    from its annotation of the wrapper, a plain callable)."""
+
+    def set_max_batch_size(self, size: int, /) -> None: ...
+
+    def set_batch_wait_timeout_s(self, seconds: float, /) -> None: ...
 
 
 class BatchedQueryEncoder:
@@ -37,8 +46,9 @@ class BatchedQueryEncoder:
         if threads:
             torch.set_num_threads(threads)
         self.encoder = index_query_encoder(index_url, manifest)
-        self.encode.set_max_batch_size(max_batch_size)
-        self.encode.set_batch_wait_timeout_s(batch_wait_s)
+        batching = cast(_BatchSetters, self.encode)  # Ray's annotation of a @serve.batch method lacks its setters
+        batching.set_max_batch_size(max_batch_size)
+        batching.set_batch_wait_timeout_s(batch_wait_s)
         self.batches: list[int] = []  # sizes of the last batches, for /stats
         self.n_batches = 0
         self.split: list[tuple[int, int]] = []  # (batch size, texts refused) of the last batches encoded one by one
@@ -54,7 +64,7 @@ class BatchedQueryEncoder:
         self.batches = (self.batches + [len(texts)])[-256:]
         self.n_batches += 1
         try:
-            return self.encoder(texts)
+            return list(self.encoder(texts))  # a list that may hold refusals (the type of ``_one_by_one``'s)
         except Exception as batch_error:
             return self._one_by_one(texts, batch_error)
 

@@ -8,7 +8,7 @@ the checks keep them: the query's and k's in ``request.py``, each knob's in its 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
 
@@ -40,8 +40,12 @@ QUERY_FORMAT = "mvr-query"
 FILTER_FORMAT = "mvr-filter"
 
 QueryText = Annotated[StrictStr, Field(json_schema_extra={"minLength": 1, "maxLength": MAX_QUERY_CHARS, "format": QUERY_FORMAT})]
-DenseMode = HybridConfig.model_fields["dense"].annotation
-Fusion = HybridConfig.model_fields["fusion"].annotation
+if TYPE_CHECKING:  # the types of the config's fields, for a type checker
+    from mvr.operators.retrieval.fusion import Fusion
+    from mvr.operators.retrieval.scoring import DenseMode
+else:  # at run time read from the config: the one source of the values a request may send
+    DenseMode = HybridConfig.model_fields["dense"].annotation
+    Fusion = HybridConfig.model_fields["fusion"].annotation
 
 
 def integral(value: Any) -> Any:
@@ -59,7 +63,7 @@ def knob(config: type[BaseModel], name: str, description: Optional[str] = None) 
     if name in MAX_KNOB:
         bounds["le"] = MAX_KNOB[name]
     types = get_args(field.annotation) or (field.annotation,)
-    kind = {} if get_origin(field.annotation) is Literal else {"strict": True, "allow_inf_nan": False} if float in types else {"strict": True}
+    kind: dict[str, Any] = {} if get_origin(field.annotation) is Literal else {"strict": True, "allow_inf_nan": False} if float in types else {"strict": True}
     return Field(None, description=description or field.description, **bounds, **kind)
 
 

@@ -18,8 +18,9 @@ from typing import Callable, Iterator
 
 from mvr.pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
 from mvr.pipeline.indexing.ann_build import build_ann
-from mvr.pipeline.indexing.corpus_job import IndexResult, index_corpus
+from mvr.pipeline.indexing.corpus_job import index_corpus
 from mvr.pipeline.ray_runtime import init_ray, ray_logs_dir
+from mvr.pipeline.results import IndexResult
 from mvr.pipeline.serving.app import deploy, shutdown
 from mvr.pipeline.serving.client import SearchClient
 from mvr.pipeline.studies.demo_corpus import DEFAULT_LIMIT, build_demo_corpus

@@ -27,7 +27,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, cast
 
 import numpy as np
 from tqdm import tqdm
@@ -140,7 +140,7 @@ def rank(scores: np.ndarray, doc_ids: Sequence[str], passage_idx: np.ndarray, k:
     if len(rows) == 0:
         return Ranked()
     rows = np.sort(top_rows(scores, rows, k, doc_ids))
-    return top_documents(scores[rows], [doc_ids[r] for r in rows], passage_idx[rows], k)
+    return top_documents(scores[rows], [doc_ids[int(r)] for r in rows], passage_idx[rows], k)
 
 
 # ---------------------------------------------------------------- results
@@ -273,7 +273,7 @@ def dense_scores(
     n = len(source)
     queries = source.queries(queries)
     if projections:
-        pooled = source.vectors("pooled").take(np.arange(n))
+        pooled = cast(np.ndarray, source.vectors("pooled").take(np.arange(n)))  # pooled vectors are single: take returns a matrix
         for method, proj in projections.items():
             vectors = pooled if proj is None else project(pooled, proj)
             qs = queries if proj is None else _projected(queries, proj)
@@ -282,8 +282,8 @@ def dense_scores(
         parts = []
         for sl in tqdm(source.slices, desc=f"{source.name}: {mode} scores", unit="shard", leave=False):
             stored = source.vectors(MODE_VECTORS[mode], [sl])
-            vectors = stored.take(np.arange(len(stored)))
-            parts.append(np.stack([score(mode, q, vectors) for q in queries]))
+            docs = stored.take(np.arange(len(stored)))
+            parts.append(np.stack([score(mode, q, docs) for q in queries]))
         out[mode] = np.concatenate(parts, axis=1) if parts else np.zeros((len(queries), 0), np.float32)
     return out
 
@@ -343,7 +343,7 @@ def measure(
     where a random string scores above every relevant passage) and ``random_top10`` (queries
     with a random string among their top 10 documents)."""
     exp = Experiment(name, list(sizes), list(composition), {m: [] for m in methods})
-    relevant = {}
+    relevant: dict[str, set[str]] = {}
     for j in collection.qrels:
         if j.relevance > 0:
             relevant.setdefault(j.query_id, set()).add(j.doc_id)
@@ -494,12 +494,14 @@ def study_methods(config: ScaleStudyConfig, dataset: Source, full_dim: int) -> t
         bad = [d for d in dims if not 0 < d <= full_dim]
         if bad:
             raise ValueError(f"pooled dimensions must be within 1..{full_dim} (the index's), got {bad}")
-        pooled = dataset.vectors("pooled").take(np.arange(len(dataset))) if min(dims) < full_dim else None
+        # pooled vectors are single: take returns a matrix
+        pooled = cast(np.ndarray, dataset.vectors("pooled").take(np.arange(len(dataset)))) if min(dims) < full_dim else None
         for d in dims:
             if d == full_dim:
                 projections[f"pooled-{d}"] = None
                 methods[f"pooled-{d}"] = f"pooled single vector, {d} dimensions (unprojected)"
             else:
+                assert pooled is not None  # read above: d < full_dim
                 projections[f"pooled-{d}"] = fit_pca(pooled, d)
                 methods[f"pooled-{d}"] = f"pooled single vector, PCA to {d} dimensions (fitted on {dataset.name}'s {len(pooled)} pooled vectors)"
     for m in config.modes:

@@ -25,6 +25,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from mvr.operators.encode.checkpoint import dense_dir, pylate_config, write_checkpoint
 from mvr.operators.encode.compress import pad
 from mvr.operators.encode.tokenizer import PassageTokenizer
 from mvr.operators.retrieval import differentiable
@@ -32,7 +33,7 @@ from mvr.operators.retrieval.scoring import MODES
 from mvr.operators.training.loss import contrastive_loss, preservation_loss
 from mvr.operators.training.order import BatchOrder, pair_lengths
 from mvr.pipeline.config import TrainConfig
-from mvr.storage.training_files import TRAINER_STATE, dense_dir, read_pairs, write_model_dir
+from mvr.storage.training_files import TRAINER_STATE, read_pairs
 
 PROGRESS = "progress.json"  # in the run directory: the last step's metrics (step, loss, rate) for users
 METRICS = "metrics.jsonl"  # in the run directory: every step's metrics, a line a step (the loss curve)
@@ -41,26 +42,6 @@ METRICS = "metrics.jsonl"  # in the run directory: every step's metrics, a line 
 def total_steps(n_pairs: int, config: TrainConfig) -> int:
     """``train.steps``, or one pass over the pairs by every worker together."""
     return config.train.steps or max(1, n_pairs // (config.train.batch_size * config.runtime.workers))
-
-
-def conventions(config: TrainConfig) -> dict[str, Any]:
-    """The conventions the model trains with, as PyLate's config_sentence_transformers keys
-    (``operators.encode.checkpoint.pylate_conventions`` reads them back into the same
-    ``TokenizerConfig`` values): no marker is PyLate's empty prefix (PyLate reads a missing
-    or null one as its "[Q] " / "[D] ")."""
-    t = config.tokenizer
-    return {
-        "query_prefix": t.query_marker or "",
-        "document_prefix": t.document_marker or "",
-        "query_length": t.query_tokens,
-        "document_length": t.passage_tokens,
-        "do_query_expansion": t.query_augmentation,
-        "attend_to_expansion_tokens": t.attend_to_expansion_tokens,
-        "skiplist_words": list(t.skiplist),
-        "prompts": {"query": t.query_text_prefix, "document": t.document_text_prefix},
-        "default_prompt_name": None if not t.query_text_prefix else "query",
-        "similarity_fn_name": "MaxSim",
-    }
 
 
 class Batches:
@@ -137,7 +118,7 @@ def load_model(config: TrainConfig, device: torch.device):
 def save_checkpoint(directory: str, model, hf_tokenizer, optimizer, scheduler, step: int, config: TrainConfig, n_pairs: int) -> None:
     """A loadable model directory plus ``TRAINER_STATE`` (what a resumed run needs)."""
     trained = {"objective": config.objective, "base": config.base, "step": step, "pairs": n_pairs, "config": config.model_dump(mode="json")}
-    write_model_dir(directory, model.backbone, hf_tokenizer, list(model.projection), conventions(config), trained)
+    write_checkpoint(directory, model.backbone, hf_tokenizer, list(model.projection), pylate_config(config.tokenizer.model_dump()), trained)
     torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, str(Path(directory) / TRAINER_STATE))
 
 

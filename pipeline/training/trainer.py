@@ -16,30 +16,18 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from mvr.operators.encode.checkpoint import load_tokenizer
 from mvr.pipeline.config import TrainConfig
+from mvr.pipeline.results import TrainResult
 from mvr.pipeline.training.data import TrainingDataError, build_pairs
 from mvr.pipeline.training.loop import PROGRESS, count_pair_tokens, total_steps, train_loop
 from mvr.storage.training_files import copy_model_dir, pairs_table, read_pairs, with_tokens, write_pairs
 
 RUN_DIR = ".mvr-train"
 RUN_NAME = "run"
-
-
-@dataclass
-class TrainResult:
-    """What a run did: the checkpoint directory, its steps, pairs, last metrics and seconds."""
-
-    out: str
-    steps: int
-    pairs: int
-    metrics: dict
-    seconds: float
-    resumed_from: int
 
 
 def _progress(run_dir: Path) -> dict:
