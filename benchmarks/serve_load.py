@@ -11,7 +11,7 @@ Index: msmarco-sample with ``mvr index`` defaults and FAISS IVFPQ partitions of 
 index as ``benchmarks/search_latency.py`` left it, its ANN builds replaced). Queries:
 msmarco-sample's 50, k = 10, default search knobs.
 
-1. One client: each round sends every query in process (``pipeline.retrieval.local_search.answer``:
+1. One client: each round sends every query in process (``Searcher.answer``:
    encode, search, titles and text from the catalog, the same body the service returns) and
    every query over HTTP, as two blocks whose order alternates by round, so drifting machine
    load hits both alike. A query's latency is its median over the rounds; the ratio is Serve
@@ -188,15 +188,14 @@ def load_level(urls: list[str], queries: list[str], mode: str, clients: int, sec
 def local_level(searcher, index: str, queries: list[str], mode: str, clients: int, seconds: float) -> dict:
     """The in-process baseline of ``load_level``: ``clients`` threads sharing one Searcher
     (its partitions and query encoder; numpy, torch and FAISS release the GIL), each with its
-    own catalog connection, answering queries (``pipeline.retrieval.local_search.answer``: the same body
+    own catalog connection, answering queries (``Searcher.answer``: the same body
     as the service) for ``seconds``."""
-    from mvr.pipeline.retrieval.local_search import answer
     from mvr.storage.catalog import Catalog
 
     catalogs = [Catalog(index) for _ in range(clients)]
 
     def ask(c: int, i: int) -> Optional[str]:
-        return attempt(lambda: answer(searcher, catalogs[c], queries[i % len(queries)], 10, mode))
+        return attempt(lambda: searcher.answer(queries[i % len(queries)], 10, mode, catalog=catalogs[c]))
 
     try:
         return run_clients(ask, clients, seconds)
@@ -262,7 +261,6 @@ def main() -> None:
     from mvr.pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
     from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.indexing.corpus_job import index_corpus
-    from mvr.pipeline.retrieval.local_search import answer
     from mvr.pipeline.retrieval.searcher import Searcher
     from mvr.pipeline.serving.app import DIRECT_INGRESS_ENV, deploy, shutdown
     from mvr.pipeline.serving.client import SearchClient
@@ -314,7 +312,7 @@ def main() -> None:
     client = SearchClient(urls[0])
     try:
         for q in queries[:5]:  # warm both paths
-            answer(searcher, catalog, q, 10, args.mode)
+            searcher.answer(q, 10, args.mode, catalog=catalog)
             client.search(q, 10, args.mode)
         local: dict[int, list[float]] = {i: [] for i in range(len(queries))}
         served: dict[int, list[float]] = {i: [] for i in range(len(queries))}
@@ -326,7 +324,7 @@ def main() -> None:
                 for i, q in enumerate(queries):
                     t0 = time.perf_counter()
                     if which == 0:
-                        body = answer(searcher, catalog, q, 10, args.mode)
+                        body = searcher.answer(q, 10, args.mode, catalog=catalog)
                         local[i].append((time.perf_counter() - t0) * 1e3)
                     else:
                         body = client.search(q, 10, args.mode)

@@ -29,22 +29,20 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mvr.pipeline.config import IndexConfig, ServeConfig
+    import mvr
 
-    serve_config = ServeConfig(port=args.port)
+    serve_config = mvr.ServeConfig(port=args.port)
     if not os.environ.get("RAY_ADDRESS"):  # a local Ray starts here: its HTTP proxy must be able to listen (a joined cluster's may already)
         check_port_free(serve_config.host, serve_config.port)  # before minutes of indexing, not after (or seconds of imports)
     from rich.console import Console
 
     from mvr.jobs.render import results_table
-    from mvr.pipeline.studies.demo import quiet_ray, run_demo
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="mvr-demo-")
-    config = IndexConfig()
+    config = mvr.IndexConfig()
     print_config("mvr demo: index configuration", config)
     console.rule(f"mvr demo: {workdir}")
-    with quiet_ray(log=console.print):
-        result = run_demo(workdir, args.limit, args.k, log=console.print, config=config, serve_config=serve_config)
+    result = mvr.demo(workdir, args.limit, args.k, config=config, serve_config=serve_config, quiet=True, log=console.print)
     out = Console()
     for body in result.answers:
         t = body["timings_ms"]
@@ -62,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         f"{counts['tokens']} token vectors ({indexing}); {len(result.answers)} queries, "
         f"{mean_ms:.0f} ms/query mean in the service; {result.seconds:.1f} s total (service shut down)"
     )
-    port = f" --port {args.port}" if args.port != ServeConfig().port else ""  # the service the hint starts listens where the URL says
+    port = f" --port {args.port}" if args.port != mvr.ServeConfig().port else ""  # the service the hint starts listens where the URL says
     out.print(f'try: mvr serve {shlex.quote(result.index_url)}{port}   then   mvr search --url {result.url} "parse command-line arguments"')
     return 0
 

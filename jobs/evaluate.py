@@ -12,7 +12,7 @@ from mvr.jobs.inputs import load_config, load_index_manifest
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from mvr.operators.retrieval.scoring import MODES, SEARCH_MODES
+    from mvr import MODES, SEARCH_MODES
 
     p = p or ArgumentParser(prog="python -m mvr.jobs.evaluate", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
@@ -46,30 +46,22 @@ def run(args: argparse.Namespace) -> int:
         overrides["search.exact"] = True
     if args.no_overlap:
         overrides["overlap"] = False
-    from mvr.pipeline.config import EvalConfig
+    import mvr
 
-    config = load_config(EvalConfig, args.config, **overrides)
+    config = load_config(mvr.EvalConfig, args.config, **overrides)
     if not config.dataset:
         raise ValueError("--dataset is required (a BEIR directory)")
     load_index_manifest(args.index)  # a missing or damaged index refused before any model loads
     if args.filter is not None:
         check_utf8("--filter", args.filter)
-        from mvr.storage.catalog import Catalog
-
-        catalog = Catalog(args.index)
-        try:  # an invalid filter refused before any model loads
-            catalog.compile_filter(args.filter)
-        finally:
-            catalog.close()
+        mvr.check_filter(args.filter, args.index)  # an invalid filter refused before any model loads
     print_config("mvr eval: configuration", config)
     from rich.table import Table
 
     if args.baseline:
         return compare_indexes(args.index, args.baseline, config, args.json_out)
 
-    from mvr.pipeline.retrieval.evaluation import evaluate, plot_sweep
-
-    result = evaluate(args.index, config, log=console.print, filter=args.filter)
+    result = mvr.evaluate(args.index, config, filter=args.filter, log=console.print)
     where = f", filter {args.filter} ({result.allowed_passages} passages)" if args.filter is not None else ""
     table = Table(title=f"{result.collection}: {result.queries} judged queries, k={config.k}{where}")
     columns = ["mode", "path", "partitions", "nDCG@10", "RR@10", "R@100", "p50 ms", "p95 ms", "overlap@10", "exact nDCG@10", "exact p50 ms"]
@@ -99,31 +91,26 @@ def run(args: argparse.Namespace) -> int:
             t.add_row(str(p[config.sweep_knob]), f"{p['nDCG@10']:.4f}", f"{p['R@100']:.4f}", _opt(p.get("overlap@10")), f"{p['search_ms_p50']:.2f}")
         output_console().print(t)
     index_version = _index_version(args.index)
-    png = (lambda name: plot_sweep(result, config.sweep_knob, name)) if result.sweep else None
+    png = (lambda name: result.plot(config.sweep_knob, name)) if result.sweep else None
     write_outputs(args.json_out, lambda: result.to_json(config, args.index, index_version), args.plot, png)
     return 0
 
 
 def compare_indexes(index: str, baseline: str, config, json_out: str | None) -> int:
     """``--baseline``: exact nDCG@10 of every mode on both indexes, Δ = INDEX − INDEX2."""
-    import json
-
     from rich.table import Table
 
-    from mvr.pipeline.retrieval.evaluation import compare_exact, exact_quality
-    from mvr.storage import fs
+    import mvr
 
     load_index_manifest(baseline)
-    modes = [m for m in config.modes if m != "hybrid"]
-    rows = compare_exact(exact_quality(config.dataset, baseline, modes, config.split), exact_quality(config.dataset, index, modes, config.split), modes)
+    rows = mvr.compare(index, baseline, config)
     table = Table(title=f"exact nDCG@10 on {config.dataset} ({config.split}): {index} against {baseline}")
     for c in ("mode", "baseline", "index", "Δ", "± s.e."):
         table.add_column(c, justify="left" if c == "mode" else "right")
     for mode, r in rows.items():
         table.add_row(mode, f"{r['base']:.4f}", f"{r['index']:.4f}", f"{r['delta']:+.4f}", f"{r['se']:.4f}")
     output_console().print(table)
-    if json_out:
-        fs.write_bytes_atomic(json_out, json.dumps({"index": index, "baseline": baseline, "dataset": config.dataset, "modes": rows}, indent=1).encode())
+    write_outputs(json_out, lambda: {"index": index, "baseline": baseline, "dataset": config.dataset, "modes": rows}, None, None)
     return 0
 
 

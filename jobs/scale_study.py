@@ -65,22 +65,20 @@ def run(args: argparse.Namespace) -> int:
             overrides["dims"] = [int(d) for d in _csv(args.dims) or []]
         except ValueError:
             raise ValueError(f"--dims takes comma-separated whole numbers, got {args.dims!r}") from None
-    from mvr.pipeline.config import ScaleStudyConfig
+    import mvr
 
-    config = load_config(ScaleStudyConfig, args.config, **overrides)
+    config = load_config(mvr.ScaleStudyConfig, args.config, **overrides)
     if not config.dataset:
         raise ValueError("--dataset is required (a BEIR directory)")
     print_config("mvr scale-study: configuration", config)
-    from mvr.pipeline.studies.scale_study import plot_study, scale_study
-
-    result = scale_study(config, log=console.print)
+    result = mvr.scale_study(config, log=console.print)
     out = output_console()
     for name, exp in result.experiments.items():
         out.print(table(result, exp, "nDCG@10"))
         if name == "random-strings":
             out.print(table(result, exp, "random_share"))
             out.print(table(result, exp, "random_top10"))
-    write_outputs(args.json_out, lambda: result.to_json(config), args.plot, lambda _: plot_study(result))
+    write_outputs(args.json_out, lambda: result.to_json(config), args.plot, lambda _: result.plot())
     return 0
 
 

@@ -14,8 +14,7 @@ from mvr.jobs.errors import run_job
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from mvr.operators.retrieval.fusion import FUSIONS
-    from mvr.operators.retrieval.scoring import MODES, SEARCH_MODES
+    from mvr import FUSIONS, MODES, SEARCH_MODES
 
     p = p or ArgumentParser(prog="python -m mvr.jobs.search", description=__doc__)
     p.usage = "%(prog)s INDEX QUERY [options]\n       %(prog)s --url URL QUERY [options]"
@@ -42,47 +41,26 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"give INDEX or --url, not both (INDEX {args.index!r}, --url {args.url})")
     if not args.url and not args.index:
         raise ValueError("give an INDEX, or --url of a running service")
-    from mvr.pipeline.config import SearchConfig
-    from mvr.pipeline.retrieval.request import request_settings, validate_request
+    import mvr
 
     knobs = {k: v for k, v in {"dense": args.dense, "fusion": args.fusion, "lam": args.lam}.items() if v is not None}
-    config = SearchConfig(exact=args.exact)
-    validate_request(args.query, args.k, args.mode)
-    request_settings(config, args.mode, knobs)
+    config = mvr.SearchConfig(exact=args.exact)
+    mvr.check_query(args.query, args.k, args.mode, config, **knobs)
     if args.filter is not None:
-        from mvr.operators.retrieval.filters import parse
-
-        parse(args.filter)  # syntax first, before any index or model is read
+        mvr.check_filter(args.filter)  # syntax first, before any index or model is read
     if args.url:
         return show(
             args, ask_service(args.url, args.token, args.query, args.k, args.mode, {**knobs, **({"filter": args.filter} if args.filter is not None else {})})
         )
-    from mvr.pipeline.retrieval.local_search import answer
-    from mvr.pipeline.retrieval.searcher import Searcher
-    from mvr.storage.catalog import Catalog
-
     if args.dense:
         config.hybrid.dense = args.dense
-    if args.filter is None:
-        searcher = Searcher(args.index, modes=(args.mode,), config=config)
-        catalog = Catalog(args.index)
-    else:  # the filter checked against the catalog's columns before the model loads
+    if args.filter is not None:  # the filter checked against the catalog's columns before the model loads
         from mvr.jobs.inputs import load_index_manifest
 
         load_index_manifest(args.index)  # a missing or damaged index named as such, first
-        catalog = Catalog(args.index)
-        try:
-            catalog.compile_filter(args.filter)
-            searcher = Searcher(args.index, modes=(args.mode,), config=config)
-        except BaseException:
-            catalog.close()
-            raise
-    filters = {"filter": args.filter} if args.filter is not None else {}
-    try:
-        body = answer(searcher, catalog, args.query, args.k, args.mode, **filters, **knobs)
-    finally:
-        searcher.close()
-        catalog.close()
+        mvr.check_filter(args.filter, args.index)
+    with mvr.open(args.index, modes=(args.mode,), config=config) as searcher:
+        body = searcher.answer(args.query, args.k, args.mode, filter=args.filter, **knobs)
     return show(args, body)
 
 
@@ -92,9 +70,9 @@ def ask_service(url: str, token: str | None, query: str, k: int, mode: str, knob
 
     import requests
 
-    from mvr.pipeline.serving.client import SearchClient
+    import mvr
 
-    client = SearchClient(url, token)
+    client = mvr.client(url, token)
     try:
         return client.search(query, k, mode, **knobs)
     except (requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema, requests.exceptions.InvalidURL) as exc:

@@ -18,7 +18,7 @@ from mvr.jobs.inputs import load_config, load_index_manifest
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from mvr.operators.retrieval.scoring import SEARCH_MODES
+    from mvr import SEARCH_MODES
 
     p = p or ArgumentParser(prog="python -m mvr.jobs.serve", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
@@ -37,11 +37,11 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
 
 
 def load_serve_config(args: argparse.Namespace):
-    from mvr.pipeline.config import ServeConfig
+    import mvr
 
     modes = args.modes.split(",") if args.modes else None
     return load_config(
-        ServeConfig, args.config, **{"host": args.host, "port": args.port, "modes": modes, "search.exact": args.exact or None, "reload_poll_s": args.poll}
+        mvr.ServeConfig, args.config, **{"host": args.host, "port": args.port, "modes": modes, "search.exact": args.exact or None, "reload_poll_s": args.poll}
     )
 
 
@@ -78,16 +78,13 @@ def run(args: argparse.Namespace) -> int:
         check_port_free(config.host, config.port)
     load_index_manifest(args.index)  # a missing or damaged index refused before Ray starts
     print_config("mvr serve: configuration", config)
-    from mvr.pipeline.serving.app import deploy, shutdown, start_reloader
-    from mvr.pipeline.serving.client import TOKEN_ENV
+    import mvr
 
-    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
-    d = deploy(args.index, config, token, log=console.print, address=address)
-    start_reloader(args.index, config, token, d.version)
+    d = mvr.serve(args.index, config, args.token, log=console.print, address=address)  # no --token: $MVR_TOKEN when set
     follow = f"polling for new versions every {config.reload_poll_s:g} s" if config.reload_poll_s else "POST /admin/reload switches to a new version"
     console.print(f"serving version {d.version}; {follow}")
     output_console().print(deployment_table(d))
-    console.print(f"ready in {d.seconds:.1f} s: {d.url}/search, {d.url}/docs" + (" (bearer token required)" if token else ""))
+    console.print(f"ready in {d.seconds:.1f} s: {d.url}/search, {d.url}/docs" + (" (bearer token required)" if d.token_required else ""))
     if d.direct_urls:
         console.print(f"direct ingress, each replica on its own port (no proxy hop; balance over them): {', '.join(d.direct_urls)}", soft_wrap=True)
     if args.detach:
@@ -100,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     console.print("shutting down")
-    shutdown(config)
+    mvr.stop_serving(config)
     return 0
 
 

@@ -16,7 +16,7 @@ from mvr.jobs.inputs import load_config
 
 
 def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from mvr.operators.retrieval.scoring import MODES
+    from mvr import MODES
 
     p = p or ArgumentParser(prog="python -m mvr.jobs.train", description=__doc__)
     p.add_argument(

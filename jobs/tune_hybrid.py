@@ -39,18 +39,16 @@ def run(args: argparse.Namespace) -> int:
         overrides["grid"] = number_list("--grid", args.grid)
     if args.exact:
         overrides["search.exact"] = True
-    from mvr.pipeline.config import TuneHybridConfig
+    import mvr
 
-    config = load_config(TuneHybridConfig, args.config, **overrides)
+    config = load_config(mvr.TuneHybridConfig, args.config, **overrides)
     if not config.dataset:
         raise ValueError("--dataset is required (a BEIR directory)")
     load_index_manifest(args.index)  # a missing or damaged index refused before any model loads
     print_config("mvr tune-hybrid: configuration", config)
     from rich.table import Table
 
-    from mvr.pipeline.retrieval.hybrid_tuning import plot_grid, tune_hybrid
-
-    result = tune_hybrid(args.index, config, log=console.print, batch=args.batch)
+    result = mvr.tune_hybrid(args.index, config, batch=args.batch, log=console.print)
     lams = ", ".join(str(f.lam) for f in result.folds)
     table = Table(title=f"{result.collection}: {result.queries} judged queries, each reported with λ tuned on the other fold(s) (λ per fold: {lams})")
     columns = ["method", "nDCG@10", "RR@10", "R@100"] + [f"{config.metric} fold {i + 1}" for i in range(len(result.folds))]
@@ -60,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         folds = [f"{x[config.metric]:.4f}" for x in result.per_fold[name]]
         table.add_row(name, f"{f['nDCG@10']:.4f}", f"{f['RR@10']:.4f}", f"{f['R@100']:.4f}", *folds)
     output_console().print(table)
-    write_outputs(args.json_out, lambda: result.to_json(config), args.plot, lambda _: plot_grid(result, config))
+    write_outputs(args.json_out, lambda: result.to_json(config), args.plot, lambda _: result.plot(config))
     return 0
 
 

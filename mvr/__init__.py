@@ -76,12 +76,30 @@ MODES = ("maxsim", "softmax-centroid", "first-m", "pooled")
 written out here so that ``import mvr`` loads nothing)."""
 SEARCH_MODES = (*MODES, "bm25", "hybrid")
 """Every mode a query can ask for (``bm25`` and ``hybrid`` need ``build_bm25`` first)."""
+FUSIONS = ("weighted", "rrf")
+"""How ``hybrid`` fuses its dense and BM25 rankings (``SearchConfig.hybrid.fusion``)."""
 # the API's functions (mvr/api.py) and types, each imported on first use
-_FUNCTIONS = ("add", "build_ann", "build_bm25", "client", "compact", "delete", "index", "open", "plan", "serve", "stats", "stop_serving", "train", "verify")
+_FUNCTIONS = (
+    *("add", "build_ann", "build_bm25", "client", "compact", "delete", "index", "open", "plan", "serve", "stats", "stop_serving", "train", "verify"),
+    *("check_query", "check_filter", "evaluate", "compare", "tune_hybrid", "scale_study", "demo"),
+)
 _LAZY = {
     **{name: "mvr.api" for name in (*_FUNCTIONS, "write_demo_corpus")},
-    **{name: "mvr.pipeline.config" for name in ("IndexConfig", "SearchConfig", "ServeConfig", "AnnBuildConfig", "BM25BuildConfig", "TrainConfig")},
-    **{name: "mvr.pipeline.results" for name in ("IndexResult", "AnnBuildResult", "UpdateResult", "TrainResult")},
+    **{
+        name: "mvr.pipeline.config"
+        for name in (
+            "IndexConfig",
+            "SearchConfig",
+            "ServeConfig",
+            "AnnBuildConfig",
+            "BM25BuildConfig",
+            "TrainConfig",
+            "EvalConfig",
+            "TuneHybridConfig",
+            "ScaleStudyConfig",
+        )
+    },
+    **{name: "mvr.pipeline.results" for name in ("IndexResult", "AnnBuildResult", "UpdateResult", "TrainResult", "DemoResult")},
     "Searcher": "mvr.pipeline.retrieval.searcher",
     "SearchResult": "mvr.pipeline.retrieval.plan",
     "SearchClient": "mvr.pipeline.serving.client",
@@ -106,4 +124,4 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
 
-__all__ = ["MODES", "SEARCH_MODES", *_FUNCTIONS, "write_demo_corpus", *(n for n in _LAZY if n[0].isupper())]
+__all__ = ["MODES", "SEARCH_MODES", "FUSIONS", *_FUNCTIONS, "write_demo_corpus", *(n for n in _LAZY if n[0].isupper())]

@@ -5,15 +5,29 @@ real classes (``typing.get_type_hints`` resolves each); their bodies import the 
 
 from __future__ import annotations
 
+import os as _os
 from typing import Any, Callable, Optional, Sequence
 
 from mvr.operators.planning.capacity import CapacityPlan
 from mvr.operators.retrieval.scoring import MODES
-from mvr.pipeline.config import AnnBuildConfig, BM25BuildConfig, IndexConfig, SearchConfig, ServeConfig, TrainConfig
-from mvr.pipeline.results import AnnBuildResult, IndexResult, TrainResult, UpdateResult
+from mvr.pipeline.config import (
+    AnnBuildConfig,
+    BM25BuildConfig,
+    EvalConfig,
+    IndexConfig,
+    ScaleStudyConfig,
+    SearchConfig,
+    ServeConfig,
+    TrainConfig,
+    TuneHybridConfig,
+)
+from mvr.pipeline.results import AnnBuildResult, DemoResult, IndexResult, TrainResult, UpdateResult
+from mvr.pipeline.retrieval.evaluation import Evaluation
+from mvr.pipeline.retrieval.hybrid_tuning import TuneResult
 from mvr.pipeline.retrieval.searcher import Searcher
 from mvr.pipeline.serving.client import SearchClient
 from mvr.pipeline.serving.deployment import Deployment
+from mvr.pipeline.studies.scale_study import ScaleStudyResult
 from mvr.storage.integrity import FileCheck
 from mvr.storage.manifest import Manifest
 from mvr.storage.verify import VerifyReport
@@ -263,18 +277,25 @@ def plan(passages: int, **workload: Any) -> CapacityPlan:
     return make_plan(Workload(passages=passages, **workload), ann, serve, throughput)
 
 
-def serve(index: str, config: Optional[ServeConfig] = None, token: Optional[str] = None, log: Log = None) -> Deployment:
+def serve(index: str, config: Optional[ServeConfig] = None, token: Optional[str] = None, log: Log = None, address: Optional[str] = None) -> Deployment:
     """Serve an index with Ray Serve (``mvr serve``): the ingress, the query encoder and one
-    deployment a partition, at ``config.host:config.port``; ``stop_serving(config)`` ends it.
+    deployment a partition, at ``config.host:config.port``, and the reloader that moves the
+    service to a newer committed version (``POST /admin/reload`` with a token, or polling every
+    ``config.reload_poll_s``); ``stop_serving(config)`` ends both.
 
     Parameters
     ----------
     index : str
-        The index directory (its latest committed version; ``/admin/reload`` moves on).
+        The index directory (its latest committed version).
     config : ServeConfig, optional
         Host, port, replicas, timeouts and search defaults.
     token : str, optional
-        Require it as a bearer token.
+        Require it as a bearer token (default: ``$MVR_TOKEN`` when set, as the client).
+    log : callable, optional
+        Receives progress lines.
+    address : str, optional
+        The Ray cluster to join (default: ``$RAY_ADDRESS``, the cluster this process is
+        connected to, or a new local one).
 
     Returns
     -------
@@ -297,9 +318,14 @@ def serve(index: str, config: Optional[ServeConfig] = None, token: Optional[str]
     2
     >>> mvr.stop_serving(config)
     """
-    from mvr.pipeline.serving.app import deploy
+    from mvr.pipeline.serving.app import deploy, start_reloader
+    from mvr.pipeline.serving.client import TOKEN_ENV
 
-    return deploy(index, config or ServeConfig(), token, log=_log(log))
+    config = config or ServeConfig()
+    token = token if token is not None else _os.environ.get(TOKEN_ENV)
+    deployment = deploy(index, config, token, log=_log(log), address=address)
+    start_reloader(index, config, token, deployment.version)
+    return deployment
 
 
 def stop_serving(config: Optional[ServeConfig] = None) -> None:
@@ -325,3 +351,145 @@ def client(url: str, token: Optional[str] = None, timeout: float = 60.0) -> Sear
     from mvr.pipeline.serving.client import SearchClient
 
     return SearchClient(url, token, timeout)
+
+
+def check_query(query: str, k: int = 10, mode: str = "maxsim", config: Optional[SearchConfig] = None, **knobs: Any) -> None:
+    """Check a query before any index or model is read: its text, ``k``, mode and knobs
+    (``Searcher.search``'s) against ``config``; a ValueError names what is wrong."""
+    from mvr.pipeline.retrieval.request import request_settings, validate_request
+
+    validate_request(query, k, mode)
+    request_settings(config or SearchConfig(), mode, knobs)
+
+
+def check_filter(filter: str, index: Optional[str] = None) -> None:
+    """Check a metadata filter (docs/filters.md): its syntax, and with ``index`` its columns,
+    reading only the index's catalog (no model); ``FilterError``, a ValueError, names what is
+    wrong."""
+    from mvr.operators.retrieval.filters import parse
+
+    parse(filter)
+    if index is None:
+        return
+    from mvr.storage.catalog import Catalog
+
+    catalog = Catalog(index)
+    try:
+        catalog.compile_filter(filter)
+    finally:
+        catalog.close()
+
+
+def evaluate(index: str, config: Optional[EvalConfig] = None, filter: Optional[str] = None, log: Log = None) -> Evaluation:
+    """Search a BEIR collection's judged queries with every mode of ``config`` and measure
+    them with ir-measures (``mvr eval``): nDCG@10, RR@10, R@100, latencies, the overlap with
+    exact search, and a sweep of one knob.
+
+    Parameters
+    ----------
+    index : str
+        The index of the collection's corpus.
+    config : EvalConfig, optional
+        The dataset (required), split, modes, k, search settings and sweep.
+    filter : str, optional
+        A metadata filter every search applies (docs/filters.md).
+    log : callable, optional
+        Receives progress lines.
+
+    Returns
+    -------
+    Evaluation
+        Per mode its figures (``modes``), the sweep, and ``to_json``.
+    """
+    from mvr.pipeline.retrieval.evaluation import evaluate as run
+
+    return run(index, config or EvalConfig(), log=_log(log), filter=filter)
+
+
+def compare(index: str, baseline: str, config: Optional[EvalConfig] = None) -> dict[str, dict[str, float]]:
+    """Exact nDCG@10 of every dense mode of ``config`` on two indexes of one collection
+    (``mvr eval --baseline``), paired by query.
+
+    Returns
+    -------
+    dict
+        Per mode: ``base``, ``index``, ``delta`` (index − baseline) and ``se`` (its standard
+        error over the queries).
+    """
+    from mvr.pipeline.retrieval.evaluation import compare_exact, exact_quality
+
+    config = config or EvalConfig()
+    modes = [m for m in config.modes if m != "hybrid"]
+    return compare_exact(exact_quality(config.dataset, baseline, modes, config.split), exact_quality(config.dataset, index, modes, config.split), modes)
+
+
+def tune_hybrid(index: str, config: Optional[TuneHybridConfig] = None, batch: Optional[int] = None, log: Log = None) -> TuneResult:
+    """Tune the hybrid's fusion weight λ on a BEIR collection by cross-validation over its
+    judged queries (``mvr tune-hybrid``): each fold reported with the λ the other folds chose.
+
+    Parameters
+    ----------
+    index : str
+        An index of the collection with BM25 partitions (``build_bm25``).
+    config : TuneHybridConfig, optional
+        The dataset (required), split, folds, grid of λ and metric.
+    batch : int, optional
+        Queries whose unions are taken in one trip (default: all of them).
+    log : callable, optional
+        Receives progress lines.
+    """
+    from mvr.pipeline.retrieval.hybrid_tuning import tune_hybrid as run
+
+    return run(index, config or TuneHybridConfig(), log=_log(log), batch=batch)
+
+
+def scale_study(config: ScaleStudyConfig, log: Log = None) -> ScaleStudyResult:
+    """How each method's quality holds as the collection grows (``mvr scale-study``):
+    distractor passages, random strings and dimension cuts (docs/scale_study.md).
+
+    Parameters
+    ----------
+    config : ScaleStudyConfig
+        The dataset (required), sizes, methods, and indexes already built per corpus.
+    log : callable, optional
+        Receives progress lines.
+    """
+    from mvr.pipeline.studies.scale_study import scale_study as run
+
+    return run(config, log=_log(log))
+
+
+def demo(
+    workdir: str,
+    limit: Optional[int] = None,
+    k: int = 3,
+    config: Optional[IndexConfig] = None,
+    serve_config: Optional[ServeConfig] = None,
+    quiet: bool = False,
+    log: Log = None,
+) -> DemoResult:
+    """The demo (``mvr demo``): real text (``write_demo_corpus``) indexed in ``workdir``, ANN
+    and BM25 partitions built, served, asked a few queries over HTTP, shut down.
+
+    Parameters
+    ----------
+    workdir : str
+        Where the corpus and the index go (a rerun reuses what is up to date).
+    limit : int, optional
+        Documents in the corpus (default: the demo's).
+    k : int
+        Results a query.
+    config, serve_config : optional
+        The index's and the service's configurations.
+    quiet : bool
+        Start a local Ray whose own output stays in its log directory (and stop it after).
+    log : callable, optional
+        Receives progress lines.
+    """
+    from contextlib import nullcontext
+
+    from mvr.pipeline.studies.demo import quiet_ray, run_demo
+    from mvr.pipeline.studies.demo_corpus import DEFAULT_LIMIT
+
+    with quiet_ray(log=_log(log)) if quiet else nullcontext():
+        return run_demo(workdir, limit or DEFAULT_LIMIT, k, log=_log(log), config=config, serve_config=serve_config)

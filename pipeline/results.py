@@ -1,5 +1,5 @@
 """What the jobs give back: ``mvr.index``, ``mvr.build_ann``, ``mvr.add`` / ``delete`` /
-``compact`` and ``mvr.train``'s results. Light on purpose (no Ray, no torch): the API's signatures name them
+``compact``, ``mvr.train`` and ``mvr.demo``'s results. Light on purpose (no Ray, no torch): the API's signatures name them
 (``mvr/api.py``)."""
 
 from __future__ import annotations
@@ -57,3 +57,20 @@ class TrainResult:
     metrics: dict[str, Any]
     seconds: float
     resumed_from: int
+
+
+@dataclass
+class DemoResult:
+    """``mvr.demo``: where its corpus, index and service were, what was (re)built, and one
+    ``POST /search`` body a query (with "query" added)."""
+
+    workdir: str
+    corpus_url: str
+    index_url: str
+    documents: int  # rows written to the corpus
+    corpus_written: bool  # False: an identical corpus file was already there
+    index: IndexResult
+    ann_built: bool  # False: the partitions of an earlier run were reused
+    url: str  # where the service answered
+    answers: list[dict[str, Any]]
+    seconds: float

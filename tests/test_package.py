@@ -57,9 +57,9 @@ def test_help_shows_the_api_and_import_starts_nothing_heavy():
 
 def test_the_api_names_the_modes_search_knows():
     import mvr
-    from mvr.operators.retrieval import scoring
+    from mvr.operators.retrieval import fusion, scoring
 
-    assert (mvr.MODES, mvr.SEARCH_MODES) == (scoring.MODES, scoring.SEARCH_MODES)
+    assert (mvr.MODES, mvr.SEARCH_MODES, mvr.FUSIONS) == (scoring.MODES, scoring.SEARCH_MODES, fusion.FUSIONS)
 
 
 def test_no_import_circle():

@@ -121,6 +121,10 @@ class Evaluation:
             "config": config.model_dump(mode="json", by_alias=True),
         }
 
+    def plot(self, knob: str, title: str) -> bytes:
+        """PNG of the sweep over ``knob`` (``plot_sweep``; ``title``: its file name)."""
+        return plot_sweep(self, knob, title)
+
 
 def _run(
     searcher: Searcher, encoded: dict[str, tuple[EncodedQuery, float]], mode: str, k: int, restriction: Optional[Restriction] = None, **knobs: Any

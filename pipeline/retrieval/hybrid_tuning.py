@@ -61,6 +61,10 @@ class TuneResult:
     def to_json(self, config: TuneHybridConfig) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "config": config.model_dump(mode="json", by_alias=True)}
 
+    def plot(self, config: TuneHybridConfig) -> bytes:
+        """PNG of the metric against λ on each fold (``plot_grid``)."""
+        return plot_grid(self, config)
+
 
 def split_folds(query_ids: list[str], folds: int, seed: int) -> list[list[str]]:
     """``folds`` near-equal folds of ``query_ids`` by a seeded shuffle (each sorted)."""

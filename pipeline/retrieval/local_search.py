@@ -5,11 +5,12 @@ answered (the body of ``POST /search``)."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mvr.pipeline.retrieval.plan import SearchResult
-from mvr.pipeline.retrieval.searcher import Searcher
-from mvr.storage.catalog import Catalog
+
+if TYPE_CHECKING:
+    from mvr.storage.catalog import Catalog
 
 
 def response_body(result: SearchResult, catalog: Catalog, version: int) -> dict[str, Any]:
@@ -36,9 +37,3 @@ def response_body(result: SearchResult, catalog: Catalog, version: int) -> dict[
         "degraded": result.partitions_answered < result.partitions,
         "version": int(version),
     }
-
-
-def answer(searcher: Searcher, catalog: Catalog, query: str, k: int = 10, mode: str = "maxsim", **knobs: Any) -> dict[str, Any]:
-    """One query through ``searcher`` (ValueError for a bad request), shaped as ``response_body``."""
-    (result,) = searcher.search([query], k, mode, **knobs)
-    return response_body(result, catalog, searcher.manifest.version)

@@ -31,6 +31,7 @@ from mvr.operators.retrieval.scoring import MODE_VECTORS, MODES, check_search_mo
 from mvr.pipeline.config import IndexConfig, SearchConfig
 from mvr.pipeline.retrieval.host import LocalPartition, PartitionHost, local_trip
 from mvr.pipeline.retrieval.layout import ServedMode, ServingLayout, ShardSpec, plan_layout
+from mvr.pipeline.retrieval.local_search import response_body
 from mvr.pipeline.retrieval.plan import Calls, QueryPlan, SearchResult, Settings, run_trips
 from mvr.pipeline.retrieval.request import Restriction, RestrictionCache, validate_request
 from mvr.storage.codec_file import load_codecs
@@ -190,6 +191,23 @@ class Searcher:
             encoded.append(e)
             encode_ms.append((time.perf_counter() - t0) * 1e3)
         return search_batch(self.plan, self.trip, encoded, k, mode, knobs, restriction, encode_ms, settings)
+
+    def answer(
+        self,
+        query: str,
+        k: int = 10,
+        mode: str = "maxsim",
+        filter: Optional[str] = None,
+        doc_ids: Optional[Sequence[str]] = None,
+        catalog: Optional[Catalog] = None,
+        **knobs: Any,
+    ) -> dict[str, Any]:
+        """One query, answered as the service answers ``POST /search``: its documents with
+        their titles and text from the catalog (``local_search.response_body``); ValueError
+        for a bad request. ``catalog``: read titles and text from this one (default: this
+        searcher's; a thread of its own needs a connection of its own)."""
+        (result,) = self.search([query], k, mode, filter=filter, doc_ids=doc_ids, **knobs)
+        return response_body(result, catalog or self.catalog, self.manifest.version)
 
 
 class PartitionSearch:

@@ -313,7 +313,10 @@ def deploy(
         log(f"{a}: no longer used, deleted")
         serve.delete(a)
     direct = direct_urls(config, plan.searcher.replicas) if config.direct_ingress else ()
-    return Deployment(http_url(config), index_url, layout.version, enc_name, idx_name, layout, plan, time.perf_counter() - t0, removed, direct)
+    seconds = time.perf_counter() - t0
+    return Deployment(
+        http_url(config), index_url, layout.version, enc_name, idx_name, layout, plan, seconds, removed, direct, token_required=bool(token or token_sha256)
+    )
 
 
 def check_served_files(index_url: str, manifest: Manifest, layout: ServingLayout) -> None:

@@ -73,3 +73,4 @@ class Deployment:
     seconds: float
     removed: list[str]
     direct_urls: tuple[str, ...] = ()  # with ``direct_ingress``: each ingress replica's own URL
+    token_required: bool = False  # requests need the bearer token

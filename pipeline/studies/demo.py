@@ -13,14 +13,13 @@ import os
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from mvr.pipeline.config import AnnBuildConfig, IndexConfig, ServeConfig
 from mvr.pipeline.indexing.ann_build import build_ann
 from mvr.pipeline.indexing.corpus_job import index_corpus
 from mvr.pipeline.ray_runtime import init_ray, ray_logs_dir
-from mvr.pipeline.results import IndexResult
+from mvr.pipeline.results import DemoResult
 from mvr.pipeline.serving.app import deploy, shutdown
 from mvr.pipeline.serving.client import SearchClient
 from mvr.pipeline.studies.demo_corpus import DEFAULT_LIMIT, build_demo_corpus
@@ -37,20 +36,6 @@ DEMO_QUERIES: tuple[str, ...] = (
 )
 DEMO_MODE = "maxsim"
 DEMO_ANN = AnnBuildConfig(backend="faiss-ivfpq", partitions=2)
-
-
-@dataclass
-class DemoResult:
-    workdir: str
-    corpus_url: str
-    index_url: str
-    documents: int  # rows written to the corpus
-    corpus_written: bool  # False: an identical corpus file was already there
-    index: IndexResult
-    ann_built: bool  # False: the partitions of an earlier run were reused
-    url: str  # where the service answered
-    answers: list[dict]  # one ``POST /search`` body per query, with "query" added
-    seconds: float
 
 
 def run_demo(

@@ -175,6 +175,10 @@ class ScaleStudyResult:
     def to_json(self, config: ScaleStudyConfig) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "config": config.model_dump(mode="json", by_alias=True)}
 
+    def plot(self) -> bytes:
+        """PNG of each method's change against index size (``plot_study``)."""
+        return plot_study(self)
+
 
 # ---------------------------------------------------------------- sources
 
