@@ -76,27 +76,7 @@ def write_shard(index_url: str, table: pa.Table, block_id: str) -> dict:
     rel = posixpath.join(SHARDS_DIR, name)
     # one record batch: a column in one chunk is what readers map without a copy
     codes = pa.table({c: table[c] for c in CODE_COLUMNS}).replace_schema_metadata(table.schema.metadata).combine_chunks()
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, codes.schema) as writer:  # uncompressed: readers map it
-        writer.write_table(codes)
-    codes_data = sink.getvalue().to_pybytes()
-    buf = io.BytesIO()
-    pq.write_table(table.drop_columns(CODE_COLUMNS), buf, compression="zstd", row_group_size=1024)
-    data = buf.getvalue()
-    fs.write_bytes_atomic(fs.join(index_url, codes_path(rel)), codes_data)
-    fs.write_bytes_atomic(fs.join(index_url, rel), data)
-    record = {
-        "path": rel,
-        "codes": codes_path(rel),
-        "rows": table.num_rows,
-        "tokens": int(pa.compute.sum(table["n_tokens"]).as_py() or 0),
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "codes_bytes": len(codes_data),
-        "codes_sha256": hashlib.sha256(codes_data).hexdigest(),
-        "block_id": block_id,
-        "seq_ranges": seq_ranges(seqs),
-    }
+    record = {**_write_files(index_url, rel, codes, table.drop_columns(CODE_COLUMNS), block_id), "seq_ranges": seq_ranges(seqs)}
     fs.write_bytes_atomic(_record_url(index_url, block_id, name), json.dumps(record).encode())
     return record
 
@@ -138,27 +118,33 @@ def rewrite_shard(index_url: str, shard: dict, keep: np.ndarray, rel_dir: str) -
     table = read_shard_checked(index_url, expected).take(pa.array(keep))
     codes = open_codes(index_url, ExpectedFile(shard["codes"], "codes", shard["codes_bytes"], shard["codes_sha256"]))
     codes = codes.take(pa.array(keep)).combine_chunks()
-    name = posixpath.basename(shard["path"])
-    rel = posixpath.join(rel_dir, name)
+    return _write_files(index_url, posixpath.join(rel_dir, posixpath.basename(shard["path"])), codes, table, shard["block_id"])
+
+
+def _write_files(index_url: str, rel: str, codes: pa.Table, rows: pa.Table, block_id: str) -> dict:
+    """A shard's two files at ``rel`` of the index: ``codes`` (one record batch) as an
+    uncompressed Arrow IPC file that readers map, then ``rows`` (the other columns) as
+    Parquet; returns their manifest entry (path, codes, rows, tokens, sizes, sha256s,
+    block_id)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, codes.schema) as writer:
         writer.write_table(codes)
     codes_data = sink.getvalue().to_pybytes()
     buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd", row_group_size=1024)
+    pq.write_table(rows, buf, compression="zstd", row_group_size=1024)
     data = buf.getvalue()
     fs.write_bytes_atomic(fs.join(index_url, codes_path(rel)), codes_data)
     fs.write_bytes_atomic(fs.join(index_url, rel), data)
     return {
         "path": rel,
         "codes": codes_path(rel),
-        "rows": table.num_rows,
-        "tokens": int(pa.compute.sum(table["n_tokens"]).as_py() or 0),
+        "rows": rows.num_rows,
+        "tokens": int(pa.compute.sum(rows["n_tokens"]).as_py() or 0),
         "bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
         "codes_bytes": len(codes_data),
         "codes_sha256": hashlib.sha256(codes_data).hexdigest(),
-        "block_id": shard["block_id"],
+        "block_id": block_id,
     }
 
 
