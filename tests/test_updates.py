@@ -11,6 +11,7 @@ that is the codec's property, measured in tests/test_codecs.py, not the update p
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -35,9 +36,13 @@ def _write(path: Path, docs: list[dict]) -> str:
 
 
 @pytest.fixture(scope="module")
-def updated(tmp_path_factory, datasets):
+def updated(tmp_path_factory, datasets, fixture_cache):
     """(live index after index A, build-ann, add B, delete, update; from-scratch index of the
-    final documents; deleted ids; updated ids; queries)."""
+    final documents; deleted ids; updated ids; queries). Index A with its ANN build and the
+    from-scratch index are what the update path starts from and is compared with, built from
+    fixed inputs: cached across runs (tests/fixture_cache.py), the live index a copy of A's
+    entry; the add, delete and update run every time."""
+    from conftest import _recipe
     from mvr.jobs import delete as delete_job
     from mvr.pipeline.config import AnnBuildConfig, IndexConfig
     from mvr.pipeline.indexing.ann_build import build_ann
@@ -56,10 +61,19 @@ def updated(tmp_path_factory, datasets):
     by_id = {d["_id"]: d for d in docs}
     changed = [dict(by_id[i], text=docs[(k * 997) % len(docs)]["text"] + " (revised)") for k, i in enumerate(relevant[:UPDATED], 1)]
     config = IndexConfig.from_yaml(None, **CODECS)
+    ann = AnnBuildConfig(**ANN, bm25=None)
+
+    def cached(name: str, corpus: str, with_ann: bool) -> Path:
+        def build(path: Path) -> None:
+            index_corpus(corpus, str(path), config, log=lambda _: None)
+            if with_ann:
+                build_ann(str(path), ann, log=lambda _: None)
+
+        recipe = {**_recipe(Path(corpus), config), "ann": ann.model_dump(mode="json") if with_ann else None}
+        return fixture_cache.get(name, recipe, build)
 
     live = str(root / "live")
-    index_corpus(_write(root / "a.jsonl", docs[:half]), live, config, log=lambda _: None)
-    build_ann(live, AnnBuildConfig(**ANN, bm25=None), log=lambda _: None)
+    shutil.copytree(cached("updates-first-half", _write(root / "a.jsonl", docs[:half]), with_ann=True), live)
     add_documents(_write(root / "b.jsonl", docs[half:]), live, log=lambda _: None)
     ids_file = root / "deleted.txt"
     ids_file.write_text("\n".join(deleted + ["not-an-id"]) + "\n")
@@ -68,8 +82,7 @@ def updated(tmp_path_factory, datasets):
 
     final = [by_id[d["_id"]] for d in docs if d["_id"] not in set(deleted)]
     final = [dict(d, text=next(c["text"] for c in changed if c["_id"] == d["_id"])) if d["_id"] in {c["_id"] for c in changed} else d for d in final]
-    scratch = str(root / "scratch")
-    index_corpus(_write(root / "final.jsonl", final), scratch, config, log=lambda _: None)
+    scratch = str(cached("updates-from-scratch", _write(root / "final.jsonl", final), with_ann=False))
     queries = {q["_id"]: q["text"] for q in read_jsonl(datasets / "msmarco-sample" / "queries.jsonl")}
     return live, scratch, deleted, [c["_id"] for c in changed], changed, queries
 
