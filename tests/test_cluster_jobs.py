@@ -3,15 +3,13 @@ a head node with no CPUs, so every task and actor runs on a worker node, and two
 of one CPU each, every node a ``ray start`` of its own), submitted through Ray's job
 submission API exactly as ``ray job submit --working-dir . -- python -m mvr.jobs.NAME …`` does
 (``verify`` through ``mvr submit``); and the faults a cluster meets, each of which must
-leave every passage indexed exactly once. One indexing run meets three of them:
+leave every passage indexed exactly once:
 
 - an encode actor's worker process killed mid-job (Ray restarts the actor and retries);
-- then the whole job killed mid-way, and submitted again (it resumes from the committed shards);
+- the whole job killed mid-way and submitted again (it resumes from the committed shards);
 - during that resubmitted job, the worker node running its encode actor stopped (the job
-  ends on the other node; a new worker node then takes the stopped one's place);
-
-and its index meets the fourth: a truncated and a corrupted shard (``verify`` names them; the
-ANN build refuses them). The ANN build, evaluation and serving jobs run on that index.
+  ends on the other node);
+- a truncated and a corrupted shard (``verify`` names them; the ANN build refuses them).
 
 The collection: the 10 judged msmarco-sample queries with the fewest judgments, every judged
 passage of theirs and unjudged passages up to 300, written to the cluster's shared disk (as a
@@ -199,80 +197,27 @@ def independent_runs(collection: Path) -> dict[str, dict[str, list[tuple[str, fl
 
 @pytest.fixture(scope="module")
 def recovered(cluster, runner, collection) -> dict:
-    """The collection (small blocks and shards) indexed by a job whose encode actor is killed
-    after it has encoded two batches, and whose driver is then killed after 3 shards are
-    committed; then by the same job submitted again, whose encode actor's worker node is
-    stopped once it has encoded two batches (a new worker node is started after it ends). Three
-    faults in one run, each with its own test."""
+    """The collection indexed by a submitted job (small blocks and shards) whose encode actor
+    is killed after it has encoded two batches; the job's indexing tasks by node."""
     index = cluster.data / "index"
-    args = [collection / "corpus.jsonl", index, "--config", cluster.data / "small-batches.yaml"]
-    workers = {n.node_id for n in cluster.workers()}
-
-    first = runner.submit("index_corpus", args, working_dir=ROOT)
-    wait_until(lambda: encoding(cluster, runner, first) is not None, "2 batches encoded", runner, first)
+    job = runner.submit("index_corpus", [collection, index, "--config", cluster.data / "small-batches.yaml"], working_dir=ROOT)
+    wait_until(lambda: encoding(cluster, runner, job) is not None, "2 batches encoded", runner, job)
     actor = encode_actor(cluster)
     os.kill(int(actor.pid), signal.SIGKILL)
     print(f"\nkilled encode actor {actor.actor_id[:8]} (pid {actor.pid}); {committed_shards(index)} shards committed")
-    wait_until(lambda: committed_shards(index) >= 3 and encode_actor(cluster) is not None, "3 committed shards, the actor back", runner, first)
-    tasks = cluster.list_state("tasks", filters=[("job_id", "=", runner.info(first).job_id)])
+    logs = finish(runner, job)
+    tasks = cluster.list_state("tasks", filters=[("job_id", "=", runner.info(job).job_id)])
     nodes = Counter(t.node_id for t in tasks if t.node_id and any(stage in t.name for stage in STAGES))
-    driver = runner.info(first).driver_info
-    os.killpg(os.getpgid(int(driver.pid)), signal.SIGKILL)  # the driver and its shell, at once
-    first_status = runner.wait(first, 60)
-    killed_actor = cluster.list_state("actors", filters=[("actor_id", "=", actor.actor_id)], detail=True)[0]
-    committed = {p.name.removesuffix(".json") for p in (index / "_staging" / "committed").rglob("*.json")}
-    manifest_after_kill = (index / "manifest.json").exists()
-    print(f"killed the job's driver after {len(committed)} shards")
-
-    second = runner.submit("index_corpus", args, working_dir=ROOT)
-    wait_until(lambda: encoding(cluster, runner, second) is not None, "2 batches encoded", runner, second)
-    actor = encode_actor(cluster)
-    node = cluster.node_of(actor.node_id)
-    assert node is not None and not node.head
-    cluster.kill_node(node)
-    print(f"stopped {node.name} (the encode actor's node); {committed_shards(index)} shards committed")
-    logs = finish(runner, second)
-    survivors = [n.node_id for n in cluster.workers()]
-    restarted = cluster.list_state("actors", filters=[("actor_id", "=", actor.actor_id)], detail=True)[0]
-    cluster.add_worker()  # two worker nodes again, for the jobs on the index
-    return {
-        "index": index,
-        "expected": doc_ids(collection),
-        "nodes": nodes,
-        "workers": workers,
-        "killed_actor": killed_actor,
-        "first_status": first_status,
-        "committed_before": committed,
-        "manifest_after_kill": manifest_after_kill,
-        "logs": logs,
-        "stopped": node,
-        "survivors": survivors,
-        "actor": restarted,
-    }
+    return {"index": index, "logs": logs, "actor": actor, "nodes": nodes}
 
 
-def test_killed_encode_actor_is_restarted_and_nothing_is_lost(recovered):
-    r = recovered
-    assert int(r["killed_actor"].num_restarts) >= 1
-    # the first job's indexing stages ran on both worker nodes (the head has no CPU for them)
-    assert len(r["workers"]) == 2 and set(r["nodes"]) == r["workers"], r["nodes"]
-    assert_exactly_once(r["index"], r["expected"], r["logs"])
-
-
-def test_killed_job_resubmitted_resumes_from_committed_shards(recovered):
-    r = recovered
-    assert r["first_status"] == JobStatus.FAILED and not r["manifest_after_kill"] and len(r["committed_before"]) >= 3
-    assert "resuming the unfinished job" in r["logs"]
-    assert r["committed_before"] <= {Path(s.path).name for s in load_manifest(str(r["index"])).shards}  # kept, not redone
-    assert_exactly_once(r["index"], r["expected"], r["logs"])
-
-
-def test_stopped_worker_node_the_job_finishes_on_the_other(recovered):
-    r = recovered
-    assert not r["stopped"].alive and r["survivors"] and r["stopped"].node_id not in r["survivors"]
-    assert len(r["survivors"]) == 1
-    assert int(r["actor"].num_restarts) >= 1 and r["actor"].node_id == r["survivors"][0]  # finished on the other node
-    assert_exactly_once(r["index"], r["expected"], r["logs"])
+def test_killed_encode_actor_is_restarted_and_nothing_is_lost(cluster, collection, recovered):
+    assert_exactly_once(recovered["index"], doc_ids(collection), recovered["logs"])
+    actor = cluster.list_state("actors", filters=[("actor_id", "=", recovered["actor"].actor_id)], detail=True)[0]
+    assert int(actor.num_restarts) >= 1
+    # the indexing stages ran on both worker nodes (the head has no CPU for them)
+    workers = {n.node_id for n in cluster.workers()}
+    assert len(workers) == 2 and set(recovered["nodes"]) == workers, recovered["nodes"]
 
 
 def test_ann_eval_and_serve_jobs_on_the_recovered_index(cluster, runner, collection, recovered):
@@ -343,3 +288,59 @@ def test_truncated_or_corrupted_shard_is_named_and_refused(cluster, runner, reco
     logs = runner.logs(job)
     assert shards[0].path in logs and "do not match the manifest" in logs, logs[-3000:]
     assert load_manifest(str(index)).version == load_manifest(str(recovered["index"])).version  # nothing committed
+
+
+@pytest.fixture(scope="module")
+def resubmitted(cluster, runner, collection) -> dict:
+    """The collection (small blocks and shards) indexed by a job whose driver is killed after
+    3 shards are committed, then by the same job submitted again, whose encode actor's worker
+    node is stopped once it has encoded two batches. Two faults in one run, each with its own
+    test: the second job's work is what the stopped node takes down."""
+    index = cluster.data / "resubmitted"
+    args = [collection / "corpus.jsonl", index, "--config", cluster.data / "small-batches.yaml"]
+
+    first = runner.submit("index_corpus", args, working_dir=ROOT)
+    wait_until(lambda: committed_shards(index) >= 3, "3 committed shards", runner, first)
+    driver = runner.info(first).driver_info
+    os.killpg(os.getpgid(int(driver.pid)), signal.SIGKILL)  # the driver and its shell, at once
+    first_status = runner.wait(first, 60)
+    committed = {p.name.removesuffix(".json") for p in (index / "_staging" / "committed").rglob("*.json")}
+    manifest_after_kill = (index / "manifest.json").exists()
+    print(f"\nkilled the job's driver after {len(committed)} shards")
+
+    second = runner.submit("index_corpus", args, working_dir=ROOT)
+    wait_until(lambda: encoding(cluster, runner, second) is not None, "2 batches encoded", runner, second)
+    actor = encode_actor(cluster)
+    node = cluster.node_of(actor.node_id)
+    assert node is not None and not node.head
+    cluster.kill_node(node)
+    print(f"stopped {node.name} (the encode actor's node); {committed_shards(index)} shards committed")
+    logs = finish(runner, second)
+    restarted = cluster.list_state("actors", filters=[("actor_id", "=", actor.actor_id)], detail=True)[0]
+    return {
+        "index": index,
+        "expected": doc_ids(collection),
+        "first_status": first_status,
+        "committed_before": committed,
+        "manifest_after_kill": manifest_after_kill,
+        "logs": logs,
+        "stopped": node,
+        "actor": restarted,
+    }
+
+
+def test_killed_job_resubmitted_resumes_from_committed_shards(resubmitted):
+    r = resubmitted
+    assert r["first_status"] == JobStatus.FAILED and not r["manifest_after_kill"] and len(r["committed_before"]) >= 3
+    assert "resuming the unfinished job" in r["logs"]
+    assert r["committed_before"] <= {Path(s.path).name for s in load_manifest(str(r["index"])).shards}  # kept, not redone
+    assert_exactly_once(r["index"], r["expected"], r["logs"])
+
+
+def test_stopped_worker_node_the_job_finishes_on_the_other(cluster, resubmitted):
+    """Last in the module: it leaves the cluster one worker node short."""
+    r = resubmitted
+    assert not r["stopped"].alive and [n.node_id for n in cluster.workers()] != [r["stopped"].node_id]
+    assert len(cluster.workers()) == 1
+    assert int(r["actor"].num_restarts) >= 1 and r["actor"].node_id == cluster.workers()[0].node_id  # finished on the other node
+    assert_exactly_once(r["index"], r["expected"], r["logs"])
