@@ -6,7 +6,8 @@ submission API exactly as ``ray job submit --working-dir . -- python -m mvr.jobs
 leave every passage indexed exactly once:
 
 - an encode actor's worker process killed mid-job (Ray restarts the actor and retries);
-- the whole job killed mid-way and submitted again (it resumes from the committed shards);
+- the whole job killed mid-way and submitted again (it resumes from the committed shards, with
+  the codecs the first run trained);
 - during that resubmitted job, the worker node running its encode actor stopped (the job
   ends on the other node);
 - a truncated and a corrupted shard (``verify`` names them; the ANN build refuses them).
@@ -53,9 +54,15 @@ N_QUERIES, N_DOCS = 10, 300
 # be hit in the middle (input blocks of 64 KB: two of them, each validated and tokenized by a
 # task of its own); torch on both of this machine's cores, although the encode actor's node
 # has one logical CPU (the other node's tasks are light).
-# float16 codes: the recovered index is compared with an independent float computation;
+# float16 codes for the killed actor's job: its index is compared with an independent float computation;
 # small_job_rows 0: an actor pool (a job this small would encode in tasks), whose actor is killed
-SMALL_BATCHES = "runtime:\n  block_bytes: 65536\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n  torch_threads: 2\n  small_job_rows: 0\ncompress:\n  codec: float16\n  pooled_codec: float16\n"
+RUNTIME = "runtime:\n  block_bytes: 65536\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n  torch_threads: 2\n  small_job_rows: 0\n"
+SMALL_BATCHES = RUNTIME + "compress:\n  codec: float16\n  pooled_codec: float16\n"
+# the resubmitted job: the default codec, trained by the first run and reused by the second
+# (the codes its committed shards hold stay decodable); every passage encoded again after the
+# sample pass (runtime.encode_once false: a sample of all 300 passages would otherwise keep
+# them encoded, and the second run would have no encode actor to lose with its node)
+TRAINED_CODEC = RUNTIME + "  encode_once: false\n"
 JOB_TIMEOUT = 300
 STAGES = ("scan_block", "read_tokenize", "EncodeCompress", "write_shards")  # the indexing job's own tasks
 
@@ -95,6 +102,7 @@ def collection(cluster, datasets) -> Path:
         w.writerow(["query-id", "corpus-id", "score"])
         w.writerows([q.query_id, q.doc_id, q.relevance] for q in qrels if q.query_id in chosen)
     (cluster.data / "small-batches.yaml").write_text(SMALL_BATCHES)
+    (cluster.data / "trained-codec.yaml").write_text(TRAINED_CODEC)
     return out
 
 
@@ -292,12 +300,12 @@ def test_truncated_or_corrupted_shard_is_named_and_refused(cluster, runner, reco
 
 @pytest.fixture(scope="module")
 def resubmitted(cluster, runner, collection) -> dict:
-    """The collection (small blocks and shards) indexed by a job whose driver is killed after
-    3 shards are committed, then by the same job submitted again, whose encode actor's worker
-    node is stopped once it has encoded two batches. Two faults in one run, each with its own
-    test: the second job's work is what the stopped node takes down."""
+    """The collection (small blocks and shards, the default codec) indexed by a job whose
+    driver is killed after 3 shards are committed, then by the same job submitted again, whose
+    encode actor's worker node is stopped once it has encoded two batches. Two faults in one
+    run, each with its own test: the second job's work is what the stopped node takes down."""
     index = cluster.data / "resubmitted"
-    args = [collection / "corpus.jsonl", index, "--config", cluster.data / "small-batches.yaml"]
+    args = [collection / "corpus.jsonl", index, "--config", cluster.data / "trained-codec.yaml"]
 
     first = runner.submit("index_corpus", args, working_dir=ROOT)
     wait_until(lambda: committed_shards(index) >= 3, "3 committed shards", runner, first)
@@ -333,6 +341,7 @@ def test_killed_job_resubmitted_resumes_from_committed_shards(resubmitted):
     r = resubmitted
     assert r["first_status"] == JobStatus.FAILED and not r["manifest_after_kill"] and len(r["committed_before"]) >= 3
     assert "resuming the unfinished job" in r["logs"]
+    assert "reusing the codecs the interrupted run trained" in r["logs"]  # its shards' codes stay decodable
     assert r["committed_before"] <= {Path(s.path).name for s in load_manifest(str(r["index"])).shards}  # kept, not redone
     assert_exactly_once(r["index"], r["expected"], r["logs"])
 

@@ -1,13 +1,12 @@
-"""Kill the indexing job part-way, rerun it, and find every passage exactly once; kill the
-worker of a small job's encode task, and find every passage exactly once."""
+"""Kill the worker of a small job's encode task, and find every passage exactly once. (A
+whole indexing job killed part-way and run again: ``tests/test_cluster_jobs.py``, whose
+resubmitted job resumes from the committed shards and the codecs the first run trained.)"""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,49 +20,6 @@ from mvr.storage.manifest import load_manifest
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 N_DOCS = 200
-
-
-def _job(corpus: Path, index: Path, config: Path, address: str = "local") -> subprocess.Popen:
-    """``mvr index`` in a process of its own, on the Ray cluster at ``address`` ("local": a
-    cluster of its own, started by the job and killed with it)."""
-    cmd = [sys.executable, "-m", "mvr.jobs.index_corpus", str(corpus), str(index), "--config", str(config)]
-    env = {**os.environ, "RAY_ADDRESS": address}
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env, text=True)
-
-
-def _committed(index: Path) -> list[Path]:
-    return sorted((index / "_staging" / "committed").rglob("*.json"))
-
-
-def test_killed_job_resumes_without_duplicates(tmp_path, datasets, ray_address):
-    docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")[:N_DOCS]
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
-    config = tmp_path / "config.yaml"
-    config.write_text("runtime:\n  block_bytes: 16384\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n")
-    index = tmp_path / "index"
-
-    first = _job(corpus, index, config)
-    deadline = time.time() + 300
-    while len(_committed(index)) < 4:
-        assert first.poll() is None, f"job ended before it could be killed:\n{first.stdout.read()}"
-        assert time.time() < deadline, "no shards were committed within 300 s"
-        time.sleep(0.5)
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait(timeout=60)
-    before = {p.name for p in _committed(index)}
-    assert not (index / "manifest.json").exists()
-    assert 4 <= len(before)
-
-    second = _job(corpus, index, config, ray_address)  # rerun as a job on a running cluster
-    out, _ = second.communicate(timeout=600)
-    assert second.returncode == 0, out
-    assert "resuming the unfinished job" in out
-    assert "reusing the codecs the interrupted run trained" in out  # its shards' codes stay decodable
-    assert f"indexed {N_DOCS}, rejected 0" in out
-    listed = {Path(s.path).name for s in load_manifest(str(index)).shards}
-    assert {name.removesuffix(".json") for name in before} <= listed  # kept, not redone
-    _assert_exactly_once(index, docs)
 
 
 def _assert_exactly_once(index: Path, docs: list[dict]) -> None:
