@@ -7,7 +7,6 @@ rebuilt index is switched to while queries keep being answered."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -203,48 +202,6 @@ def test_one_bad_query_among_concurrent_clients_fails_alone(served, in_process):
     r = requests.post(url + "/search/batch", json={"queries": ["what is rba", "\x00\x01"]}, timeout=30)
     assert r.status_code == 422 and "queries[1]" in r.text and "printable" in r.text, r.text
     assert requests.post(url + "/search/batch", json={"queries": queries[:2]}, timeout=30).status_code == 200
-
-
-def test_the_encoder_isolates_a_failing_text_in_its_batch(served, in_process):
-    """Defence in depth, at the encoder itself (a ``QueryEncoder`` deployment, as
-    ``encoder.placement: deployment`` runs it, called by its DeploymentHandle past the
-    ingress's validation): a text the tokenizer raises on, batched with valid ones, comes back
-    as a ``QueryNotEncodable`` while its batch-mates get the vectors they get alone."""
-    from ray import serve
-
-    from mvr.pipeline.serving.app import encoder_app, plan_resources
-    from mvr.storage.manifest import load_manifest
-
-    config = served["config"].model_copy(update={"encoder": served["config"].encoder.model_copy(update={"placement": "deployment"})})
-    plan = dataclasses.replace(plan_resources(config, 2).encoder, num_cpus=0.01)  # beside the service's own reservations
-    encoder = serve.run(encoder_app(served["index"], load_manifest(served["index"]), config, plan), name="encoder-under-test", route_prefix=None)
-    try:
-        _isolates_a_failing_text(encoder, served, in_process)
-    finally:
-        serve.delete("encoder-under-test")
-
-
-def _isolates_a_failing_text(encoder, served, in_process) -> None:
-    from mvr.pipeline.serving.query_encoder import QueryNotEncodable
-
-    valid = list(served["queries"].values())[:6]
-    expected = {q: e.tokens for q, e in zip(valid, in_process.encode(valid))}
-    filler = [" ".join(valid)] * 16  # keeps the encoder busy while the texts below queue up as one batch
-    for _ in range(3):
-        splits = len(encoder.info.remote().result()["split_batches"])
-        texts = filler + valid[:3] + ["\ud800 bad"] + valid[3:]
-        responses = [encoder.encode.remote(t) for t in texts]
-        results = [r.result() for r in responses]
-        assert isinstance(results[len(filler) + 3], QueryNotEncodable) and "cannot take" in str(results[len(filler) + 3])
-        for text, got in zip(texts, results):
-            if text in expected:
-                np.testing.assert_allclose(got.tokens, expected[text], atol=1e-4)
-        split = encoder.info.remote().result()["split_batches"][splits:]
-        assert len(split) == 1 and split[0][1] == 1, split  # one batch fell back to one by one; one text refused
-        if split[0][0] > 1:  # the bad text shared its batch with valid ones
-            break
-    else:
-        pytest.fail("the bad text was batched alone three times")
 
 
 def test_chunked_body_over_the_limit_is_refused_while_streaming(served):

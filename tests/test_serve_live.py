@@ -2,7 +2,9 @@
 add`, `mvr delete` and `mvr compact` commit new versions and the service switches to each
 (POST /admin/reload once, polling otherwise). No answer fails; every answer names its
 version; no deleted document is returned by a version that has its deletion; an added
-document is found by every version that has it; a document that stays is always found."""
+document is found by every version that has it; a document that stays is always found.
+And the service's ``QueryEncoder`` deployment (kept across those switches) isolates a text it
+cannot encode from its batch-mates."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import shutil
 import threading
 import time
 
+import numpy as np
 import pytest
 import requests
 
@@ -32,21 +35,62 @@ def _wait_version(url: str, version: int, timeout: float = 300.0) -> None:
     raise TimeoutError(f"the service did not switch to version {version} within {timeout:.0f} s")
 
 
-def test_queries_during_add_delete_compact(msmarco_100, tmp_path, datasets, serve_port):
-    from mvr.pipeline.indexing.compaction import compact
-    from mvr.pipeline.indexing.updates import add_documents, delete_documents
+@pytest.fixture(scope="module")
+def live(msmarco_100, tmp_path_factory, serve_port):
+    """A copy of the 100-passage index served with a token and its reloader, the encoder as a
+    deployment of its own (as for an index updated often: it is kept across the switches;
+    test_serve.py switches with the default, the encoder in the ingress)."""
     from mvr.pipeline.serving.app import deploy, shutdown, start_reloader
-    from mvr.storage.manifest import load_manifest
 
-    index = str(tmp_path / "index")
+    index = str(tmp_path_factory.mktemp("live") / "index")
     shutil.copytree(msmarco_100, index)
-    docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")
-    stay, gone, new = docs[0:3], docs[3:6], docs[100:130]
-    # the encoder as its own deployment, as for an index updated often: it is kept across the
-    # switches (test_serve.py switches with the default, the encoder in the ingress)
     config = serve_config(serve_port, "t-live", modes=["maxsim"], reload_poll_s=1.0, partition_timeout_s=10.0, encoder={"placement": "deployment"})
     d = deploy(index, config, token=TOKEN, log=print)
     start_reloader(index, config, TOKEN, d.version)
+    yield {"index": index, "config": config, "deployment": d}
+    shutdown(config)  # the module's apps, and its reloader (a detached actor: it would outlive the test)
+
+
+def test_the_encoder_isolates_a_failing_text_in_its_batch(live, datasets):
+    """Defence in depth, at the encoder itself (the service's ``QueryEncoder`` deployment,
+    called by its DeploymentHandle past the ingress's validation): a text the tokenizer raises
+    on, batched with valid ones, comes back as a ``QueryNotEncodable`` while its batch-mates
+    get the vectors they get alone."""
+    from ray import serve
+
+    from mvr.pipeline.retrieval.searcher import Searcher
+    from mvr.pipeline.serving.query_encoder import QueryNotEncodable
+
+    assert live["deployment"].encoder_app is not None
+    encoder = serve.get_deployment_handle("QueryEncoder", live["deployment"].encoder_app)
+    valid = [q["text"] for q in read_jsonl(datasets / "msmarco-sample" / "queries.jsonl")[:6]]
+    expected = {q: e.tokens for q, e in zip(valid, Searcher(live["index"], ["maxsim"]).encode(valid))}
+    filler = [" ".join(valid)] * 16  # keeps the encoder busy while the texts below queue up as one batch
+    for _ in range(3):
+        splits = len(encoder.info.remote().result()["split_batches"])
+        texts = filler + valid[:3] + ["\ud800 bad"] + valid[3:]
+        responses = [encoder.encode.remote(t) for t in texts]
+        results = [r.result() for r in responses]
+        assert isinstance(results[len(filler) + 3], QueryNotEncodable) and "cannot take" in str(results[len(filler) + 3])
+        for text, got in zip(texts, results):
+            if text in expected:
+                np.testing.assert_allclose(got.tokens, expected[text], atol=1e-4)
+        split = encoder.info.remote().result()["split_batches"][splits:]
+        assert len(split) == 1 and split[0][1] == 1, split  # one batch fell back to one by one; one text refused
+        if split[0][0] > 1:  # the bad text shared its batch with valid ones
+            break
+    else:
+        pytest.fail("the bad text was batched alone three times")
+
+
+def test_queries_during_add_delete_compact(live, tmp_path, datasets):
+    from mvr.pipeline.indexing.compaction import compact
+    from mvr.pipeline.indexing.updates import add_documents, delete_documents
+    from mvr.storage.manifest import load_manifest
+
+    index, d = live["index"], live["deployment"]
+    docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")
+    stay, gone, new = docs[0:3], docs[3:6], docs[100:130]
     url = d.url
     probes = [("stay", x) for x in stay] + [("gone", x) for x in gone] + [("new", x) for x in new[:3]]
     answers: list[tuple[str, str, int, int, list[str]]] = []  # kind, doc id, status, version, ids
@@ -82,7 +126,6 @@ def test_queries_during_add_delete_compact(msmarco_100, tmp_path, datasets, serv
     finally:
         stop.set()
         worker.join()
-        shutdown(config)  # the module's apps, and its reloader (a detached actor: it would outlive the test)
     print(f"\n{len(answers)} answers over versions {sorted({a[3] for a in answers})}")
     assert len(answers) > 30
     assert all(status == 200 for _, _, status, _, _ in answers), [a for a in answers if a[2] != 200][:3]
