@@ -73,9 +73,8 @@ def test_dry_run_without_ray_measures_every_step_that_starts_no_ray(tmp_path):
     assert all("identical top-10: 100% of queries" in r["note"] for r in exact)  # the same ranking either way
     assert set(report["details"]["exact"]["float16"]) == {"gpu", "cpu"}
 
-    for name in gpu_check.DATASETS:  # the bare loop's figures are in the record (their values, times: docs/gpu.md's GPU run)
-        bare = report["details"]["encode"][name]
-        assert {"bare_s", "tokenize_s"} <= set(bare) and bare["bare_passages"] > 0
+    for name in gpu_check.DATASETS:  # the bare loop encoded passages (its times are a benchmark's: docs/gpu.md's GPU run)
+        assert report["details"]["encode"][name]["bare_passages"] > 0
     (peers,) = _rows(report, "vs peers")
     assert peers["status"] == "skipped: starts Ray (--no-ray)"
     assert not kernels._cuda_wanted  # the script's use_cuda of each side undone: the default, off

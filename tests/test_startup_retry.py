@@ -149,7 +149,6 @@ def _scenario_ray(kind: str) -> dict[str, Any]:
     import ray
 
     from mvr.pipeline import ray_runtime
-    from mvr.pipeline.ray_runtime import init_ray
 
     if kind == "ray-timeout-always":
         ray_runtime.RAY_START_ATTEMPTS = 2  # the bound, as init_ray reads it
@@ -164,7 +163,7 @@ def _scenario_ray(kind: str) -> dict[str, Any]:
     starts, noted = _inject_into_raylet_wait(fail)
     out: dict[str, Any] = {}
     try:
-        init_ray()
+        ray_runtime.init_ray()
         out["task"] = ray.get(ray.remote(lambda: 42).options(num_cpus=0).remote())
     except Exception as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
