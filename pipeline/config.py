@@ -174,6 +174,16 @@ class RuntimeConfig(_Section):
     )
 
 
+class StorageConfig(_Section):
+    """How an index's store is written (docs/cluster.md: object storage)."""
+
+    single_writer: bool = Field(
+        False,
+        description="commit to a store that ignores conditional writes (If-None-Match), which mvr refuses otherwise: only safe "
+        "when one writer at a time ever writes to the index (concurrent writers would lose commits)",
+    )
+
+
 def _deep_update(base: dict, update: dict) -> None:
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
@@ -224,6 +234,7 @@ class IndexConfig(_JobConfig):
     tokenizer: TokenizerConfig = TokenizerConfig()
     compress: CompressConfig = CompressConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+    storage: StorageConfig = StorageConfig()
     limit: Optional[int] = Field(None, ge=1, description="index only the first N input rows")
 
     @model_validator(mode="after")

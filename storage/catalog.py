@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mvr.operators.retrieval.filters import CompiledFilter, check_doc_ids, compile_filter, quote_identifier
-from mvr.storage import fs
+from mvr.storage import fs, local_cache
 from mvr.storage.corpus import InputBlock
 from mvr.storage.staging import duplicates_url, raw_rows, scan_urls, write_duplicates
 
@@ -255,7 +255,8 @@ def _parquet_rows(url: str) -> int:
 
 
 class Catalog:
-    """Read-only view of ``catalog.duckdb`` (copied locally first when the index is remote)."""
+    """Read-only view of ``catalog.duckdb`` (a remote index's from the node's cache,
+    ``storage/local_cache.py``)."""
 
     def __init__(self, index_url: str, path: Optional[str] = None) -> None:
         """``path``: the catalog file relative to the index (``Manifest.catalog`` of the
@@ -268,15 +269,8 @@ class Catalog:
         url = fs.join(index_url, path)
         if not fs.exists(url):
             raise FileNotFoundError(f"no catalog at {url}: the index was not committed")
-        self._tmp = None
-        if fs.is_local(url):
-            path = fs.resolve(url)[1]
-        else:
-            self._tmp = tempfile.TemporaryDirectory()
-            path = os.path.join(self._tmp.name, CATALOG_FILE)
-            with open(path, "wb") as f:
-                f.write(fs.read_bytes(url))
-        self.con = duckdb.connect(path, read_only=True)
+        # a remote index's catalog: this node's cached copy (shared by its processes, fetched once)
+        self.con = duckdb.connect(local_cache.local_copy(url), read_only=True)
         self._columns: Optional[dict[str, str]] = None
 
     def filter_columns(self) -> dict[str, str]:
@@ -376,5 +370,3 @@ class Catalog:
 
     def close(self) -> None:
         self.con.close()
-        if self._tmp is not None:
-            self._tmp.cleanup()

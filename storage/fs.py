@@ -1,8 +1,9 @@
 """fsspec paths: every file the project reads or writes goes through here.
 
-URLs are local paths or any fsspec URL (``memory://``, ``s3://``, ``gs://`` when their
-packages are installed). Writes are atomic: a local file is written to a temporary name and
-renamed; an object store's single PUT is atomic already.
+URLs are local paths or any fsspec URL (``memory://``; ``s3://`` and ``gs://`` with mvr's
+``s3`` / ``gcs`` extra installed: ``StorageDriverMissing`` names the extra otherwise). Writes
+are atomic: a local file is written to a temporary name and renamed; an object store's
+single PUT is atomic already.
 """
 
 from __future__ import annotations
@@ -16,10 +17,25 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+# URL protocols whose fsspec driver is an extra of mvr's: (the driver's package, the extra)
+DRIVER_EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs")}
+
+
+class StorageDriverMissing(ValueError):
+    """A URL of a protocol whose fsspec driver (an extra of mvr's) is not installed."""
+
 
 def resolve(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """(filesystem, path inside it) for a URL or local path."""
-    fs, path = fsspec.core.url_to_fs(str(url))
+    """(filesystem, path inside it) for a URL or local path; ``StorageDriverMissing`` naming
+    the extra to install for an ``s3://`` or ``gs://`` URL without its driver."""
+    try:
+        fs, path = fsspec.core.url_to_fs(str(url))
+    except ImportError as exc:
+        protocol = fsspec.core.split_protocol(str(url))[0]
+        if protocol not in DRIVER_EXTRAS:
+            raise
+        package, extra = DRIVER_EXTRAS[protocol]
+        raise StorageDriverMissing(f"{url}: {protocol}:// URLs need the {package} package: pip install 'mvr[{extra}]'") from exc
     return fs, path
 
 
@@ -153,6 +169,31 @@ def create_exclusive(url: str, data: bytes) -> None:
         ) from exc
     with f:
         f.write(data)
+
+
+PROBE_PREFIX = ".mvr-write-probe-"  # + 32 hex digits: a probe object's name (``storage/index_dir.py`` knows it as its own)
+
+
+def exclusive_create_holds(url: str) -> bool:
+    """Whether the store under the directory ``url`` refuses a second exclusive create of one
+    name, as concurrent commits need (``create_exclusive``): a probe object created there
+    twice, then removed. Some S3-compatible stores and gateways accept ``If-None-Match: *``
+    and ignore it, and fsspec's drivers accept ``"xb"`` whatever the store does: only the
+    store's answer tells. A local filesystem (``link``) holds."""
+    if is_local(url):
+        return True
+    probe = join(url, f"{PROBE_PREFIX}{uuid.uuid4().hex}")
+    try:
+        create_exclusive(probe, b"1")
+        try:
+            create_exclusive(probe, b"2")
+        except FileExistsError:
+            return True
+        return False
+    except ExclusiveCreateUnsupported:
+        return False
+    finally:
+        remove(probe)
 
 
 def list_files(url: str, suffix: str = "", include_tmp: bool = False) -> list[str]:

@@ -174,6 +174,7 @@ class Manifest(BaseModel):
     tombstones: dict[str, Any] = Field(default_factory=dict)  # path, bytes, sha256, count of the deleted passages' file
     adds: list[dict[str, Any]] = Field(default_factory=list)  # one entry an `mvr add` committed since the last build or compaction
     history: list[dict[str, Any]] = Field(default_factory=list)  # version, operation, at, summary (most recent last, bounded)
+    storage: dict[str, Any] = Field(default_factory=dict)  # how commits are kept from racing (``commit_guard``), decided at the first commit
 
     def shards_digest(self) -> str:
         """sha256 over the shards' checksums: which passages an ANN or BM25 build was made from."""
@@ -293,6 +294,35 @@ def load_manifest(index_url: str) -> Manifest:
     return m
 
 
+class ConditionalWritesUnsupported(RuntimeError):
+    """The index's store does not refuse a second exclusive create of one object: two
+    writers could both commit a version, and one's change would be lost without a word."""
+
+
+SINGLE_WRITER_SETTING = "storage.single_writer"
+
+
+def commit_guard(index_url: str, single_writer: bool = False) -> dict[str, Any]:
+    """How commits to a new index at ``index_url`` are kept from racing, decided before its
+    first commit and recorded in its manifest (``Manifest.storage``): ``{"commits":
+    "exclusive-create"}`` on a local filesystem (a hard link), or on a store that refused the
+    probe's second exclusive create (``fs.exclusive_create_holds``: a conditional PUT it
+    honours); on a store that did not, ``ConditionalWritesUnsupported`` unless
+    ``single_writer`` (``SINGLE_WRITER_SETTING``: the user's word that one writer at a time
+    commits), then ``{"commits": "single-writer"}``."""
+    local = fs.is_local(index_url)
+    if local or fs.exclusive_create_holds(index_url):
+        return {"commits": "exclusive-create", "probed": not local}
+    if single_writer:
+        return {"commits": "single-writer", "probed": True}
+    raise ConditionalWritesUnsupported(
+        f"{index_url}: the store accepted a second exclusive create of the same object (a conditional PUT such as "
+        "If-None-Match: * was ignored), so two writers could both commit a version and one's change would be lost; "
+        f"use a store with conditional writes, or set {SINGLE_WRITER_SETTING}: true if only one writer at a time will ever "
+        "write to this index (at your own risk: concurrent writers then lose commits)"
+    )
+
+
 class CommitConflict(RuntimeError):
     """Another writer committed the version this one tried to create."""
 
@@ -306,8 +336,11 @@ def commit_manifest(index_url: str, manifest: Manifest, based_on: Optional[int] 
     shard list file first (named by its content, so never rewritten), then the exclusive
     create of ``versions/{N}.json`` (the commit point: ``CommitConflict`` when another writer
     created it first, and nothing of this commit is visible), then ``manifest.json`` (a
-    pointer only: a full disk that refuses it after the commit point fails nothing)."""
+    pointer only: a full disk that refuses it after the commit point fails nothing). A new
+    index's first commit decides ``manifest.storage`` (``commit_guard``) unless its writer has."""
     base = manifest.version if based_on == -1 else based_on
+    if not base and not manifest.storage:  # a new index whose writer decided nothing: conditional writes or nothing
+        manifest.storage = commit_guard(index_url)
     manifest.version = (base or 0) + 1
     data = shard_list_bytes(manifest.shards)
     digest = hashlib.sha256(data).hexdigest()
@@ -320,10 +353,17 @@ def commit_manifest(index_url: str, manifest: Manifest, based_on: Optional[int] 
         -HISTORY_KEPT:
     ]
     body = json.dumps(manifest.model_dump(mode="json"), indent=1).encode()
+    url = version_url(index_url, manifest.version)
     try:
-        fs.create_exclusive(version_url(index_url, manifest.version), body)
+        fs.create_exclusive(url, body)
     except FileExistsError:
         raise CommitConflict(f"version {manifest.version} of {index_url} was committed by another writer") from None
+    except fs.ExclusiveCreateUnsupported:  # a store without conditional writes: only on the user's word (commit_guard)
+        if manifest.storage.get("commits") != "single-writer":
+            raise
+        if fs.exists(url):
+            raise CommitConflict(f"version {manifest.version} of {index_url} was committed by another writer") from None
+        fs.write_bytes_atomic(url, body)
     try:
         fs.write_bytes_atomic(manifest_url(index_url), body)
     except OSError as exc:  # committed all the same: readers follow the versions past a stale pointer

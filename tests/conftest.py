@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
+import s3_endpoint
+
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = Path(os.environ.get("MVR_DATASETS", ROOT.parent / "shared" / "datasets"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+s3_endpoint.configure_environment()  # before any Ray starts: its workers inherit the endpoint (tests/s3_endpoint.py)
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +23,14 @@ def datasets() -> Path:
     if not (DATASETS / "msmarco-sample" / "corpus.jsonl").exists():
         pytest.fail(f"test collections not found at {DATASETS} (set MVR_DATASETS)")
     return DATASETS
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """This worker's S3 endpoint on loopback (moto's server, tests/s3_endpoint.py)."""
+    endpoint = s3_endpoint.MotoEndpoint()
+    yield endpoint
+    endpoint.stop()
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -32,7 +32,7 @@ from mvr.pipeline.ray_runtime import EncodePlan, init_ray, plan_encode, task_res
 from mvr.pipeline.results import IndexResult
 from mvr.storage import catalog, codec_file, fs, index_dir, staging
 from mvr.storage.corpus import CorpusError, InputBlock, plan_blocks
-from mvr.storage.manifest import Manifest, ShardEntry, commit_manifest, read_manifest
+from mvr.storage.manifest import Manifest, ShardEntry, commit_guard, commit_manifest, read_manifest
 from mvr.storage.shards import committed_records
 
 
@@ -77,12 +77,14 @@ def _apply_limit(index_url: str, blocks: list[InputBlock], limit: Optional[int])
 class _Prepared:
     """What ``_prepare`` decided: the blocks to index (or the committed, up-to-date manifest),
     the plan key, whether an existing index is to be replaced once the new corpus has been
-    validated (``--overwrite``), and whether INDEX did not exist before this run."""
+    validated (``--overwrite``), whether INDEX did not exist before this run, and how its
+    commits are kept from racing (``commit_guard``; {} when up to date)."""
 
     blocks: list[InputBlock] | Manifest
     key: dict
     replace: bool
     created: bool
+    guard: dict = field(default_factory=dict)
 
 
 def _prepare(corpus_url: str, index_url: str, config: IndexConfig, overwrite: bool, log: Callable[[str], None]) -> _Prepared:
@@ -127,9 +129,10 @@ def _prepare(corpus_url: str, index_url: str, config: IndexConfig, overwrite: bo
         if staged["key"] != key:
             raise IndexExistsError(f"{index_url} holds an unfinished indexing job of another corpus or configuration (pass --overwrite to discard it)")
         log(f"resuming the unfinished job in {index_url}")
-        return _Prepared([InputBlock.from_dict(b) for b in staged["blocks"]], key, False, created)
+        return _Prepared([InputBlock.from_dict(b) for b in staged["blocks"]], key, False, created, commit_guard(index_url, config.storage.single_writer))
+    guard = commit_guard(index_url, config.storage.single_writer)  # before any work: a store that would lose commits is refused
     staging.save_plan(index_url, {"key": key, "blocks": [b.to_dict() for b in blocks]})
-    return _Prepared(blocks, key, replace, created)
+    return _Prepared(blocks, key, replace, created, guard)
 
 
 def _refuse_empty(corpus_url: str, index_url: str, blocks: list[InputBlock], created: bool) -> int:
@@ -220,7 +223,8 @@ def index_corpus(
     ds.materialize()
     staging.clear_encoded(index_url)
     log(f"{'compressed the kept vectors' if kept else 'encoded'} and wrote passages in {time.time() - t1:.1f} s")
-    return IndexResult(_commit(corpus_url, index_url, config, model, blocks, key, codec_files, log, encode), False, time.time() - t0)
+    manifest = _commit(corpus_url, index_url, config, model, blocks, key, codec_files, log, encode, prepared.guard)
+    return IndexResult(manifest, False, time.time() - t0)
 
 
 def _encode_record(placement: EncodePlan, config: IndexConfig) -> dict:
@@ -407,9 +411,11 @@ def _commit(
     codec_files: dict[str, bytes],
     log,
     encode: Optional[dict] = None,
+    guard: Optional[dict] = None,
 ) -> Manifest:
     """Rejects, catalog, reconciliation, then the manifest (the commit point); ``encode``:
-    where the passages were encoded (``_encode_record``), kept as ``model.encode``."""
+    where the passages were encoded (``_encode_record``), kept as ``model.encode``; ``guard``:
+    how its commits are kept from racing (``commit_guard``), kept as ``storage``."""
     records = committed_records(index_url, [b.block_id for b in blocks])
     rejected = catalog.write_rejects(index_url, blocks)
     scan = catalog.scan_counts(index_url, blocks)
@@ -440,6 +446,7 @@ def _commit(
         dim=codec_entries["tokens"]["dim_out"],
         codecs=codec_entries,
         shards=[ShardEntry(**{k: v for k, v in r.items() if k != "seq_ranges"}) for r in records],
+        storage=guard or {},
     )
     index_dir.remove_orphan_shards(index_url, {r["path"] for r in records})
     commit_manifest(index_url, manifest)
