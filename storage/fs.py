@@ -28,10 +28,12 @@ class StorageDriverMissing(ValueError):
 def resolve(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """(filesystem, path inside it) for a URL or local path; ``StorageDriverMissing`` naming
     the extra to install for an ``s3://`` or ``gs://`` URL without its driver."""
+    protocol = fsspec.core.split_protocol(str(url))[0]
     try:
-        fs, path = fsspec.core.url_to_fs(str(url))
+        # an object store's listings read fresh each time (s3fs and gcsfs keep them forever by
+        # default): a long-lived reader (a service, its reloader) sees the versions committed since
+        fs, path = fsspec.core.url_to_fs(str(url), **({"use_listings_cache": False} if protocol in DRIVER_EXTRAS else {}))
     except ImportError as exc:
-        protocol = fsspec.core.split_protocol(str(url))[0]
         if protocol not in DRIVER_EXTRAS:
             raise
         package, extra = DRIVER_EXTRAS[protocol]

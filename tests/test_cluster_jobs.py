@@ -9,7 +9,8 @@ leave every passage indexed exactly once:
 - the whole job killed mid-way and submitted again (it resumes from the committed shards, with
   the codecs the first run trained);
 - during that resubmitted job, the worker node running its encode actor stopped (the job
-  ends on the other node);
+  ends on the other node); that job's corpus and index live only in a bucket (moto's S3
+  server on loopback: the nodes share no directory for them);
 - a truncated and a corrupted shard (``verify`` names them; the ANN build refuses them).
 
 The collection: the 10 judged msmarco-sample queries with the fewest judgments, every judged
@@ -22,6 +23,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import posixpath
 import re
 import shutil
 import signal
@@ -43,6 +45,7 @@ from helpers import ndcg10, read_jsonl, read_qrels
 from mvr.jobs import submit as submit_job
 from mvr.pipeline.job_submission import JobRunner
 from mvr.pipeline.serving.client import SearchClient
+from mvr.storage import fs
 from mvr.storage.catalog import Catalog
 from mvr.storage.manifest import load_manifest
 
@@ -110,8 +113,15 @@ def doc_ids(collection: Path) -> list[str]:
     return sorted(d["_id"] for d in read_jsonl(collection / "corpus.jsonl"))
 
 
-def committed_shards(index: Path) -> int:
-    return sum(1 for _ in (index / "_staging" / "committed").rglob("*.json"))
+def committed(index: str | Path) -> set[str]:
+    """The names (without ``.json``) of the shards the job running into ``index`` (a path or a
+    bucket URL) has committed so far."""
+    filesystem, path = fs.resolve(str(index))
+    return {posixpath.basename(p).removesuffix(".json") for p in filesystem.find(posixpath.join(path, "_staging", "committed")) if p.endswith(".json")}
+
+
+def committed_shards(index: str | Path) -> int:
+    return len(committed(index))
 
 
 def wait_until(condition: Callable[[], bool], what: str, runner: JobRunner, job: str, timeout: float = JOB_TIMEOUT) -> None:
@@ -153,16 +163,20 @@ def encoding(cluster: LocalCluster, runner: JobRunner, job: str, batches: int = 
     return encode_actor(cluster)
 
 
-def assert_exactly_once(index: Path, expected: list[str], logs: str) -> None:
-    """The committed index holds every input passage once: manifest counts, the shards' doc
-    ids, the catalog, no orphan shard and no staging left."""
+def assert_exactly_once(index: str | Path, expected: list[str], logs: str) -> None:
+    """The committed index (a path or a bucket URL) holds every input passage once: manifest
+    counts, the shards' doc ids, the catalog, no orphan shard and no staging left."""
     assert f"indexed {len(expected)}, rejected 0 (input rows {len(expected)})" in logs
     m = load_manifest(str(index))
     assert m.counts["passages"] == m.counts["indexed_documents"] == m.counts["input_rows"] == len(expected)
-    ids = [i for s in m.shards for i in pq.read_table(index / s.path, columns=["doc_id"])["doc_id"].to_pylist()]
+    ids = []
+    for s in m.shards:
+        with fs.open_file(fs.join(str(index), s.path)) as f:
+            ids += pq.read_table(f, columns=["doc_id"])["doc_id"].to_pylist()
     assert sorted(ids) == expected
-    assert sorted(p.name for p in (index / "shards").iterdir()) == sorted(Path(p).name for s in m.shards for p in (s.path, s.codes))
-    assert not (index / "_staging").exists()
+    shards = fs.list_files(fs.join(str(index), "shards"), include_tmp=True)
+    assert sorted(posixpath.basename(p) for p in shards) == sorted(posixpath.basename(p) for s in m.shards for p in (s.path, s.codes))
+    assert not fs.exists(fs.join(str(index), "_staging"))
     cat = Catalog(str(index))
     try:
         assert cat.totals()["passages"] == len(expected)
@@ -299,22 +313,26 @@ def test_truncated_or_corrupted_shard_is_named_and_refused(cluster, runner, reco
 
 
 @pytest.fixture(scope="module")
-def resubmitted(cluster, runner, collection) -> dict:
+def resubmitted(cluster, runner, collection, s3) -> dict:
     """The collection (small blocks and shards, the default codec) indexed by a job whose
     driver is killed after 3 shards are committed, then by the same job submitted again, whose
     encode actor's worker node is stopped once it has encoded two batches. Two faults in one
-    run, each with its own test: the second job's work is what the stopped node takes down."""
-    index = cluster.data / "resubmitted"
-    args = [collection / "corpus.jsonl", index, "--config", cluster.data / "trained-codec.yaml"]
+    run, each with its own test: the second job's work is what the stopped node takes down.
+    Corpus and index live in a bucket only (moto's S3 server, tests/s3_endpoint.py, whose
+    address every node's environment holds): the nodes share no directory for them."""
+    bucket = s3.make_bucket("cluster")
+    fs.write_bytes_atomic(f"{bucket}/msmarco-sub/corpus.jsonl", (collection / "corpus.jsonl").read_bytes())
+    index = f"{bucket}/resubmitted"
+    args = [f"{bucket}/msmarco-sub/corpus.jsonl", index, "--config", cluster.data / "trained-codec.yaml"]
 
     first = runner.submit("index_corpus", args, working_dir=ROOT)
     wait_until(lambda: committed_shards(index) >= 3, "3 committed shards", runner, first)
     driver = runner.info(first).driver_info
     os.killpg(os.getpgid(int(driver.pid)), signal.SIGKILL)  # the driver and its shell, at once
     first_status = runner.wait(first, 60)
-    committed = {p.name.removesuffix(".json") for p in (index / "_staging" / "committed").rglob("*.json")}
-    manifest_after_kill = (index / "manifest.json").exists()
-    print(f"\nkilled the job's driver after {len(committed)} shards")
+    committed_before = committed(index)
+    manifest_after_kill = fs.exists(fs.join(index, "manifest.json"))
+    print(f"\nkilled the job's driver after {len(committed_before)} shards")
 
     second = runner.submit("index_corpus", args, working_dir=ROOT)
     wait_until(lambda: encoding(cluster, runner, second) is not None, "2 batches encoded", runner, second)
@@ -329,7 +347,7 @@ def resubmitted(cluster, runner, collection) -> dict:
         "index": index,
         "expected": doc_ids(collection),
         "first_status": first_status,
-        "committed_before": committed,
+        "committed_before": committed_before,
         "manifest_after_kill": manifest_after_kill,
         "logs": logs,
         "stopped": node,
@@ -342,7 +360,7 @@ def test_killed_job_resubmitted_resumes_from_committed_shards(resubmitted):
     assert r["first_status"] == JobStatus.FAILED and not r["manifest_after_kill"] and len(r["committed_before"]) >= 3
     assert "resuming the unfinished job" in r["logs"]
     assert "reusing the codecs the interrupted run trained" in r["logs"]  # its shards' codes stay decodable
-    assert r["committed_before"] <= {Path(s.path).name for s in load_manifest(str(r["index"])).shards}  # kept, not redone
+    assert r["committed_before"] <= {posixpath.basename(s.path) for s in load_manifest(str(r["index"])).shards}  # kept, not redone
     assert_exactly_once(r["index"], r["expected"], r["logs"])
 
 

@@ -7,18 +7,19 @@ tests/s3_endpoint.py; its address reaches Ray's workers through the environment)
   ``storage.single_writer`` is recorded as such;
 - a corpus in the bucket indexed into the bucket: verified, and the same shards, codecs and
   answers as the same corpus indexed on local disk;
-- ``mvr add``, two concurrent ``mvr delete`` (both land: the loser's conditional PUT is
-  refused and it re-applies its change) and ``mvr compact`` on it, verified after each;
+- ``mvr add``, two ``mvr delete`` processes racing for one version (both land: the store
+  refuses the loser's conditional PUT and it re-applies its change) and ``mvr compact`` on
+  it, verified after each;
 - the catalog a filtered search opens comes from the node's disk cache: no temporary file."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import fsspec
@@ -100,22 +101,27 @@ def test_add_concurrent_deletes_and_compact_in_the_bucket(indexed, datasets, tmp
     m = mvr.add(index, f"{bucket}/more.jsonl", log=lambda _: None).manifest
     assert m.counts["passages"] == 13 and mvr.verify(index).ok
 
-    # two writers at once, each deleting one document from the same version: both land
+    # two `mvr delete` processes that read the same version and meet before their commits
+    # (tests/commit_faults.py --barrier): the store refuses the loser's conditional PUT of the
+    # version the winner created, and the loser re-applies its deletion on top: both land
     base, gone = m.version, [docs[0]["_id"], docs[1]["_id"]]
-    errors: list[BaseException] = []
-
-    def delete(doc_id: str) -> None:
-        try:
-            mvr.delete(index, [doc_id], log=lambda _: None)
-        except BaseException as exc:
-            errors.append(exc)
-
-    writers = [threading.Thread(target=delete, args=(d,)) for d in gone]
-    for w in writers:
-        w.start()
-    for w in writers:
-        w.join()
-    assert not errors, errors
+    procs = []
+    for i, doc_id in enumerate(gone):
+        (tmp_path / f"ids{i}.txt").write_text(doc_id + "\n")
+        cmd = [
+            sys.executable,
+            str(ROOT / "tests" / "commit_faults.py"),
+            "--barrier",
+            f"{tmp_path / 'barrier'}:2",
+            "delete",
+            index,
+            "--ids",
+            str(tmp_path / f"ids{i}.txt"),
+        ]
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert sum("applying the change again" in " ".join(o.split()) for o in outs) == 1, outs  # exactly one lost the race and re-applied (lines wrapped)
     m = load_manifest(index)
     assert m.version == base + 2 and m.counts["deleted_passages"] == 2 and mvr.verify(index).ok
     assert [h["operation"] for h in m.history[-2:]] == ["delete", "delete"]

@@ -58,6 +58,25 @@ N_EXHAUSTIVE = 5  # queries compared at exhaustive settings
 N_INDEPENDENT = 50
 
 
+def _brute_force_maxsim(queries: list[np.ndarray], vectors: np.ndarray, starts: np.ndarray, chunk: int = 16384) -> np.ndarray:
+    """(queries, passages) MaxSim of each query's (n_q, dim) token vectors against every
+    passage's rows of ``vectors`` (passage i: rows ``starts[i]`` up to the next start), in
+    plain numpy: all the queries' tokens against a chunk of about ``chunk`` vectors (whole
+    passages) in one product, each passage's max per query token, summed per query (one pass
+    over the vectors for all queries: the same sums as a product per query)."""
+    q_all = np.concatenate(queries)
+    q_starts = np.r_[0, np.cumsum([len(q) for q in queries])[:-1]]
+    out = np.empty((len(queries), len(starts)), np.float32)
+    p0 = 0
+    while p0 < len(starts):
+        p1 = max(p0 + 1, int(np.searchsorted(starts, starts[p0] + chunk, side="right")) - 1)
+        lo, hi = starts[p0], (starts[p1] if p1 < len(starts) else len(vectors))
+        best = np.maximum.reduceat(q_all @ vectors[lo:hi].T, starts[p0:p1] - lo, axis=1)  # (query tokens, passages)
+        out[:, p0:p1] = np.add.reduceat(best, q_starts, axis=0)
+        p0 = p1
+    return out
+
+
 def independent_exact(index_url: str, encoded: dict, k: int = 10) -> dict[str, dict[str, list[tuple[str, float]]]]:
     """Brute force over the shards' files read and decoded here (pyarrow and the codec file,
     not the search core's storage readers, partitions, candidates or ranking):
@@ -84,10 +103,9 @@ def independent_exact(index_url: str, encoded: dict, k: int = 10) -> dict[str, d
         n = np.concatenate(ls)
         flat[name] = (codec[name].decode(np.concatenate(codes[name]).reshape(-1, codec[name].bytes_per_vector)), np.r_[0, np.cumsum(n)[:-1]])
     pooled_m = codec["pooled"].decode(np.concatenate(codes["pooled"]).reshape(-1, codec["pooled"].bytes_per_vector))
+    maxsim_all = _brute_force_maxsim([e.tokens for e in encoded.values()], *flat["tokens"])
     runs: dict[str, dict] = {mode: {} for mode in MODES}
-    for qid, e in encoded.items():
-        v, starts = flat["tokens"]
-        maxsim = np.maximum.reduceat(e.tokens @ v.T, starts, axis=1).sum(axis=0)
+    for qid, e, maxsim in zip(encoded, encoded.values(), maxsim_all):
         v, starts = flat["first_m"]
         first_m = np.maximum.reduceat(v @ e.pooled, starts)
         v, starts = flat["centroids"]
