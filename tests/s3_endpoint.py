@@ -13,16 +13,32 @@ from __future__ import annotations
 import http.client
 import logging
 import os
+import random
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
+# The endpoint's port is chosen when the environment is set, at conftest import, and bound only
+# when a test first needs the server, maybe many minutes later: an ephemeral port (what
+# binding port 0 gives) could be taken by then by any outgoing connection. Ports here are
+# neither ephemeral (32768+) nor Ray's worker ports (10002-19999) nor Serve's direct ingress
+# (30000-31000).
+PORTS = range(20000, 30000)
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    rng = random.Random(os.getpid())
+    return next(p for p in (rng.choice(PORTS) for _ in range(1000)) if _free(p))
 
 
 def configure_environment() -> str:
@@ -45,6 +61,8 @@ class MotoEndpoint:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line a request otherwise
         self.url = os.environ["AWS_ENDPOINT_URL_S3"]
         host, port = self.url.removeprefix("http://").split(":")
+        if not _free(int(port)):  # moto's start would wait forever for a server that cannot bind
+            raise RuntimeError(f"the S3 endpoint's port {port} (chosen at conftest import) is taken; run the tests again")
         self._server = ThreadedMotoServer(ip_address=host, port=int(port), verbose=False)
         self._server.start()
 
