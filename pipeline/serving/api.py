@@ -11,8 +11,8 @@ the partitions, each sent through a handle (the trips of concurrent queries to o
 go as one call, ``pipeline.serving.fanout``) or, with ``partition.placement: ingress``, run in
 place → titles and text from the catalog (``pipeline.retrieval.local_search.response_body``).
 
-A partition that fails or does not answer a trip within ``partition_timeout_s`` is left out
-of that query: the answer comes from the others, with ``"degraded": true`` and
+A partition that fails, or hangs (answers none of the n calls waiting on it for n ×
+``partition_timeout_s``: ``pipeline.serving.fanout``), is left out of that query: the answer comes from the others, with ``"degraded": true`` and
 ``partitions_answered``. Serve restarts the dead replica meanwhile.
 
 Nothing a client sends gets a 5xx: ``RequestGuard`` (header size, token, body limit for every

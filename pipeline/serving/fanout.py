@@ -8,9 +8,15 @@ instead of Q × P. A lone call goes as itself.
 
 Each caller gets its own future: a call that fails inside ``many`` fails alone; a trip that
 fails (a dead replica) fails every call it carried, as the calls would have failed one by one;
-a trip whose callers have all given up is cancelled. A trip not answered within ``timeout_s``
-for each call it carries (the partition answers them one after another) fails its calls with
-``TimeoutError``, so a large batch is not cut off by the time one call may take.
+a trip whose callers have all given up is cancelled.
+
+Timeouts tell a hung partition from a busy one: a partition with n calls from this handle
+waiting that answers none of them for n × ``timeout_s`` (counted from its last answer, or from
+when it was sent work while it had none) is taken as hung, and every trip waiting on it fails
+its calls with ``TimeoutError``. A lone call on an idle partition so gets ``timeout_s``; a batch
+of n calls, or several trips sent while it still works on others (its replica runs them side
+by side, or one after another), get the time their number of calls takes, as long as the
+partition keeps answering.
 
 A partition the ingress holds itself (``partition.placement: ingress``) is called in place
 through ``pipeline.retrieval.host.LocalPartition``, with the same ``call`` interface."""
@@ -18,7 +24,7 @@ through ``pipeline.retrieval.host.LocalPartition``, with the same ``call`` inter
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Optional
 
 from mvr.pipeline.retrieval.trips import TRIP_METHODS
 
@@ -32,7 +38,9 @@ class CoalescedHandle:
         self.pending: list[tuple[str, tuple, asyncio.Future]] = []
         self.trips = 0  # actor calls sent
         self.calls = 0  # calls carried by them
-        self._delivering: set[asyncio.Task] = set()  # the loop holds tasks weakly: keep them until done
+        self._waiting: dict[asyncio.Task, tuple[Any, list[asyncio.Future]]] = {}  # trips sent, not answered: their response and futures
+        self._quiet_since = 0.0  # loop time of the partition's last answer, or of the work sent to it while it had none
+        self._watchdog: Optional[asyncio.TimerHandle] = None
 
     def info(self) -> Any:
         """The partition's ``info()`` (an awaitable), sent on its own."""
@@ -70,29 +78,54 @@ class CoalescedHandle:
 
         for f in futures:
             f.add_done_callback(given_up)
+        loop = asyncio.get_running_loop()
+        if not self._waiting:
+            self._quiet_since = loop.time()
+        task = asyncio.ensure_future(self._deliver(response, futures, len(batch) == 1))
+        self._waiting[task] = (response, futures)
+        task.add_done_callback(self._answered)
+        self._watch()
 
-        def expire() -> None:  # not answered in time: each call fails (the trip is cancelled)
+    def _answered(self, task: asyncio.Task) -> None:
+        """A trip ended: answered (the partition is alive), or cancelled, or expired."""
+        if self._waiting.pop(task, None) is not None and not task.cancelled() and task.result():
+            self._quiet_since = asyncio.get_running_loop().time()
+        self._watch()
+
+    def _watch(self) -> None:
+        """(Re)arm the one timer of this partition: n calls waiting → due n × ``timeout_s``
+        after the partition was last heard from."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        calls = sum(len(fs) for _, fs in self._waiting.values())
+        if calls:
+            self._watchdog = asyncio.get_running_loop().call_at(self._quiet_since + self.timeout_s * calls, self._expire)
+
+    def _expire(self) -> None:
+        """The partition answered nothing in time: every trip waiting on it fails its calls."""
+        self._watchdog = None
+        trips, self._waiting = self._waiting, {}
+        calls = sum(len(fs) for _, fs in trips.values())
+        for response, futures in trips.values():
             for f in futures:
                 if not f.done():
-                    f.set_exception(asyncio.TimeoutError(f"no answer within {self.timeout_s * len(futures):g} s"))
+                    f.set_exception(asyncio.TimeoutError(f"the partition answered none of {calls} calls for {self.timeout_s * calls:g} s"))
             response.cancel()
 
-        timer = asyncio.get_running_loop().call_later(self.timeout_s * len(futures), expire)
-        task = asyncio.ensure_future(self._deliver(response, futures, len(batch) == 1))
-        task.add_done_callback(lambda _: timer.cancel())
-        self._delivering.add(task)
-        task.add_done_callback(self._delivering.discard)
-
     @staticmethod
-    async def _deliver(response: Any, futures: list[asyncio.Future], single: bool) -> None:
+    async def _deliver(response: Any, futures: list[asyncio.Future], single: bool) -> bool:
+        """Each call's answer to its future; whether the partition answered the trip (False:
+        the trip failed, was cancelled or expired)."""
         try:
             got = await response
         except BaseException as e:  # the trip failed (or was cancelled): each call fails with it
             for f in futures:
                 if not f.done():
                     f.set_exception(e if isinstance(e, Exception) else RuntimeError(f"partition trip ended: {type(e).__name__}"))
-            return
+            return False
         results = [(True, got)] if single else got
         for f, (ok, value) in zip(futures, results):
             if not f.done():
                 f.set_result(value) if ok else f.set_exception(value)
+        return True
