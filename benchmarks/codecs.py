@@ -1,11 +1,14 @@
 """Token-vector codecs on real indexes: quality (nDCG@10, overlap@10 with float16) against
 bytes per token vector served (shards + ANN index), and encode / decode+rescore time relative
-to float16.
+to float16. With ``--kind first-m | centroids | pooled``, the same for another vector kind
+under the mode that scores it: first-m (ME-BERT: the pooled query against each passage's
+first m token vectors, e.g. what the token codec costs first-m if that mode read its vectors
+from the token codes), softmax-centroid (the k-means centroids), pooled.
 
     python benchmarks/codecs.py --index /tmp/idx2/msmarco --dataset ../shared/datasets/msmarco-sample \\
         [--index /tmp/idx2/dbpedia --dataset ../shared/datasets/dbpedia-sample] \\
         [--codecs float16,int8,…] [--sample 65536] [--seed 0 | --seeds 0,1,2] [--repeats 3] [--no-timing] \\
-        [--sample-by vector|passage] [--ann dim|codec|none] [--json OUT] [--plot PNG]
+        [--sample-by vector|passage] [--ann dim|codec|none] [--kind tokens|first-m] [--json OUT] [--plot PNG]
     python benchmarks/codecs.py --from-json OUT [--from-json OUT2 …] [--plot PNG]   # tables (and plot) of saved runs
 
 The indexes must store their token vectors as ``float16`` (``mvr index CORPUS INDEX --codec
@@ -52,6 +55,15 @@ the decoded vectors. Prints a markdown table a collection:
 - ``train s``: training time (a residual codebook is trained once per input space and
   reused by the other bit widths: its k-means is counted in the first one listed).
 
+``--kind``: the codecs are always trained on the same sample of token vectors (as the
+indexing job trains both of its codecs, ``pipeline/indexing/corpus_job.py``) and measured on
+the kind's vectors: ``first-m`` the first m stored token vectors of each passage (m: the
+index's ``compress.first_m``; the first m token vectors when the index keeps every token, as
+the defaults do), ``centroids`` and ``pooled`` the index's own (its pooled group must be
+float16 too: ``--pooled-codec float16``). They are ranked exactly under the kind's mode
+(``scoring.score``) with the query's pooled vector projected by the codec. The bytes are a
+vector of the kind's.
+
 After the tables, the issue's targets are checked on every collection given: the settings
 at ≤ 36 B total a token vector within 0.01 nDCG@10 of float16, and the smallest within 0.02.
 
@@ -95,23 +107,27 @@ TARGET_DELTA = 0.01  # ... within 0.01 nDCG@10 of float16 on every collection
 SMALLEST_DELTA = 0.02  # and the smallest setting within 0.02
 
 
+KIND_MODE = {"tokens": "maxsim", "first-m": "first-m", "centroids": "softmax-centroid", "pooled": "pooled"}  # --kind → the mode that scores it
+
+
 @dataclass
 class Query:
-    """What ``scoring.maxsim`` reads of a query: its token vectors (in the codec's space)."""
+    """What the scorers read of a query: its token vectors (``maxsim``) and its pooled vector
+    (``first-m``), in the codec's space."""
 
     tokens: np.ndarray
     pooled: np.ndarray
 
 
-def _rank(packed: Packed, doc_ids: list[str], passage_idx: np.ndarray, queries: dict[str, Query]) -> dict[str, list[tuple[str, float]]]:
-    """Every passage of ``packed`` (decoded, in memory) scored by exact MaxSim for every query
+def _rank(packed: Packed | np.ndarray, doc_ids: list[str], passage_idx: np.ndarray, queries: dict[str, Query], mode: str) -> dict[str, list[tuple[str, float]]]:
+    """Every passage of ``packed`` (decoded, in memory) scored exactly under ``mode`` for every query
     (``scoring.score``, as ``Partition.rank`` scores an exact partition) and the top ``DEPTH``
     documents (``ranking.top_documents``). Scored in one piece, not through ``Partition.rank``:
     an exact partition decodes its stored vectors a block at a time for every query, which
     here would time 43 copies of the vectors instead of one decode."""
     out = {}
     for qid, q in queries.items():
-        r = top_documents(scoring.score("maxsim", q, packed), doc_ids, passage_idx, DEPTH)
+        r = top_documents(scoring.score(mode, q, packed), doc_ids, passage_idx, DEPTH)
         out[qid] = [(d, float(s)) for d, s in zip(r.doc_ids, r.scores)]
     return out
 
@@ -144,19 +160,25 @@ def _encode(codec: codecs.Codec, f16: np.ndarray) -> tuple[np.ndarray, float]:
     return codes, time.perf_counter() - t
 
 
-def _decode_rescore(codec: codecs.Codec, codes: np.ndarray, stored: Packed, part: Partition, encoded: dict[str, Any]) -> tuple[float, float, dict]:
-    """Decode every token vector, rank every passage for every query: the two times (s), the run."""
-    queries = {q: Query(codec.project(e.tokens), e.pooled) for q, e in encoded.items()}
+def _decode_rescore(
+    codec: codecs.Codec, codes: np.ndarray, stored: Packed, part: Partition, encoded: dict[str, Any], mode: str = "maxsim"
+) -> tuple[float, float, dict]:
+    """Decode every vector, rank every passage for every query under ``mode``: the two times (s), the run."""
+    if mode == "maxsim":
+        queries = {q: Query(codec.project(e.tokens), e.pooled) for q, e in encoded.items()}
+    else:  # first-m, softmax-centroid, pooled: the pooled query vector
+        queries = {q: Query(e.tokens, codec.project(e.pooled[None])[0]) for q, e in encoded.items()}
     t = time.perf_counter()
     decoded = codec.decode(codes)
     decode_s = time.perf_counter() - t
     t = time.perf_counter()
-    run = _rank(Packed(decoded, stored.offsets), part.doc_ids, part.passage_idx, queries)
+    docs = decoded if mode == "pooled" else Packed(decoded, stored.offsets)  # pooled: one vector a passage, a matrix
+    run = _rank(docs, part.doc_ids, part.passage_idx, queries, mode)
     return decode_s, time.perf_counter() - t, run
 
 
 def _side_by_side(
-    codec: codecs.Codec, reference: codecs.Codec, f16: np.ndarray, stored: Packed, part: Partition, encoded: dict[str, Any], repeats: int
+    codec: codecs.Codec, reference: codecs.Codec, f16: np.ndarray, stored: Packed, part: Partition, encoded: dict[str, Any], repeats: int, mode: str = "maxsim"
 ) -> tuple[dict[str, float], dict[str, float], dict, np.ndarray]:
     """Times of ``codec`` and of float16 measured alternately: encode once each, decode +
     rescore ``repeats`` times each (the least of each kept). Returns (codec's, float16's
@@ -167,7 +189,7 @@ def _side_by_side(
     run = None
     for _ in range(max(1, repeats)):
         for key, cd, cs in (("f", reference, ref_codes), ("c", codec, codes)):
-            dec, resc, r = _decode_rescore(cd, cs, stored, part, encoded)
+            dec, resc, r = _decode_rescore(cd, cs, stored, part, encoded, mode)
             t = times[key]
             t["decode_s"], t["rescore_s"] = min(t.get("decode_s", dec), dec), min(t.get("rescore_s", resc), resc)
             if key == "c" and run is None:
@@ -219,6 +241,28 @@ def read_reference(index: str, log=print) -> tuple[Any, Partition, Packed]:
     return manifest, part, stored
 
 
+def read_kind(index: str, manifest: Any, kind: str) -> Packed:
+    """Every stored vector of ``kind`` (centroids or pooled) as float16, a Packed (pooled: one
+    a passage); ``SystemExit`` when the index does not store its pooled group as float16."""
+    name = (manifest.codecs.get("pooled") or {}).get("name")
+    if name != "float16":
+        raise SystemExit(f"{index}: its {kind} vectors are stored as {name!r}, not float16; build it with --pooled-codec float16")
+    part = exact_partition(index, manifest, kind, load_codecs(index, manifest.codecs))
+    decoded = part.vectors.take(np.arange(len(part), dtype=np.int64))
+    if isinstance(decoded, Packed):
+        return Packed(decoded.vectors.astype(np.float16), decoded.offsets)
+    return Packed(decoded.astype(np.float16), np.arange(len(decoded) + 1, dtype=np.int64))
+
+
+def first_rows(stored: Packed, m: int) -> Packed:
+    """The first ``m`` vectors of each passage of ``stored`` (all of a shorter one), copied."""
+    lengths = np.minimum(np.diff(stored.offsets), m)
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    rows = np.arange(offsets[-1], dtype=np.int64) + np.repeat(stored.offsets[:-1] - offsets[:-1], lengths)
+    return Packed(stored.vectors[rows], offsets)
+
+
 def _residual_key(name: str) -> Optional[str]:
     """The input space of a residual codec's codebook ("" at full dimension, "pca-D"), or None."""
     parts = name.split("+")
@@ -267,6 +311,7 @@ def run_collection(
     seeds: Optional[list[int]] = None,
     timing: bool = True,
     sample_by: str = "vector",
+    kind: str = "tokens",
     **options: Any,
 ) -> dict[str, Any]:
     """The figures of every codec in ``names`` on one index and its dataset (float16 is the
@@ -277,10 +322,15 @@ def run_collection(
     bytes are measured on the first seed's codecs only (they do not depend on the values);
     ``timing=False`` skips the side-by-side float16 timings (ratios left out); ``sample_by``:
     "vector" (uniform) or "passage" (as the indexing job draws it, ``sample_rows``);
+    ``kind``: "tokens" (exact MaxSim) or "first-m" (the first m vectors of each passage,
+    exact first-m; the codecs still trained on token vectors);
     ``options`` go to ``codecs.train`` (e.g. ``center=True`` for a centred PCA)."""
-    manifest, part, stored = read_reference(index, log)
+    manifest, part, tokens = read_reference(index, log)
+    mode = KIND_MODE[kind]
+    m = int(manifest.config.get("compress", {}).get("first_m", 8))
+    stored = first_rows(tokens, m) if kind == "first-m" else read_kind(index, manifest, kind) if kind in ("centroids", "pooled") else tokens
     f16 = stored.vectors
-    offset_bytes = LIST_OFFSET_BYTES * len(part) / len(f16)  # the codes column's offsets, a token vector
+    offset_bytes = 0.0 if kind == "pooled" else LIST_OFFSET_BYTES * len(part) / len(f16)  # the codes column's offsets, a vector (pooled: none)
 
     collection = read_collection(dataset)
     judged = collection.judged_queries
@@ -290,26 +340,26 @@ def run_collection(
 
     seeds = list(seeds) if seeds else [seed]
     reference = codecs.train("float16", f16[:1].astype(np.float32))
-    ref_run = _decode_rescore(reference, reference.encode(f16), stored, part, encoded)[2]
+    ref_run = _decode_rescore(reference, reference.encode(f16), stored, part, encoded, mode)[2]
     ann_by_dim: dict[int, dict[str, Any]] = {}
     results: list[dict[str, Any]] = []
     for s in seeds:
-        rows = sample_rows(stored, sample_size, s, sample_by)
-        sample = f16[rows].astype(np.float32)
+        rows = sample_rows(tokens, sample_size, s, sample_by)
+        sample = tokens.vectors[rows].astype(np.float32)
         codebooks: dict[str, np.ndarray] = {}
         for name in names:
             key = _residual_key(name)
             extra = {"centroids": codebooks[key]} if key in codebooks else {}
             t = time.perf_counter()
-            codec = codecs.train(name, sample, seed=s, n_vectors=len(f16), **options, **extra)
+            codec = codecs.train(name, sample, seed=s, n_vectors=len(tokens.vectors), **options, **extra)
             train_s = time.perf_counter() - t
             if key is not None and key not in codebooks:
                 codebooks[key] = _codebook(codec)
             if timing:  # float16 and this codec side by side, so their time ratio sees the same machine load
-                got, base, run, codes = _side_by_side(codec, reference, f16, stored, part, encoded, repeats)
+                got, base, run, codes = _side_by_side(codec, reference, f16, stored, part, encoded, repeats, mode)
             else:
                 codes, encode_s = _encode(codec, f16)
-                decode_s, rescore_s, run = _decode_rescore(codec, codes, stored, part, encoded)
+                decode_s, rescore_s, run = _decode_rescore(codec, codes, stored, part, encoded, mode)
                 got, base = {"encode_s": encode_s, "decode_s": decode_s, "rescore_s": rescore_s}, None
             row = {
                 "codec": codec.name,
@@ -322,7 +372,7 @@ def run_collection(
                 "delta_se": round(_delta_se(run, ref_run, qrels), 4),
                 "train_s": round(train_s, 2),
                 **{k: round(v, 3) for k, v in got.items()},
-                "codec_file_bytes": len(codec.to_bytes()),
+                "codec_file_bytes": len(codec.to_bytes()) if hasattr(codec, "to_bytes") else 0,  # int8 and float16: nothing trained
             }
             if base is not None:
                 row.update({f"float16_{k}": round(v, 3) for k, v in base.items()})
@@ -350,11 +400,12 @@ def run_collection(
         "dataset": dataset,
         "collection": collection.name,
         "passages": len(part),
+        "kind": kind,
         "token_vectors": int(len(f16)),
         "dim": int(f16.shape[1]),
         "queries": len(judged),
         "mean_tokens_per_passage": round(len(f16) / max(1, len(part)), 2),
-        "sample": int(min(sample_size, len(f16))),
+        "sample": int(min(sample_size, len(tokens.vectors))),
         "sample_by": sample_by,
         "ann": ann,
         "seed": seeds[0],
@@ -377,7 +428,9 @@ def _seeds(result: dict[str, Any]) -> list[int]:
 def table(result: dict[str, Any]) -> str:
     seeds = _seeds(result)
     head = (
-        f"{result['collection']}: {result['passages']:,} passages, {result['token_vectors']:,} token vectors (dim {result['dim']}), "
+        f"{result['collection']}: {result['passages']:,} passages, {result['token_vectors']:,} "
+        + ("token vectors" if result.get("kind", "tokens") == "tokens" else f"{result['kind']} vectors, scored by {KIND_MODE[result['kind']]}")
+        + f" (dim {result['dim']}), "
         f"{result['queries']} judged queries; codecs trained on {result['sample']:,} vectors, seed{'s' if len(seeds) > 1 else ''} " + ", ".join(map(str, seeds))
     )
     params = {tuple(sorted(r["ann_params"].items())): r["dim"] for r in result["codecs"] if "ann_params" in r}
@@ -414,7 +467,7 @@ def seed_summary(results: list[dict[str, Any]]) -> str:
         + " |"
     )
     lines = [
-        f"Over seeds {', '.join(map(str, _seeds(results[0])))} (Δ: nDCG@10 − float16's, exact MaxSim):",
+        f"Over seeds {', '.join(map(str, _seeds(results[0])))} (Δ: nDCG@10 − float16's, exact {KIND_MODE[results[0].get('kind', 'tokens')]}):",
         "",
         head,
         "| --- | ---: | ---: | " + " | ".join("---: | ---:" for _ in results) + " |",
@@ -554,6 +607,12 @@ def main() -> None:
         default="dim",
         help="measure the ANN index's bytes once per output dimension (default), for every codec, or not at all",
     )
+    p.add_argument(
+        "--kind",
+        choices=tuple(KIND_MODE),
+        default="tokens",
+        help="the vectors measured: every token vector under MaxSim (default), or each passage's first m under first-m",
+    )
     p.add_argument("--json", help="write the figures here")
     p.add_argument("--plot", help="write a PNG of ΔnDCG@10 against bytes per vector here")
     args = p.parse_args()
@@ -575,7 +634,7 @@ def main() -> None:
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731 - progress apart from the tables
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else None
     results = [
-        run_collection(i, d, names, args.sample, args.seed, args.repeats, log, args.ann, seeds, not args.no_timing, args.sample_by, **options)
+        run_collection(i, d, names, args.sample, args.seed, args.repeats, log, args.ann, seeds, not args.no_timing, args.sample_by, args.kind, **options)
         for i, d in zip(args.index, args.dataset)
     ]
     if args.json:

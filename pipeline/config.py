@@ -442,7 +442,9 @@ class ServeConfig(_JobConfig):
         "cluster's environment (mvr sets it when it starts Ray itself)",
     )
     partition_timeout_s: float = Field(
-        2.0, gt=0, description="a partition not answering a call within this (a coalesced trip: this times the calls it carries) is left out (degraded answer)"
+        2.0,
+        gt=0,
+        description="a partition answering none of the n calls waiting on it for n times this (from its last answer) is left out (degraded answer): a hung partition is cut off, a busy one is waited for",
     )
     encode_timeout_s: float = Field(10.0, gt=0, description="a query not encoded within this is answered 503")
     max_batch_queries: int = Field(256, ge=1, description="queries in one POST /search/batch at most")

@@ -60,9 +60,12 @@ def local_copy(url: str) -> str:
     name, size = entry_key(url)
     folder = cache_root() / FILES_DIR
     path = folder / name
-    if path.exists() and path.stat().st_size == size:
-        os.utime(path)  # recently used
-        return str(path)
+    try:
+        if path.stat().st_size == size:
+            os.utime(path)  # recently used
+            return str(path)
+    except FileNotFoundError:  # not cached, or another process's eviction removed it just now: fetch it
+        pass
     folder.mkdir(parents=True, exist_ok=True)
     data = fs.read_bytes(url)
     if len(data) != size:

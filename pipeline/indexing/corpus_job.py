@@ -125,12 +125,12 @@ def _prepare(corpus_url: str, index_url: str, config: IndexConfig, overwrite: bo
         if existing.input.get("key") == key:
             return _Prepared(existing, key, False, created)
         raise IndexExistsError(f"{index_url} already holds an index of another corpus or configuration (pass --overwrite to replace it)")
-    if staged is not None:
-        if staged["key"] != key:
-            raise IndexExistsError(f"{index_url} holds an unfinished indexing job of another corpus or configuration (pass --overwrite to discard it)")
-        log(f"resuming the unfinished job in {index_url}")
-        return _Prepared([InputBlock.from_dict(b) for b in staged["blocks"]], key, False, created, commit_guard(index_url, config.storage.single_writer))
+    if staged is not None and staged["key"] != key:
+        raise IndexExistsError(f"{index_url} holds an unfinished indexing job of another corpus or configuration (pass --overwrite to discard it)")
     guard = commit_guard(index_url, config.storage.single_writer)  # before any work: a store that would lose commits is refused
+    if staged is not None:
+        log(f"resuming the unfinished job in {index_url}")
+        return _Prepared([InputBlock.from_dict(b) for b in staged["blocks"]], key, False, created, guard)
     staging.save_plan(index_url, {"key": key, "blocks": [b.to_dict() for b in blocks]})
     return _Prepared(blocks, key, replace, created, guard)
 
