@@ -38,6 +38,7 @@ class CoalescedHandle:
         self.pending: list[tuple[str, tuple, asyncio.Future]] = []
         self.trips = 0  # actor calls sent
         self.calls = 0  # calls carried by them
+        self._delivering: set[asyncio.Task] = set()  # the loop holds tasks weakly: keep them until done
         self._waiting: dict[asyncio.Task, tuple[Any, list[asyncio.Future]]] = {}  # trips sent, not answered: their response and futures
         self._quiet_since = 0.0  # loop time of the partition's last answer, or of the work sent to it while it had none
         self._watchdog: Optional[asyncio.TimerHandle] = None
@@ -83,6 +84,8 @@ class CoalescedHandle:
             self._quiet_since = loop.time()
         task = asyncio.ensure_future(self._deliver(response, futures, len(batch) == 1))
         self._waiting[task] = (response, futures)
+        self._delivering.add(task)
+        task.add_done_callback(self._delivering.discard)
         task.add_done_callback(self._answered)
         self._watch()
 
