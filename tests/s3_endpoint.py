@@ -41,13 +41,22 @@ def _free_port() -> int:
     return next(p for p in (rng.choice(PORTS) for _ in range(1000)) if _free(p))
 
 
+CHOSEN_BY = "MVR_TESTS_S3_CHOSEN_BY"  # the pid of the process that chose the endpoint's port
+
+
 def configure_environment() -> str:
     """Point botocore (s3fs's client) at this process's endpoint, with test credentials,
-    unless the environment names one already; the endpoint URL."""
+    unless the environment names one already; the endpoint URL. A port chosen here by another
+    process is chosen again: pytest-xdist's controller imports conftest too and its workers
+    inherit its environment, and two workers' servers on one port collide (the second finds
+    it taken)."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    os.environ.setdefault("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{_free_port()}")
+    chosen_by = os.environ.get(CHOSEN_BY)
+    if "AWS_ENDPOINT_URL_S3" not in os.environ or (chosen_by is not None and chosen_by != str(os.getpid())):
+        os.environ["AWS_ENDPOINT_URL_S3"] = f"http://127.0.0.1:{_free_port()}"
+        os.environ[CHOSEN_BY] = str(os.getpid())
     return os.environ["AWS_ENDPOINT_URL_S3"]
 
 
