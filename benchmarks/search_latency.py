@@ -1,5 +1,6 @@
-"""Search latency: exact brute-force MaxSim against FAISS IVFPQ + exact rescoring and ScaNN +
-exact rescoring, side by side in one process, at two corpus sizes.
+"""Search latency: exact brute-force MaxSim against FAISS IVFPQ, ScaNN and codec-ivf (lists over
+the token codec's centroids), each + exact rescoring, side by side in one process, at two
+corpus sizes.
 
     python benchmarks/search_latency.py [--workdir /tmp/mvr-bench] [--partitions 1] [--rounds 3]
 
@@ -181,7 +182,7 @@ def main() -> None:
         if args.exact_only:
             continue
         build_s = {}
-        for backend in ("faiss-ivfpq", "scann"):
+        for backend in ("faiss-ivfpq", "scann", "codec-ivf"):
             t0 = time.perf_counter()
             build_ann(index, AnnBuildConfig(backend=backend, partitions=args.partitions, vectors=["tokens"]), log=lambda _: None)
             build_s[backend] = time.perf_counter() - t0

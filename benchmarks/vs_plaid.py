@@ -10,7 +10,7 @@ dbpedia-sample indexed together (10,016 passages; both collections' judged queri
 query and document ids prefixed ``dbpedia:``). Each is indexed with ``mvr index`` defaults
 (reused when the workdir holds it; ``--limit N`` indexes the first N input rows only, for smoke
 tests) and token-vector ANN partitions are built with ``mvr build-ann`` defaults for
-faiss-ivfpq (mvr's default ANN path) and for scann (P = 1, no BM25, timed).
+faiss-ivfpq (mvr's default ANN path), scann and codec-ivf (P = 1, no BM25, timed).
 
 The same vectors on both sides: mvr's exact partition is decoded (the default codec
 ``pca-64+residual-2`` gives 64-dim unit vectors: what mvr's rescoring scores) and exported
@@ -66,7 +66,7 @@ K = 10
 K_RECALL = 100
 OVERLAP_TARGET = 0.95
 SPEED_TARGET = 3.0
-MVR_BACKENDS = ("faiss-ivfpq", "scann")  # the first is mvr's default ANN path
+MVR_BACKENDS = ("faiss-ivfpq", "scann", "codec-ivf")  # the first is mvr's default ANN path
 # fast-plaid settings: create() and search() keywords; {} is fast-plaid's own default (in
 # 1.7.0: nbits 4, kmeans_niters 4; n_ivf_probe 8, n_full_scores 4096). Settings with the same
 # create() keywords share one index.

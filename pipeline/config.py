@@ -295,10 +295,11 @@ class AnnBuildConfig(_JobConfig):
     """Configuration of ``mvr build-ann``: which vectors get ANN partitions, and how built.
     ``params`` override the backend's size-based defaults (FAISS: nlist, m, nbits,
     training_sample_size, nprobe, seed; ScaNN: num_leaves, training_sample_size,
-    leaves_to_search, reorder_k, dims_per_block, anisotropic_quantization_threshold; see
-    docs/ann.md); they apply to every partition of every kind built."""
+    leaves_to_search, reorder_k, dims_per_block, anisotropic_quantization_threshold;
+    codec-ivf: nprobe, and nlist, training_sample_size, seed where the codec has no centroids;
+    see docs/ann.md); they apply to every partition of every kind built."""
 
-    backend: Literal["faiss-ivfpq", "scann"] = "faiss-ivfpq"
+    backend: Literal["faiss-ivfpq", "scann", "codec-ivf"] = "faiss-ivfpq"
     partitions: int = Field(1, ge=1)
     vectors: list[VectorKind] = Field(default_factory=lambda: list(VECTOR_KINDS))
     params: dict[str, Any] = Field(default_factory=dict)
@@ -314,7 +315,7 @@ class FirstStageConfig(_Section):
     k_prime: int = Field(ge=1, description="nearest indexed vectors asked for each query vector")
     candidate_cap: int = Field(ge=1, description="passages rescored at most, over all partitions")
     probe_fraction: Optional[float] = Field(None, gt=0, le=1, description="share of coarse cells visited (at least 8); None: the index's default")
-    nprobe: Optional[int] = Field(None, ge=1, description="FAISS: coarse cells visited (overrides probe_fraction)")
+    nprobe: Optional[int] = Field(None, ge=1, description="FAISS and codec-ivf: coarse cells visited (overrides probe_fraction)")
     leaves_to_search: Optional[int] = Field(None, ge=1, description="ScaNN: tree leaves visited (overrides probe_fraction)")
     reorder_k: Optional[int] = Field(None, ge=1, description="ScaNN built with a reorder stage (reorder_k > 0; not the default): candidates re-ranked in float")
     k_ref: int = Field(

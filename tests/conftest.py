@@ -186,6 +186,13 @@ def dbpedia_faiss4(fixture_cache, dbpedia_index) -> str:
 
 
 @pytest.fixture(scope="session")
+def dbpedia_codec_ivf1(fixture_cache, dbpedia_index) -> str:
+    """``dbpedia_index`` with codec-ivf partitions (P = 1) of every vector kind, no BM25:
+    tokens in lists over the token codec's centroids, the other kinds over k-means cells."""
+    return _variant(fixture_cache, dbpedia_index, "dbpedia-codec-ivf1", ann=ann_build("codec-ivf", 1, bm25=None))
+
+
+@pytest.fixture(scope="session")
 def dbpedia_bm25(fixture_cache, dbpedia_index) -> str:
     """``dbpedia_index`` with BM25 in one partition (no ANN: dense search is exact)."""
     from mvr.pipeline.config import BM25BuildConfig

@@ -250,7 +250,7 @@ def test_plan_job_prints_tables_and_json(capsys):
 # ------------------------------------------------------------------ ANN sizes against real indexes
 
 
-@pytest.mark.parametrize("backend,reorder", [("faiss-ivfpq", False), ("scann", False), ("scann", True)])
+@pytest.mark.parametrize("backend,reorder", [("faiss-ivfpq", False), ("scann", False), ("scann", True), ("codec-ivf", False)])
 def test_ann_index_bytes_match_saved_indexes(tmp_path, backend, reorder):
     from mvr.operators.ann.factory import make_index
 
@@ -264,7 +264,7 @@ def test_ann_index_bytes_match_saved_indexes(tmp_path, backend, reorder):
     actual = sum(os.path.getsize(tmp_path / f) for f in os.listdir(tmp_path) if f != "ann.json")
     model = ann_index_size(backend, 32, len(x), scann_reorder=reorder)
     assert model.file_bytes == pytest.approx(actual, rel=0.02)
-    for name in ("nlist", "m", "nbits") if backend == "faiss-ivfpq" else ("num_leaves",):
+    for name in {"faiss-ivfpq": ("nlist", "m", "nbits"), "scann": ("num_leaves",), "codec-ivf": ("nlist",)}[backend]:
         assert model.params[name] == index.params[name]
 
 

@@ -31,7 +31,8 @@ pytestmark = pytest.mark.ray
 # The builds (tests/conftest.py's cached variants of the session indexes: a smaller training
 # sample than the default, ScaNN with plain instead of anisotropic codes, every other build
 # parameter and search knob at its default): msmarco-sample ScaNN P = 1 and FAISS P = 2
-# (P-independence), dbpedia-sample FAISS P = 4, cranfield exact only.
+# (P-independence), dbpedia-sample FAISS P = 4 and codec-ivf P = 1 (backend independence),
+# cranfield exact only.
 # MVR_ANN_TABLE=full builds every cell of the docs/search.md table instead (both backends at
 # P = 1 and 4 on both collections, ScaNN anisotropic: ~3 min more, into a copy of the index);
 # benchmarks.md has the builds at the full defaults.
@@ -40,13 +41,14 @@ if FULL_TABLE:
     TABLE_BUILDS = [("faiss-ivfpq", 1), ("faiss-ivfpq", 4), ("scann", 1), ("scann", 4)]
     COLLECTION_BUILDS = {"msmarco-sample": TABLE_BUILDS, "dbpedia-sample": TABLE_BUILDS, "cranfield": []}
 else:
-    COLLECTION_BUILDS = {"msmarco-sample": [("scann", 1), ("faiss-ivfpq", 2)], "dbpedia-sample": [("faiss-ivfpq", 4)], "cranfield": []}
+    COLLECTION_BUILDS = {"msmarco-sample": [("scann", 1), ("faiss-ivfpq", 2)], "dbpedia-sample": [("faiss-ivfpq", 4), ("codec-ivf", 1)], "cranfield": []}
 BUILDS = sorted({b for builds in COLLECTION_BUILDS.values() for b in builds})
 # the cached variant (a fixture) of each default build
 VARIANT_FIXTURE = {
     ("msmarco-sample", "scann", 1): "msmarco_scann1",
     ("msmarco-sample", "faiss-ivfpq", 2): "msmarco_faiss2",
     ("dbpedia-sample", "faiss-ivfpq", 4): "dbpedia_faiss4",
+    ("dbpedia-sample", "codec-ivf", 1): "dbpedia_codec_ivf1",
 }
 INDEX_FIXTURE = {"msmarco-sample": "msmarco_index", "dbpedia-sample": "dbpedia_index", "cranfield": "cranfield_index"}
 CENTROIDS_BELOW_POOLED = 0.03  # issue 36: softmax-centroid (unit space) at most this far below pooled
@@ -164,6 +166,7 @@ def runs(request, datasets, tmp_path_factory):
             out[backend, p, mode] = {q: s.search_encoded(e, 10, mode) for q, e in encoded.items()}
             out[backend, p, mode, "exhaustive"] = {q: s.search_encoded(e, 10, mode, **EXHAUSTIVE) for q, e in list(encoded.items())[:N_EXHAUSTIVE]}
         out[backend, p, "partitions"] = {m: len(s.partitions[m]) for m in MODES}
+        out[backend, p, "index"] = built
         print(f"{name} {backend} P={p}: searched at {time.perf_counter() - t0:.1f} s")
         out["last_build"] = built
     return out
@@ -210,6 +213,27 @@ def test_ann_quality_within_tolerance_of_exact(runs, backend, partitions, mode):
     # differ from exact by missing passages; missing a non-relevant one can raise nDCG (ScaNN's
     # threaded training varies per build: dbpedia pooled P=1 has measured 0.523 vs exact 0.511).
     assert approx_ndcg >= exact_ndcg - 0.01, (approx_ndcg, exact_ndcg)
+
+
+def test_codec_ivf_lists_hold_four_bytes_a_vector_as_the_plan_says(runs):
+    """codec-ivf's token lists are the codes' own centroid ids: the token codec's codebook
+    as its cells, 4 B (a uint32 id) a vector, and the plan's size of the partition exact."""
+    if ("codec-ivf", 1, "index") not in runs:
+        pytest.skip(f"{runs['name']}: no codec-ivf build")
+    from mvr.operators.planning.capacity import ann_index_size
+
+    index_url = runs["codec-ivf", 1, "index"]
+    m = load_manifest(index_url)
+    (part,) = m.ann["tokens"]["partitions"]
+    files = {name: f["bytes"] for name, f in part["files"].items()}
+    codec = read_codec(os.path.join(index_url, m.codecs["tokens"]["path"]))
+    cells = len(codec.coarse_centroids())
+    n_vectors = m.counts["tokens"]
+    assert part["params"]["nlist"] == cells  # the codebook's centroids, not k-means cells of its own
+    assert files["index/lists.npy"] == 128 + 4 * n_vectors
+    assert files["index/centroids.npy"] == 128 + 2 * cells * m.dim
+    index_bytes = sum(b for name, b in files.items() if name.startswith("index/") and name != "index/ann.json")
+    assert ann_index_size("codec-ivf", m.dim, n_vectors, codec_cells=cells).file_bytes == index_bytes
 
 
 def test_results_do_not_depend_on_partition_count_or_backend(runs):

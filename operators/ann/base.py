@@ -7,8 +7,9 @@ indexes never re-normalise, so unnormalised vectors (k-means centroids) are scor
 plain inner product. Scores are approximate first-stage scores: exact rescoring happens
 elsewhere, where the partition's exact vectors live.
 
-Backends: ``"faiss-ivfpq"`` (``operators/ann/ivfpq.py``) and ``"scann"``
-(``operators/ann/scann_index.py``), each importing only this interface and the light
+Backends: ``"faiss-ivfpq"`` (``operators/ann/ivfpq.py``), ``"scann"``
+(``operators/ann/scann_index.py``) and ``"codec-ivf"`` (``operators/ann/codec_ivf.py``: lists
+of vector ids over the codec's own centroids, filled from the codes), each importing only this interface and the light
 ``defaults``; ``operators/ann/factory.py`` above them: ``make_index`` picks a backend's
 defaults from the data size, ``load_index`` opens any saved index. An index is saved to a local directory: ``ann.json`` (backend, dim, ntotal, params)
 beside the backend's own files."""
@@ -19,9 +20,12 @@ import json
 import math
 import os
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mvr.operators.codecs import Codec
 
 META_FILE = "ann.json"
 FORMAT_VERSION = 1
@@ -40,6 +44,10 @@ class AnnIndex(ABC):
     backend: ClassVar[str]
     knobs: ClassVar[tuple[str, ...]]  # keyword arguments ``search`` accepts
     probe_knob: ClassVar[str]  # the knob that sets how many cells a query visits
+    # True: ``search`` scores are only the cell's (codec-ivf: q · centroid), to be replaced by
+    # the exact similarity of each hit's stored vector (``Partition.hits``), and a search may
+    # return more than k ids (whole lists)
+    coarse_scores: ClassVar[bool] = False
 
     def __init__(self, dim: int) -> None:
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
@@ -117,6 +125,21 @@ class AnnIndex(ABC):
         """Where this object trained and filled its index: "cuda" or "cpu" (an index loaded
         from disk, or one that trained nothing, says "cpu")."""
         return "cpu"
+
+    @property
+    def takes_codes(self) -> bool:
+        """Whether ``add_codes`` fills this index (its cells are the stored vectors' codec's:
+        ``use_codec``)."""
+        return False
+
+    def use_codec(self, codec: Optional["Codec"]) -> bool:
+        """Take the cells from the stored vectors' codec instead of training them (codec-ivf);
+        True when it did. Other backends train on decoded vectors: False."""
+        return False
+
+    def add_codes(self, codes: np.ndarray) -> np.ndarray:
+        """Append vectors given as codes of the codec given to ``use_codec``; their ids."""
+        raise ValueError(f"{self.backend} indexes are filled with decoded vectors (add), not codes")
 
     def emptied(self) -> Optional["AnnIndex"]:
         """A copy of this index's trained state holding no vectors (to fill with other vectors

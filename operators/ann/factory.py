@@ -9,7 +9,7 @@ from typing import Any
 
 from mvr.operators.ann.base import AnnIndex, read_meta
 
-BACKENDS = ("faiss-ivfpq", "scann")
+BACKENDS = ("faiss-ivfpq", "scann", "codec-ivf")
 
 
 def make_index(backend: str, dim: int, n_vectors: int, **params: Any) -> AnnIndex:
@@ -35,4 +35,8 @@ def backend_class(backend: str) -> type[AnnIndex]:
         from mvr.operators.ann.scann_index import ScannIndex
 
         return ScannIndex
+    if backend == "codec-ivf":
+        from mvr.operators.ann.codec_ivf import CodecIVFIndex
+
+        return CodecIVFIndex
     raise ValueError(f"unknown ANN backend {backend!r}; choose one of {list(BACKENDS)}")

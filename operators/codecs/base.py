@@ -134,6 +134,16 @@ class Codec(ABC):
             self._decode_into(np.ascontiguousarray(part), out[s : s + len(part)])
         return out
 
+    def coarse_centroids(self) -> Optional[np.ndarray]:
+        """(n_centroids, dim_out) float32 centroids that every code names one of (the residual
+        codebook: a codec-ivf first stage's cells), or None for a codec without them."""
+        return None
+
+    def coarse_ids(self, codes: np.ndarray) -> np.ndarray:
+        """(n,) int64: the centroid (row of ``coarse_centroids``) each code names, read from
+        the codes (nothing decoded)."""
+        raise ValueError(f"{self.name} codes name no centroid")
+
     def _check_codes(self, codes: np.ndarray) -> np.ndarray:
         """``codes`` as an array; ValueError unless (n, bytes_per_vector) uint8."""
         codes = np.asarray(codes)

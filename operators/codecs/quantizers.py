@@ -172,6 +172,12 @@ class Composed(Codec):
     def decode_scaled(self, codes: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
         return self.inner.decode_scaled(codes)
 
+    def coarse_centroids(self) -> Optional[np.ndarray]:
+        return self.inner.coarse_centroids()
+
+    def coarse_ids(self, codes: np.ndarray) -> np.ndarray:
+        return self.inner.coarse_ids(codes)
+
     def stages(self) -> list[Codec | Transform]:
         return [self.transform, self.inner]
 

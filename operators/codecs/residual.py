@@ -156,6 +156,12 @@ class Residual(Codec):
         out[:, self.id_bytes :] = packed
         return out
 
+    def coarse_centroids(self) -> Optional[np.ndarray]:
+        return self.centroids
+
+    def coarse_ids(self, codes: np.ndarray) -> np.ndarray:
+        return self.ids_of(self._check_codes(codes))
+
     def ids_of(self, codes: np.ndarray) -> np.ndarray:
         """(n,) int64 centroid ids of codes."""
         return np.ascontiguousarray(codes[:, : self.id_bytes]).view(self.ids).reshape(-1).astype(np.int64)

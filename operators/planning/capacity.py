@@ -44,7 +44,7 @@ from mvr.operators.ann.defaults import AH_CENTERS, BRUTE_FORCE_BELOW, default_m,
 from mvr.operators.retrieval.scoring import VECTOR_KINDS
 
 LIST_KINDS = ("tokens", "centroids", "first-m")  # list<code> columns: an int32 offset a passage each
-ANN_BACKENDS = ("faiss-ivfpq", "scann", "none")
+ANN_BACKENDS = ("faiss-ivfpq", "scann", "codec-ivf", "none")
 # the configuration's defaults the plan assumes (pipeline/config.py, a layer above: a test holds them equal)
 ROWS_PER_SHARD = 1024  # RuntimeConfig.write_rows_per_shard
 CODEC_SAMPLE_VECTORS = 65_536  # CompressConfig.codec_sample_vectors
@@ -397,13 +397,29 @@ class AnnIndexSize:
 
 
 def ann_index_size(
-    backend: str, dim: int, n_vectors: float, pq_m: Optional[int] = None, nbits: Optional[int] = None, dims_per_block: int = 2, scann_reorder: bool = False
+    backend: str,
+    dim: int,
+    n_vectors: float,
+    pq_m: Optional[int] = None,
+    nbits: Optional[int] = None,
+    dims_per_block: int = 2,
+    scann_reorder: bool = False,
+    codec_cells: Optional[int] = None,
 ) -> AnnIndexSize:
     """Bytes of one partition's index over ``n_vectors`` vectors with this codebase's defaults
-    (``operators/ann/ivfpq.py``, ``operators/ann/scann_index.py``) unless ``pq_m`` / ``nbits`` /
-    ``dims_per_block`` / ``scann_reorder`` are given. Fixed parts (quantizers) included."""
+    (``operators/ann/ivfpq.py``, ``operators/ann/scann_index.py``, ``operators/ann/codec_ivf.py``)
+    unless ``pq_m`` / ``nbits`` / ``dims_per_block`` / ``scann_reorder`` are given;
+    ``codec_cells``: the centroids of the vectors' codec (a residual codebook), which codec-ivf
+    takes as its cells (None: it trains ``default_nlist`` cells). Fixed parts (quantizers)
+    included."""
     n = float(n_vectors)
-    if n < BRUTE_FORCE_BELOW:  # both backends: flat float32, exact
+    if backend == "codec-ivf":
+        cells = codec_cells or min(default_nlist(n), max(1, int(n)))
+        # lists.npy: a uint32 id a vector; centroids.npy float16 (float32 in RAM); list_offsets.npy int64; 3 npy headers
+        fixed_file = cells * dim * 2 + (cells + 1) * 8 + 3 * 128
+        params = {"nlist": cells, "cells_from_codec": codec_cells is not None}
+        return AnnIndexSize(backend, n, params, n * 4 + fixed_file, n * 4 + cells * dim * 4 + (cells + 1) * 8, 4.0, 4.0)
+    if n < BRUTE_FORCE_BELOW:  # faiss-ivfpq and scann: flat float32, exact
         per = 4.0 * dim
         return AnnIndexSize(backend, n, {"brute_force": True}, n * per, n * per, per, per)
     if backend == "faiss-ivfpq":
@@ -443,6 +459,8 @@ def ann_build_ram(idx: AnnIndexSize, dim: int) -> tuple[float, str]:
     more while it trains and hashes), plus the index it makes."""
     n = idx.vectors
     block = ADD_BATCH * dim * 4.0
+    if idx.backend == "codec-ivf":  # finalize: each vector's cell (int64), twice while sorting, and the argsort
+        return idx.ram_bytes + 28.0 * n + block, "the index + 28 B a vector while its lists are sorted (cells, their argsort) + one added block"
     if idx.params.get("brute_force") or idx.backend == "faiss-ivfpq":
         sample = 2 * idx.params.get("training_sample_size", 0) * dim * 4.0
         return idx.ram_bytes + max(sample, block), "the index + 2 float32 copies of its training sample (or one added block, if larger)"
@@ -641,7 +659,9 @@ def partition_ram(w: Workload, ann: AnnSettings, serve: ServeSettings, passages:
         n = passages * w.vectors_per_passage(kind)
         codes += passages * w.codes_bytes_per_passage(kind)
         if ann.backend != "none":
-            idx = ann_index_size(ann.backend, w.dim_of(kind), n, ann.pq_m, ann.nbits, ann.dims_per_block, ann.scann_reorder)
+            idx = ann_index_size(
+                ann.backend, w.dim_of(kind), n, ann.pq_m, ann.nbits, ann.dims_per_block, ann.scann_reorder, w.residual_centroids(w.codec_of(kind))
+            )
             indexes[kind] = idx
             lines.append(Line(f"{kind}: {ann.backend} index (dim {w.dim_of(kind)})", idx.ram_bytes, _index_how(idx)))
         ids = passages * per_passage + 8
@@ -680,6 +700,9 @@ def _index_how(idx: AnnIndexSize) -> str:
         return "flat float32 (< 4,096 vectors)"
     if idx.backend == "faiss-ivfpq":
         return f"nlist {p['nlist']}, m {p['m']} × {p['nbits']} bits: {idx.bytes_per_vector_ram:g} B/vector + quantizers"
+    if idx.backend == "codec-ivf":
+        cells = "the codec's centroids" if p["cells_from_codec"] else "k-means cells"
+        return f"{p['nlist']:,} lists over {cells}: a 4 B id a vector + the centroids"
     copy = ", float32 reorder copy" if p.get("reorder") else ""
     return f"{p['num_leaves']} leaves, AH {p['ah_blocks']} blocks{copy}: {idx.bytes_per_vector_ram:g} B/vector + leaves"
 
@@ -758,7 +781,9 @@ def make_plan(w: Workload, ann: AnnSettings = AnnSettings(), serve: ServeSetting
                 )
             )
             # partitions of near-equal size: P × one partition's index (fixed parts counted P times)
-            idx = ann_index_size(ann.backend, w.dim_of(kind), n / partitions, ann.pq_m, ann.nbits, ann.dims_per_block, ann.scann_reorder)
+            idx = ann_index_size(
+                ann.backend, w.dim_of(kind), n / partitions, ann.pq_m, ann.nbits, ann.dims_per_block, ann.scann_reorder, w.residual_centroids(w.codec_of(kind))
+            )
             storage.append(Line(f"ann/{kind}: {ann.backend} index", idx.file_bytes * partitions, f"{partitions:,} × ({_index_how(idx)}), dim {w.dim_of(kind)}"))
     built = (0 if exact_only else len(ann.kinds) * partitions) + (partitions if serve.bm25 else 0)
     if built:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import numpy as np
 
 from mvr.operators.ann.base import AnnIndex
-from mvr.operators.kernels import get_torch
+from mvr.operators.kernels import get_torch, matmul
 from mvr.operators.packed import Packed
 from mvr.operators.retrieval import scoring
 from mvr.operators.retrieval.ranking import Ranked, top_documents
@@ -198,14 +198,42 @@ class Partition:
         qi = np.repeat(np.arange(len(ids), dtype=np.int64), ids.shape[1])
         ids, scores = ids.ravel(), scores.ravel()
         ok = ids >= 0
-        qi, rows, s = qi[ok], self.vectors.owner(ids[ok]), scores[ok]
+        qi, ids, s = qi[ok], ids[ok], scores[ok]
+        rows = self.vectors.owner(ids)
         if self.live is not None:  # deleted passages are no candidates
             alive = self.live[rows]
-            qi, rows, s = qi[alive], rows[alive], s[alive]
+            qi, ids, rows, s = qi[alive], ids[alive], rows[alive], s[alive]
         if allowed is not None:  # a filter: passages outside it are no candidates
             keep = in_allowed(rows, allowed)
-            qi, rows, s = qi[keep], rows[keep], s[keep]
+            qi, ids, rows, s = qi[keep], ids[keep], rows[keep], s[keep]
+        if self.ann.coarse_scores and len(ids):
+            qi, rows, s = self._rescore_hits(query_vectors, qi, ids, k_prime)
         return Hits(qi, rows, s.astype(np.float32))
+
+    def _rescore_hits(self, query_vectors: np.ndarray, qi: np.ndarray, ids: np.ndarray, k_prime: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Hits scored by their cell only (codec-ivf) scored by their own vectors: every
+        distinct hit vector decoded once, (query vectors, distinct vectors) similarities in
+        one product, each query vector's best ``k_prime`` of its own hits kept (IVF-flat over
+        the codes). Linear in the hits: a mask over the partition's vectors instead of a sort
+        when the hits are many (an exhaustive search lists every vector for every query
+        vector)."""
+        n = self.vectors.n_vectors
+        if len(ids) * 32 < n:
+            distinct, at = np.unique(ids, return_inverse=True)
+        else:
+            present = np.zeros(n, bool)
+            present[ids] = True
+            distinct = np.flatnonzero(present)
+            at = (np.cumsum(present) - 1)[ids]
+        sims = matmul(np.asarray(query_vectors, dtype=np.float32), self.vectors.decode(distinct).T)  # (query vectors, distinct)
+        mine = np.full_like(sims, -np.inf)
+        mine[qi, at] = sims[qi, at]  # a query vector's own hits only
+        column = np.broadcast_to(np.arange(sims.shape[1]), sims.shape)
+        if k_prime < sims.shape[1]:
+            column = np.argpartition(-mine, k_prime - 1, axis=1)[:, :k_prime]
+            mine = np.take_along_axis(mine, column, axis=1)
+        q, j = np.nonzero(np.isfinite(mine))
+        return q.astype(np.int64), self.vectors.owner(distinct[column[q, j]]), mine[q, j]
 
     def rescore(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray] = None) -> np.ndarray:
         """Exact ``mode`` scores of the passages at ``rows`` (None: all, decoded a block at a

@@ -196,6 +196,18 @@ class StoredVectors:
         for start in range(0, self.n_vectors, rows):
             yield self.decode_range(start, min(start + rows, self.n_vectors))
 
+    def code_blocks(self, rows: int = 65_536) -> Iterator[np.ndarray]:
+        """Every stored row as it is stored (codes, or float vectors without a codec),
+        (≤ rows, width) at a time, in row order: a segment's slice, copied only where a
+        block spans two segments."""
+        for start in range(0, self.n_vectors, rows):
+            stop = min(start + rows, self.n_vectors)
+            first = int(np.searchsorted(self.starts, start, side="right")) - 1
+            if stop <= self.starts[first + 1]:
+                yield self.segments[first][start - self.starts[first] : stop - self.starts[first]]
+            else:
+                yield self.raw(np.arange(start, stop, dtype=np.int64))
+
     def stored_bytes(self) -> int:
         """Bytes of the stored rows (codes or vectors) this run covers."""
         return sum(int(s.nbytes) for s in self.segments)

@@ -17,8 +17,9 @@ import numpy as np
 import ray
 from tqdm import tqdm
 
-from mvr.operators.ann.base import ADD_BATCH, set_build_threads
+from mvr.operators.ann.base import ADD_BATCH, AnnIndex, set_build_threads
 from mvr.operators.ann.factory import load_index, make_index
+from mvr.operators.retrieval.stored_vectors import StoredVectors
 from mvr.pipeline.config import AnnBuildConfig, BM25BuildConfig
 from mvr.pipeline.indexing.bm25_build import build_bm25, is_current, partitions_for
 from mvr.pipeline.ray_runtime import init_ray, task_result
@@ -63,18 +64,30 @@ def build_partition(
     index = reused
     if index is None:
         index = make_index(backend, v.dim, v.n_vectors, **params)
-        sample_size = index.params.get("training_sample_size", v.n_vectors)
-        rng = np.random.default_rng(index.params.get("seed", 0))
-        sample_rows = np.sort(rng.choice(v.n_vectors, min(sample_size, v.n_vectors), replace=False))
-        index.train(v.decode(sample_rows))
-    for block in v.vector_blocks(ADD_BATCH):
-        index.add(block)
-    index.finalize()
+        if not index.use_codec(v.codec):  # codec-ivf's cells are the codec's centroids: nothing to train
+            sample_size = index.params.get("training_sample_size", v.n_vectors)
+            rng = np.random.default_rng(index.params.get("seed", 0))
+            sample_rows = np.sort(rng.choice(v.n_vectors, min(sample_size, v.n_vectors), replace=False))
+            index.train(v.decode(sample_rows))
+    fill(index, v)
     entry = write_partition(index_url, rel_dir, p.first_passage, passages, index)
     entry["build_seconds"] = round(time.perf_counter() - t0, 2)
     entry["trained"] = reused is None
     entry["build_device"] = index.build_device
     return entry
+
+
+def fill(index: AnnIndex, vectors: StoredVectors) -> None:
+    """Append every vector of ``vectors`` to ``index``, a block of ``ADD_BATCH`` at a time,
+    and finish it: their codes when the index takes its cells from their codec (codec-ivf:
+    nothing decoded), else the decoded vectors."""
+    if index.takes_codes or index.use_codec(vectors.codec):
+        for codes in vectors.code_blocks(ADD_BATCH):
+            index.add_codes(codes)
+    else:
+        for block in vectors.vector_blocks(ADD_BATCH):
+            index.add(block)
+    index.finalize()
 
 
 def is_up_to_date(manifest: Manifest, kind: str, config: AnnBuildConfig) -> bool:

@@ -39,10 +39,10 @@ import numpy as np
 import pyarrow as pa
 import ray
 
-from mvr.operators.ann.base import ADD_BATCH, set_build_threads
+from mvr.operators.ann.base import set_build_threads
 from mvr.operators.ann.factory import load_index
 from mvr.pipeline.config import BM25Config, IndexConfig
-from mvr.pipeline.indexing.ann_build import build_partition
+from mvr.pipeline.indexing.ann_build import build_partition, fill
 from mvr.pipeline.indexing.bm25_build import build_bm25_entry
 from mvr.pipeline.indexing.corpus_job import index_corpus
 from mvr.pipeline.ray_runtime import init_ray, task_cpus, task_result
@@ -228,9 +228,7 @@ def extend_partition(
     old = read_partition_passages(index_url, entry)
     new = read_passages(index_url, entries, [ShardSlice(**s) for s in slices], kind, load_codecs(index_url, codecs_entry))
     ann = local_copy(index_url, entry, INDEX_SUBDIR, load_index, False)
-    for block in new.vectors.vector_blocks(ADD_BATCH):
-        ann.add(block)
-    ann.finalize()
+    fill(ann, new.vectors)
     both = PassageVectors(old["doc_id"].to_pylist() + new.doc_ids, np.concatenate([old["passage_idx"].to_numpy(), new.passage_idx]), new.vectors)
     out = write_partition(index_url, rel_dir, int(entry["first_passage"]), both, ann)
     out["build_seconds"] = round(time.perf_counter() - t0, 2)
