@@ -8,7 +8,7 @@ from the token codes), softmax-centroid (the k-means centroids), pooled.
     python benchmarks/codecs.py --index /tmp/idx2/msmarco --dataset ../shared/datasets/msmarco-sample \\
         [--index /tmp/idx2/dbpedia --dataset ../shared/datasets/dbpedia-sample] \\
         [--codecs float16,int8,…] [--sample 65536] [--seed 0 | --seeds 0,1,2] [--repeats 3] [--no-timing] \\
-        [--sample-by vector|passage] [--ann dim|codec|none] [--kind tokens|first-m] [--json OUT] [--plot PNG]
+        [--sample-by vector|passage] [--ann dim|codec|none] [--kind tokens|first-m|centroids|pooled] [--json OUT] [--plot PNG]
     python benchmarks/codecs.py --from-json OUT [--from-json OUT2 …] [--plot PNG]   # tables (and plot) of saved runs
 
 The indexes must store their token vectors as ``float16`` (``mvr index CORPUS INDEX --codec
@@ -372,7 +372,7 @@ def run_collection(
                 "delta_se": round(_delta_se(run, ref_run, qrels), 4),
                 "train_s": round(train_s, 2),
                 **{k: round(v, 3) for k, v in got.items()},
-                "codec_file_bytes": len(codec.to_bytes()) if hasattr(codec, "to_bytes") else 0,  # int8 and float16: nothing trained
+                "codec_file_bytes": len(codecs.to_bytes(codec)),
             }
             if base is not None:
                 row.update({f"float16_{k}": round(v, 3) for k, v in base.items()})
@@ -611,7 +611,7 @@ def main() -> None:
         "--kind",
         choices=tuple(KIND_MODE),
         default="tokens",
-        help="the vectors measured: every token vector under MaxSim (default), or each passage's first m under first-m",
+        help="the vectors measured: every token vector under MaxSim (default), each passage's first m under first-m, its centroids under softmax-centroid, or its pooled vector",
     )
     p.add_argument("--json", help="write the figures here")
     p.add_argument("--plot", help="write a PNG of ΔnDCG@10 against bytes per vector here")
