@@ -1,14 +1,18 @@
 """``mvr submit [--address URL] COMMAND ARGS…``: run an mvr command as a Ray job on a cluster,
 through Ray's job submission API. The same as ``ray job submit --working-dir . -- python -m
 jobs.MODULE ARGS…`` with the project's runtime environment (``pipeline/job_submission.py``):
-the checkout as working dir, offline model loading. Follows the job's logs and exits with its
-outcome (0 when it succeeded); ``--no-wait`` prints the submission id and returns."""
+the checkout as working dir, offline model loading, and the variables given with ``--env``
+(e.g. ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL_S3``). Follows the job's logs and exits with
+its outcome (0 when it succeeded); ``--no-wait`` prints the submission id and returns."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 import time
+from typing import Mapping, Sequence
 
 from mvr.jobs.common import ArgumentParser, console
 from mvr.jobs.errors import error, run_job
@@ -26,19 +30,44 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--submission-id", help="a name for the job (default: Ray picks one)")
     p.add_argument("--no-wait", action="store_true", help="print the submission id and return")
     p.add_argument("--timeout", type=float, default=24 * 3600.0, help="seconds to follow the job before giving up (it keeps running)")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="an environment variable for the job's driver and workers (repeatable); NAME alone passes this shell's value. "
+        "Visible in the dashboard's job list: keep secrets in instance roles (docs/cluster.md)",
+    )
     p.add_argument("command", choices=[c for c in COMMANDS if c not in NOT_SUBMITTABLE], help="the mvr command to run on the cluster")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments, as on the command line")
     return p
 
 
+def env_vars(given: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """``--env`` values as {name: value}: ``NAME=VALUE``, or ``NAME`` with its value in
+    ``environ`` (this shell's). ValueError naming a malformed or unset one."""
+    out = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"--env {item!r}: expected NAME=VALUE or NAME, with NAME a variable name")
+        if not sep:
+            if name not in environ:
+                raise ValueError(f"--env {name}: not set in this shell (give NAME=VALUE)")
+            value = environ[name]
+        out[name] = value
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from mvr.jobs.cli import COMMANDS
-    from mvr.pipeline.job_submission import TERMINAL, JobRunner
+    from mvr.pipeline.job_submission import TERMINAL, JobRunner, runtime_env
 
     module = COMMANDS[args.command][0].removeprefix("mvr.jobs.")
     try:
+        env = runtime_env(args.working_dir, env_vars=env_vars(args.env, os.environ))
         runner = JobRunner(args.address, token=args.ray_token)
-        job = runner.submit(module, args.args, working_dir=args.working_dir, submission_id=args.submission_id)
+        job = runner.submit(module, args.args, env=env, submission_id=args.submission_id)
     except (ValueError, ConnectionError, RuntimeError) as exc:
         return error(exc)
     console.print(f"submitted {job}: python -m mvr.jobs.{module} {' '.join(args.args)}")

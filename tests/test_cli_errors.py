@@ -102,6 +102,17 @@ def test_search_names_what_is_missing_or_contradictory():
     refused(mvr("search", "--url", "http://127.0.0.1:9", "a query"), "cannot reach the service at http://127.0.0.1:9")
 
 
+def test_submit_env_is_checked_before_any_cluster_is_asked():
+    """``mvr submit --env``: a malformed or unset variable is refused before the (unreachable)
+    cluster is contacted; NAME alone passes this shell's value, NAME=VALUE its value."""
+    from mvr.jobs.submit import env_vars
+
+    refused(mvr("submit", "--address", "http://127.0.0.1:9", "--env", "MVR_TESTS_NEVER_SET", "verify", "x"), "--env MVR_TESTS_NEVER_SET: not set in this shell")
+    with pytest.raises(ValueError, match="expected NAME=VALUE or NAME"):
+        env_vars(["1BAD=x"], {})
+    assert env_vars(["A=1=2", "B", "C="], {"B": "from the shell"}) == {"A": "1=2", "B": "from the shell", "C": ""}
+
+
 # --- configuration files --------------------------------------------------------------------
 
 
