@@ -8,7 +8,9 @@ The index's tokens must have ANN partitions of ``--backend`` (built here, P = 1,
 when the manifest holds another backend or none: this replaces the index's ANN entry for
 tokens). Prints the p50 / p95 of the timed rounds (no profiler attached), then the profile
 of the same rounds, by cumulative and by own time, and the share of a query spent in the
-stages that matter (FAISS / ScaNN search, candidate merge, code gather, decode, matmul)."""
+stages that matter (FAISS / ScaNN / codec-ivf search, codec-ivf's hits scored from their
+codes, candidate merge, code gather, decode, matmul; a stage's time includes the stages it
+calls: the decode of the hits counts in both)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import numpy as np
 # rescoring decodes through ``decode_scaled`` of a rescaling codec, ``decode`` otherwise)
 STAGES = [
     ("first stage: ANN search", "operators/ann/base.py", "search"),
+    ("codec-ivf hits from their codes", "operators/retrieval/partition.py", "_rescore_hits"),
     ("candidate merge", "operators/retrieval/candidates.py", "select"),
     ("code gather (StoredVectors.raw)", "operators/retrieval/stored_vectors.py", "raw"),
     ("decode (codec)", "operators/codecs/base.py", "decode"),
@@ -33,6 +36,7 @@ STAGES = [
 
 
 def main() -> None:
+    from mvr.operators.ann.factory import BACKENDS
     from mvr.pipeline.config import AnnBuildConfig, SearchConfig
     from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.retrieval.searcher import Searcher
@@ -42,7 +46,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", required=True)
     p.add_argument("--dataset", required=True)
-    p.add_argument("--backend", default="faiss-ivfpq", choices=["faiss-ivfpq", "scann"])
+    p.add_argument("--backend", default="faiss-ivfpq", choices=BACKENDS)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--top", type=int, default=25)
     args = p.parse_args()

@@ -45,8 +45,12 @@ def test_lists_are_the_codes_centroid_ids(coded):
     assert index.cells == len(centroids) == 1024 and index.ntotal == N
     # independent: the nearest centroid (L2) of each PCA-projected vector, as the codec encodes
     projected = codec.project(x)
-    nearest = np.argmin(((projected[:, None, :] - centroids[None]) ** 2).sum(-1), axis=1)
-    assert (codec.coarse_ids(codes) == nearest).mean() > 0.999  # BLAS ties aside
+    distances = ((projected[:, None, :] - centroids[None]) ** 2).sum(-1)
+    nearest = np.argmin(distances, axis=1)
+    two = np.sort(distances, axis=1)[:, :2]
+    clear = two[:, 1] - two[:, 0] > 1e-4  # not a tie that another BLAS may break the other way
+    assert clear.mean() > 0.99
+    np.testing.assert_array_equal(codec.coarse_ids(codes)[clear], nearest[clear])
     cells = codec.coarse_ids(codes)
     for c in np.unique(cells)[:50]:
         lo, hi = index._offsets[c], index._offsets[c + 1]

@@ -207,10 +207,12 @@ class Partition:
             keep = in_allowed(rows, allowed)
             qi, ids, rows, s = qi[keep], ids[keep], rows[keep], s[keep]
         if self.ann.coarse_scores and len(ids):
-            qi, rows, s = self._rescore_hits(query_vectors, qi, ids, k_prime)
+            qi, rows, s = self._rescore_hits(query_vectors, qi, ids, rows, k_prime)
         return Hits(qi, rows, s.astype(np.float32))
 
-    def _rescore_hits(self, query_vectors: np.ndarray, qi: np.ndarray, ids: np.ndarray, k_prime: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _rescore_hits(
+        self, query_vectors: np.ndarray, qi: np.ndarray, ids: np.ndarray, rows: np.ndarray, k_prime: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Hits scored by their cell only (codec-ivf) scored by their own vectors: every
         distinct hit vector decoded once, (query vectors, distinct vectors) similarities in
         one product, each query vector's best ``k_prime`` of its own hits kept (IVF-flat over
@@ -226,6 +228,8 @@ class Partition:
             distinct = np.flatnonzero(present)
             at = (np.cumsum(present) - 1)[ids]
         sims = matmul(np.asarray(query_vectors, dtype=np.float32), self.vectors.decode(distinct).T)  # (query vectors, distinct)
+        passage = np.empty(len(distinct), np.int64)
+        passage[at] = rows  # each distinct vector's passage
         mine = np.full_like(sims, -np.inf)
         mine[qi, at] = sims[qi, at]  # a query vector's own hits only
         column = np.broadcast_to(np.arange(sims.shape[1]), sims.shape)
@@ -233,7 +237,7 @@ class Partition:
             column = np.argpartition(-mine, k_prime - 1, axis=1)[:, :k_prime]
             mine = np.take_along_axis(mine, column, axis=1)
         q, j = np.nonzero(np.isfinite(mine))
-        return q.astype(np.int64), self.vectors.owner(distinct[column[q, j]]), mine[q, j]
+        return q.astype(np.int64), passage[column[q, j]], mine[q, j]
 
     def rescore(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray] = None) -> np.ndarray:
         """Exact ``mode`` scores of the passages at ``rows`` (None: all, decoded a block at a
