@@ -314,7 +314,12 @@ class FirstStageConfig(_Section):
 
     k_prime: int = Field(ge=1, description="nearest indexed vectors asked for each query vector")
     candidate_cap: int = Field(ge=1, description="passages rescored at most, over all partitions")
-    probe_fraction: Optional[float] = Field(None, gt=0, le=1, description="share of coarse cells visited (at least 8); None: the index's default")
+    probe_fraction: Optional[float] = Field(
+        None,
+        gt=0,
+        le=1,
+        description="share of coarse cells visited (at least 8; not codec-ivf over a codec's centroids, which visits nprobe lists); None: the index's default",
+    )
     nprobe: Optional[int] = Field(None, ge=1, description="FAISS and codec-ivf: coarse cells visited (overrides probe_fraction)")
     leaves_to_search: Optional[int] = Field(None, ge=1, description="ScaNN: tree leaves visited (overrides probe_fraction)")
     reorder_k: Optional[int] = Field(None, ge=1, description="ScaNN built with a reorder stage (reorder_k > 0; not the default): candidates re-ranked in float")

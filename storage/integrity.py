@@ -144,12 +144,19 @@ def check_data(index_url: str, expected: ExpectedFile, data: bytes, sha256: bool
     manifest lists or, with ``sha256``, has another checksum."""
     problem = size_check(expected, len(data))
     if problem is None and sha256 and expected.sha256 is not None:
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != expected.sha256:
-            detail = f"sha256 {digest[:12]}…, the manifest lists {expected.sha256[:12]}…"
-            problem = FileCheck(expected.path, expected.group, "corrupted", expected.bytes, len(data), detail)
+        problem = digest_check(expected, len(data), hashlib.sha256(data).hexdigest())
     if problem is not None:
         raise IntegrityError([problem], index_url)
+
+
+def digest_check(expected: ExpectedFile, size: int, digest: str) -> Optional[FileCheck]:
+    """The problem when a file of ``size`` bytes with sha256 ``digest`` (hex) is not the size or
+    the checksum the manifest lists (None when it is both, or the manifest lists neither)."""
+    problem = size_check(expected, size)
+    if problem is None and expected.sha256 is not None and digest != expected.sha256:
+        detail = f"sha256 {digest[:12]}…, the manifest lists {expected.sha256[:12]}…"
+        problem = FileCheck(expected.path, expected.group, "corrupted", expected.bytes, size, detail)
+    return problem
 
 
 def read_listed(index_url: str, expected: ExpectedFile, sha256: bool = True) -> bytes:

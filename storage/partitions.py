@@ -36,7 +36,7 @@ from mvr.operators.ann.factory import load_index
 from mvr.operators.codecs import Codec
 from mvr.operators.retrieval.partition import Partition
 from mvr.operators.retrieval.stored_vectors import StoredVectors
-from mvr.storage import fs
+from mvr.storage import fs, local_cache
 from mvr.storage.codec_file import codec_of
 from mvr.storage.integrity import ExpectedFile, FileCheck, IntegrityError, missing, read_listed, size_check, unreadable
 from mvr.storage.manifest import Manifest, ShardEntry, shard_lookup, shard_paths, shard_rows
@@ -230,7 +230,10 @@ def write_files(index_url: str, rel_dir: str, files: dict[str, bytes]) -> dict[s
 
 def local_copy(index_url: str, entry: dict[str, Any], subdir: str, load: Callable[[str], Any], verify: bool) -> Any:
     """``load(directory)`` on the files of ``entry`` under ``subdir``: in place when the index
-    is local (and not verified), else from a temporary local copy (libraries read local files)."""
+    is local (and not verified), else from this node's cached copies (``storage.local_cache``:
+    fetched once per node with their sha256 checked, mapped by whatever the library maps;
+    with ``verify``, cached copies are hashed again), or from a temporary copy of a local
+    index's files being verified."""
     rel = entry["path"]
     names = [n for n in entry["files"] if n.startswith(subdir + "/")]
     local = fs.local_path(fs.join(index_url, rel, subdir))
@@ -244,6 +247,9 @@ def local_copy(index_url: str, entry: dict[str, Any], subdir: str, load: Callabl
             if problem is not None:
                 raise IntegrityError([problem], index_url)
         return _load(index_url, rel, subdir, load, local)
+    if local is None:
+        with local_cache.staged(index_url, [(name[len(subdir) + 1 :], _expected(rel, name, entry)) for name in names], recheck=verify) as folder:
+            return _load(index_url, rel, subdir, load, folder)
     with tempfile.TemporaryDirectory(prefix="mvr-part-") as tmp:
         for name in names:
             with open(os.path.join(tmp, name[len(subdir) + 1 :]), "wb") as f:

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mvr.storage import fs
+from mvr.storage import fs, local_cache
 from mvr.storage.integrity import ExpectedFile, IntegrityError, check_data, missing, size_check, unreadable
 from mvr.storage.schema import CODE_COLUMNS
 
@@ -83,9 +83,11 @@ def write_shard(index_url: str, table: pa.Table, block_id: str) -> dict:
 
 def open_codes(index_url: str, expected: ExpectedFile) -> pa.Table:
     """A shard's codes file (``expected``: its path, size and sha256 from the manifest) as an
-    Arrow table whose buffers are a memory map of the file when the index is local (the OS
-    pages in what is touched; nothing is read here), else read whole. ``IntegrityError`` when
-    it is missing, not the listed size, or not an Arrow IPC file."""
+    Arrow table whose buffers are a memory map of the file (the OS pages in what is touched;
+    nothing is read here): the file itself when the index is local, else this node's copy
+    (``storage.local_cache``, fetched once per node, its sha256 checked as it came in).
+    ``IntegrityError`` when it is missing, not the listed size (or sha256), or not an Arrow
+    IPC file."""
     url = fs.join(index_url, expected.path)
     local = fs.local_path(url)
     try:
@@ -93,11 +95,9 @@ def open_codes(index_url: str, expected: ExpectedFile) -> pa.Table:
             problem = size_check(expected, os.path.getsize(local))
             if problem is not None:
                 raise IntegrityError([problem], index_url)
-            source = pa.memory_map(local, "r")
         else:
-            data = fs.read_bytes(url)
-            check_data(index_url, expected, data, sha256=False)
-            source = pa.BufferReader(data)
+            local = local_cache.listed_copy(index_url, expected)
+        source = pa.memory_map(local, "r")
     except FileNotFoundError:
         raise missing(index_url, expected) from None
     try:

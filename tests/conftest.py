@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +18,12 @@ DATASETS = Path(os.environ.get("MVR_DATASETS", ROOT.parent / "shared" / "dataset
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 s3_endpoint.configure_environment()  # before any Ray starts: its workers inherit the endpoint (tests/s3_endpoint.py)
+# the node-local cache of remote indexes' files (storage/local_cache.py): the run's own, not the
+# user's ~/.cache/mvr; made by the process that imports this first (xdist's controller, whose
+# environment its workers and their Ray inherit) and removed when it exits
+if "MVR_TESTS_NODE_CACHE" not in os.environ:
+    os.environ["MVR_TESTS_NODE_CACHE"] = os.environ["MVR_CACHE_DIR"] = tempfile.mkdtemp(prefix="mvr-tests-node-cache-")
+    atexit.register(shutil.rmtree, os.environ["MVR_TESTS_NODE_CACHE"], True)
 
 
 @pytest.fixture(scope="session")

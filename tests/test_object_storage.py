@@ -10,7 +10,8 @@ tests/s3_endpoint.py; its address reaches Ray's workers through the environment)
 - ``mvr add``, two ``mvr delete`` processes racing for one version (both land: the store
   refuses the loser's conditional PUT and it re-applies its change) and ``mvr compact`` on
   it, verified after each;
-- the catalog a filtered search opens comes from the node's disk cache: no temporary file."""
+- the catalog a filtered search opens, and the shards' codes it maps, come from the node's
+  disk cache: no temporary file."""
 
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ import pytest
 
 import mvr
 from helpers import read_jsonl
-from mvr.pipeline.config import IndexConfig
+from mvr.pipeline.config import AnnBuildConfig, IndexConfig
 from mvr.storage import fs, local_cache
 from mvr.storage.manifest import ConditionalWritesUnsupported, commit_guard, load_manifest
+from mvr.storage.verify import expected_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,7 +135,18 @@ def test_add_concurrent_deletes_and_compact_in_the_bucket(indexed, datasets, tmp
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     m = mvr.compact(index, log=lambda _: None).manifest
     assert (m.counts["passages"], m.counts.get("deleted_passages", 0)) == (11, 0) and mvr.verify(index).ok
+    m = mvr.build_ann(index, AnnBuildConfig(backend="codec-ivf", partitions=1, vectors=["tokens"]), log=lambda _: None).manifest  # no training: instant
     with mvr.open(index) as searcher:
         (hit,) = searcher.search([docs[11]["text"]], 3, "maxsim", filter=f"doc_id = '{docs[11]['_id']}'")
     assert hit.hits()[0][0] == docs[11]["_id"]
-    assert len(list((cache / local_cache.FILES_DIR).iterdir())) == 1 and not list(scratch.iterdir())
+    # and the shards' codes and the ANN partition's files (its lists mapped) from the same
+    # cache, each named by its sha256: no other entry but the catalog's, nothing staged left,
+    # and no temporary file
+    cached = {p.name for p in (cache / local_cache.FILES_DIR).iterdir()}
+    codes = {f"{s.codes_sha256}.arrow" for s in m.shards}
+    (part,) = m.ann["tokens"]["partitions"]
+    ann = {f"{f['sha256']}{os.path.splitext(n)[1]}" for n, f in part["files"].items() if n.startswith("index/")}
+    listed = {f"{e.sha256}{os.path.splitext(e.path)[1]}" for e in expected_files(m)}
+    assert codes | ann <= cached and len(cached - listed) == 1
+    # (torch makes its per-user compile cache there when transformers' model code is first imported)
+    assert not list((cache / local_cache.STAGING_DIR).iterdir()) and [p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_")] == []

@@ -79,6 +79,7 @@ class CodecIVFIndex(AnnIndex):
         self._offsets = np.zeros(n + 1, np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
         self._pending: list[np.ndarray] = []  # cells of the vectors added since the lists were last built
         self._centroids_t: Optional[np.ndarray] = None
+        self._list_stats: Optional[tuple[np.ndarray, np.ndarray, float]] = None  # (the offsets they are of, list sizes, mean non-empty size)
 
     @classmethod
     def create(cls, dim: int, n_vectors: int, **params: Any) -> "CodecIVFIndex":
@@ -230,9 +231,8 @@ class CodecIVFIndex(AnnIndex):
         assert self.centroids is not None
         nq, nlist = len(queries), self.cells
         nprobe = min(check_positive_int("nprobe", knobs.get("nprobe", self.default_nprobe)), nlist)
-        sizes_all = np.diff(self._offsets)
+        sizes_all, mean = self._sizes()
         # lists looked at: nprobe, or as many as hold about 2k ids at the mean list size
-        mean = max(1.0, float(self._offsets[-1]) / max(1, int((sizes_all > 0).sum())))
         look = min(nlist, max(nprobe, int(np.ceil(2 * k / mean)) + 1))
         if self._centroids_t is None:
             self._centroids_t = np.ascontiguousarray(self.centroids.T)  # (dim, nlist): 2x faster a product than the view
@@ -259,6 +259,14 @@ class CodecIVFIndex(AnnIndex):
         ids[query, column] = np.asarray(self._lists[at], dtype=np.int64)
         scores[query, column] = np.repeat(top_sims.ravel(), taken)
         return ids, scores
+
+    def _sizes(self) -> tuple[np.ndarray, float]:
+        """(nlist,) list sizes and the mean size of a non-empty list (at least 1), computed once
+        for the lists as they are (not per query)."""
+        if self._list_stats is None or self._list_stats[0] is not self._offsets:
+            sizes = np.diff(self._offsets)
+            self._list_stats = (self._offsets, sizes, max(1.0, float(self._offsets[-1]) / max(1, int((sizes > 0).sum()))))
+        return self._list_stats[1], self._list_stats[2]
 
     # ---- files
     def _save(self, directory: str) -> None:
