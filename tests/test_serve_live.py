@@ -4,21 +4,28 @@ add`, `mvr delete` and `mvr compact` commit new versions and the service switche
 version; no deleted document is returned by a version that has its deletion; an added
 document is found by every version that has it; a document that stays is always found.
 And the service's ``QueryEncoder`` deployment (kept across those switches) isolates a text it
-cannot encode from its batch-mates."""
+cannot encode from its batch-mates.
+
+The index lives in a bucket (moto's S3 server on loopback, tests/s3_endpoint.py), as on a
+cloud cluster: the replicas map its files from the node's disk cache
+(``storage/local_cache.py``), and each version switch fetches only the files it changed (a
+codes file cached for the first version is the same file, never fetched again, when the
+last version still lists it)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 
+import fsspec
 import numpy as np
 import pytest
 import requests
 
 from conftest import serve_config
 from helpers import read_jsonl
+from mvr.storage import local_cache
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
@@ -35,19 +42,26 @@ def _wait_version(url: str, version: int, timeout: float = 300.0) -> None:
     raise TimeoutError(f"the service did not switch to version {version} within {timeout:.0f} s")
 
 
+def cached_codes() -> dict[str, int]:
+    """{cache entry name: inode} of the codes files in the run's node cache (a file fetched
+    again is written anew and renamed into place: another inode)."""
+    files = local_cache.cache_root() / local_cache.FILES_DIR
+    return {p.name: p.stat().st_ino for p in files.iterdir() if p.name.endswith(".arrow")}
+
+
 @pytest.fixture(scope="module")
-def live(msmarco_100, tmp_path_factory, serve_port):
-    """A copy of the 100-passage index served with a token and its reloader, the encoder as a
-    deployment of its own (as for an index updated often: it is kept across the switches;
-    test_serve.py switches with the default, the encoder in the ingress)."""
+def live(msmarco_100, s3, serve_port):
+    """A copy of the 100-passage index in a bucket, served with a token and its reloader, the
+    encoder as a deployment of its own (as for an index updated often: it is kept across the
+    switches; test_serve.py switches with the default, the encoder in the ingress)."""
     from mvr.pipeline.serving.app import deploy, shutdown, start_reloader
 
-    index = str(tmp_path_factory.mktemp("live") / "index")
-    shutil.copytree(msmarco_100, index)
+    index = s3.make_bucket("live") + "/index"
+    fsspec.filesystem("s3").put(str(msmarco_100), index, recursive=True)
     config = serve_config(serve_port, "t-live", modes=["maxsim"], reload_poll_s=1.0, partition_timeout_s=10.0, encoder={"placement": "deployment"})
     d = deploy(index, config, token=TOKEN, log=print)
     start_reloader(index, config, TOKEN, d.version)
-    yield {"index": index, "config": config, "deployment": d}
+    yield {"index": index, "config": config, "deployment": d, "codes": cached_codes()}
     shutdown(config)  # the module's apps, and its reloader (a detached actor: it would outlive the test)
 
 
@@ -130,7 +144,14 @@ def test_queries_during_add_delete_compact(live, tmp_path, datasets):
     assert len(answers) > 30
     assert all(status == 200 for _, _, status, _, _ in answers), [a for a in answers if a[2] != 200][:3]
     assert {v for *_, v, _ in answers} >= {d.version, v_compact}
-    assert v_compact == load_manifest(index).version
+    final = load_manifest(index)
+    assert v_compact == final.version
+    # the replicas mapped every codes file of the last version from the node's cache, and
+    # those the first version had already fetched were not fetched again
+    now, first = cached_codes(), live["codes"]
+    kept = {f"{s.codes_sha256}.arrow" for s in final.shards} & set(first)
+    assert {f"{s.codes_sha256}.arrow" for s in final.shards} <= set(now) and kept
+    assert {name: now[name] for name in kept} == {name: first[name] for name in kept}
     for kind, doc_id, _, version, ids in answers:
         if kind == "stay" or (kind == "new" and version >= v_add) or (kind == "gone" and version < v_del):
             assert doc_id in ids, (kind, doc_id, version, ids)
