@@ -7,6 +7,7 @@ fsspec's ``memory://`` (a filesystem that is not local, as a bucket is not):
 - a staged folder holds the files under their names, and what a library mapped from it stays
   readable after the folder is gone and the entry evicted;
 - eviction keeps the bound, least recently used first, and sweeps killed writers' leftovers;
+- an entry two fillers write at once is not there until it is whole;
 - a remote shard's codes are a memory map of the cached file, not bytes read into RAM."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -126,3 +128,42 @@ def test_remote_codes_are_a_memory_map_of_the_cached_file(cache):
     maps = [line.split() for line in Path("/proc/self/maps").read_text().splitlines()]
     spans = [tuple(int(x, 16) for x in m[0].split("-")) for m in maps if len(m) >= 6 and m[5] == path]
     assert any(lo <= address < hi for lo, hi in spans), spans
+
+
+def test_an_entry_being_filled_is_not_seen_until_whole_and_two_fillers_agree(cache, monkeypatch):
+    """Two processes on a node fill one entry at once (here two threads, each fetch paused
+    half-way): while they write, the entry's path does not exist, so no reader sees half a
+    file; then both get the whole file at one path, and no temporary file is left."""
+    index = "memory://lc-race/index"
+    data = os.urandom(5000)
+    expected = put(index, "shards/r.codes.arrow", data)
+    path = cache / local_cache.FILES_DIR / f"{expected.sha256}.arrow"
+    halfway, go = threading.Barrier(3), threading.Event()
+    real_open = local_cache.fs.open_file
+
+    class Paused(io.RawIOBase):
+        """The remote file, read in two halves with a pause between them."""
+
+        def __init__(self) -> None:
+            self.parts = [data[:2500], data[2500:]]
+
+        def read(self, size: int = -1) -> bytes:
+            if len(self.parts) == 1 and not go.is_set():
+                halfway.wait(timeout=30)
+                go.wait(timeout=30)
+            return self.parts.pop(0) if self.parts else b""
+
+    def paused(url: str, mode: str = "rb", **kwargs: object) -> object:
+        return Paused() if url.endswith(expected.path) else real_open(url, mode, **kwargs)
+
+    monkeypatch.setattr(local_cache.fs, "open_file", paused)
+    got: list[str] = []
+    fillers = [threading.Thread(target=lambda: got.append(local_cache.listed_copy(index, expected))) for _ in range(2)]
+    for t in fillers:
+        t.start()
+    halfway.wait(timeout=30)  # both fillers have written half the file
+    assert not path.exists() and len(leftovers(cache)) == 2
+    go.set()
+    for t in fillers:
+        t.join(timeout=30)
+    assert got == [str(path)] * 2 and path.read_bytes() == data and not leftovers(cache)
