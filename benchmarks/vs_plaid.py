@@ -1,9 +1,11 @@
-"""mvr against fast-plaid (the PLAID engine PyLate uses) on the same vectors, side by side.
+"""mvr against fast-plaid (the PLAID engine PyLate uses) and xtr-warp-rs (the WARP engine) on
+the same vectors, side by side.
 
     python benchmarks/vs_plaid.py [--corpus msmarco|combined|both] [--queries N] [--rounds 3]
-        [--workdir /tmp/mvr-bench] [--threads T] [--limit N] [--json OUT]
+        [--workdir /tmp/mvr-bench] [--threads T] [--limit N] [--peers plaid,warp] [--json OUT]
     python benchmarks/vs_plaid.py --from-json OUT      # the tables again
     python benchmarks/peers/plaid_venv.py              # only build fast-plaid's venv (first run does it)
+    python benchmarks/peers/warp_venv.py               # only build xtr-warp-rs's venv (first run does it)
 
 Corpora: msmarco-sample (5,000 passages; its judged queries) and msmarco-sample +
 dbpedia-sample indexed together (10,016 passages; both collections' judged queries, dbpedia
@@ -12,34 +14,46 @@ query and document ids prefixed ``dbpedia:``). Each is indexed with ``mvr index`
 tests) and token-vector ANN partitions are built with ``mvr build-ann`` defaults for
 faiss-ivfpq (mvr's default ANN path), scann and codec-ivf (P = 1, no BM25, timed).
 
-The same vectors on both sides: mvr's exact partition is decoded (the default codec
-``pca-64+residual-2`` gives 64-dim unit vectors: what mvr's rescoring scores) and exported
-with the queries as mvr encodes them (``Searcher.encode``: model, then the codec's
-projection). fast-plaid indexes exactly those passage vectors and searches exactly those
-query vectors, in its own venv (``benchmarks/peers/plaid_venv.py``: fast-plaid pins its own
-torch) in a subprocess (``benchmarks/peers/fast_plaid_side.py``) on the CPU, with the same
-thread count as mvr (torch, OpenMP and rayon pools). Its settings (``PLAID_SETTINGS``): its
-defaults and three others (fewer IVF probes and full scores; 2-bit residuals, mvr's size).
+The same vectors on every side: mvr's exact partition is decoded (what mvr's rescoring scores)
+and exported with the queries as mvr encodes them (``Searcher.encode``: model, then the
+codec's projection). Each peer (``--peers``, default both) indexes exactly those passage
+vectors and searches exactly those query vectors, in its own venv (fast-plaid:
+``benchmarks/peers/plaid_venv.py``; xtr-warp-rs: ``benchmarks/peers/warp_venv.py``; each pins
+its own torch) in a subprocess (``benchmarks/peers/peer_side.py``, which imports nothing of
+mvr) on the CPU, with the same thread count as mvr (torch, OpenMP and rayon pools; xtr-warp-rs's
+``num_threads``). Settings: ``PLAID_SETTINGS`` (fast-plaid's defaults and three others: fewer
+IVF probes and full scores; 2-bit residuals) and ``WARP_SETTINGS`` (xtr-warp-rs's defaults, its
+per-query optimiser, and four settings of its search knobs: fewer probes; more; more with no
+query token left out; more still, with 2,000 candidates kept), each peer's settings with the same create() keywords sharing one index.
 
-Timing: encoding is excluded on both sides (queries are encoded once). Each round times every
-query on every searcher, the searchers in rotating order, mvr's in process around
-``Searcher.search_encoded`` and fast-plaid's in its process around ``FastPlaid.search`` (one
-query a call, no progress bar), so drifting machine load hits all alike; a query's latency is
-its median over the rounds. k = 10; fast-plaid ranks passages, so it is asked for 10 + (passages
-− documents) and its passages are aggregated to documents as mvr does (a document scores as
+Timing: encoding is excluded on every side (queries are encoded once). Each round times every
+query on every searcher, the searchers in rotating order (each peer one entry of the
+rotation, its settings rotating among themselves), mvr's in process around
+``Searcher.search_encoded`` and a peer's in its process around its ``search`` (one query a
+call, no progress bar), so drifting machine load hits all alike; a query's latency is its
+median over the rounds. k = 10; the peers rank passages, so they are asked for 10 + (passages
+− documents) and their passages are aggregated to documents as mvr does (a document scores as
 its best passage). A second, untimed pass at k = 100 gives R@100.
 
 Columns: ``p50 ms`` / ``p95 ms``: percentiles over queries of the per-query search latency;
 ``overlap@10``: mean share of the exact-MaxSim top-10 (mvr exact, same vectors) in the
 searcher's top-10; ``nDCG@10`` (the k = 10 run) and ``R@100`` (the k = 100 run): ir-measures
-against the qrels (``pipeline.retrieval.evaluation.quality``); ``build s``: mvr: ``build_ann`` wall time
-(the codec was trained and the codes written by ``mvr index``, not counted); fast-plaid:
-``FastPlaid.create`` (k-means, compression, IVF) over the exported vectors; ``B/vec``: bytes
-on disk a token vector: mvr: the codes (shards' token column) + the ANN partition's index
-files (``pipeline.indexing.index_info.vector_bytes``); fast-plaid: its index directory. The last lines
-compare fast-plaid's fastest setting with overlap@10 ≥ 0.95 to mvr's default ANN path (the
-issue's target: mvr ≥ 3× faster at p50, no worse in nDCG@10 or R@100). CPU steal over the
-timed rounds is printed: on a shared VM it moves every figure. Method and notes: docs/vs_plaid.md.
+against the qrels (``pipeline.retrieval.evaluation.quality``); ``build s``: mvr: ``build_ann``
+wall time (the codec was trained and the codes written by ``mvr index``, not counted); a peer:
+its ``create`` (k-means, compression, IVF) over the exported vectors; ``B/vec``: bytes on disk a
+token vector: mvr: the codes (shards' token column) + the ANN partition's index files
+(``pipeline.indexing.index_info.vector_bytes``); a peer: its index directory (xtr-warp-rs's
+also keeps per-chunk copies for updates: the bytes its search loads are printed under the
+table). A peer's setting column shows its knobs as it resolved them (xtr-warp-rs: its
+optimiser's, for the first query).
+
+The last lines of each table compare, at p50, mvr's default ANN path and each mvr backend with
+(a) xtr-warp-rs's fastest setting with overlap@10 ≥ 0.95, or its best-overlap setting where
+none reaches it, and (b) fast-plaid's fastest setting with overlap@10 ≥ 0.95 (none where none
+reaches it), with each backend's bytes a token vector (codes + first stage); then the issue's
+target (mvr's default ANN path ≥ 3× faster at p50 than (b), no worse in nDCG@10 or R@100).
+CPU steal over the timed rounds is printed: on a shared VM it moves every figure. Method and
+notes: docs/vs_plaid.md.
 """
 
 from __future__ import annotations
@@ -53,13 +67,14 @@ import time
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode_throughput import Steal
-from peers.plaid_venv import ensure_venv, peer_env
+from peers import plaid_venv, warp_venv
+from peers.plaid_venv import installed_versions, peer_env
 from search_latency import combined_corpus
 
 K = 10
@@ -76,7 +91,62 @@ PLAID_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
     "probe2-full256": {"create": {}, "search": {"n_ivf_probe": 2, "n_full_scores": 256}},
     "nbits2": {"create": {"nbits": 2}, "search": {}},
 }
-PEER_SCRIPT = Path(__file__).resolve().parent / "peers" / "fast_plaid_side.py"
+# xtr-warp-rs settings (2.1.0.2110): search() keywords over one index of its create() defaults
+# (nbits 4, kmeans_niters 4, max_points_per_centroid 256). Its search() knobs default to None:
+# a per-query optimiser (xtr_warp.hyperparams.optimize) picks them from the index's density
+# (token vectors a centroid), k and the query's length; a setting fixes some of them.
+# nprobe: the centroids each query token probes (their codes scored); centroid_score_threshold:
+# a query token whose best centroid scores below it is left out (0: none is); bound and t_prime:
+# a token's score for a document it missed is the score of the centroid among its top `bound`
+# at which their cumulated sizes reach t'; max_candidates: documents kept before the sort.
+WARP_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
+    "default": {"create": {}, "search": {}},
+    "nprobe1": {"create": {}, "search": {"nprobe": 1}},
+    "nprobe8": {"create": {}, "search": {"nprobe": 8}},
+    "nprobe16-thr0": {"create": {}, "search": {"nprobe": 16, "centroid_score_threshold": 0.0}},
+    # its optimiser keeps 250 candidates whatever the probes: the widest setting keeps more
+    "nprobe32-thr0-cand2000": {"create": {}, "search": {"nprobe": 32, "centroid_score_threshold": 0.0, "max_candidates": 2000}},
+}
+PEER_SCRIPT = Path(__file__).resolve().parent / "peers" / "peer_side.py"
+
+
+@dataclass(frozen=True)
+class PeerSpec:
+    """One peer: its settings, its venv, how its rows are named and labelled."""
+
+    key: str  # --peers name and row prefix (plaid:<setting>)
+    searcher: str  # the tables' searcher column: the package
+    side: str  # peers/peer_side.py's PEER
+    settings: dict[str, dict[str, dict[str, Any]]]
+    ensure_venv: Callable[[], Path]
+    knobs: tuple[str, ...]  # the resolved parameters a row records
+    label: Callable[[dict[str, Any]], str]  # its setting column, from those
+    fallback: bool  # compared at its best overlap where no setting reaches overlap@10 0.95
+
+
+PEERS = {
+    "plaid": PeerSpec(
+        "plaid",
+        "fast-plaid",
+        "fast-plaid",
+        PLAID_SETTINGS,
+        plaid_venv.ensure_venv,
+        ("nbits", "kmeans_niters", "n_ivf_probe", "n_full_scores"),
+        lambda p: f"nbits {p['nbits']}, probe {p['n_ivf_probe']}, full {p['n_full_scores']}",
+        False,
+    ),
+    "warp": PeerSpec(
+        "warp",
+        "xtr-warp-rs",
+        "xtr-warp",
+        WARP_SETTINGS,
+        warp_venv.ensure_venv,
+        ("nbits", "nprobe", "centroid_score_threshold", "bound", "t_prime", "max_candidates"),
+        lambda p: f"probe {p['nprobe']}, thr {p['centroid_score_threshold']:g}, t' {p['t_prime']}, cand {p['max_candidates']}",
+        True,
+    ),
+}
+COMPARED = ("warp", "plaid")  # the order of the final comparison: (a) xtr-warp-rs, (b) fast-plaid
 
 
 @dataclass
@@ -128,7 +198,7 @@ def maxsim_all(docs: np.ndarray, offsets: np.ndarray, query: np.ndarray) -> np.n
 
 def export(work: Path, passages: Any, encoded: list[Any], exact_best: float) -> None:
     """The exact partition's decoded token vectors and the encoded queries' vectors, as
-    float32 arrays + offsets (what ``peers/fast_plaid_side.py`` reads). Checked: MaxSim of
+    float32 arrays + offsets (what ``peers/peer_side.py`` reads). Checked: MaxSim of
     the first query over the exported vectors has the best score mvr's exact search gave it
     (``exact_best``), so both sides score the same vectors."""
     work.mkdir(parents=True, exist_ok=True)
@@ -144,14 +214,16 @@ def export(work: Path, passages: Any, encoded: list[Any], exact_best: float) -> 
     np.save(work / "query_offsets.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
 
 
-class PlaidPeer:
-    """fast-plaid in its venv's python, answering one JSON line per command (see
-    ``peers/fast_plaid_side.py``); its stderr goes to ``log``."""
+class PeerProcess:
+    """A peer in its venv's python, answering one JSON line per command (see
+    ``peers/peer_side.py``); its stderr goes to ``log``. ``top_k``: the k of the timed
+    searches (its warm-up's, and what its resolved knobs are for)."""
 
-    def __init__(self, python: Path, work: Path, threads: int, settings: dict[str, Any], log: Path) -> None:
+    def __init__(self, peer: PeerSpec, python: Path, work: Path, threads: int, top_k: int, log: Path) -> None:
+        self.peer = peer
         self.log_path = log
         self.log = open(log, "w")
-        cmd = [str(python), str(PEER_SCRIPT), str(work), str(threads), json.dumps(settings)]
+        cmd = [str(python), str(PEER_SCRIPT), peer.side, str(work), str(threads), str(top_k), json.dumps(peer.settings)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=peer_env(threads), cwd=work)
         self.ready = self._read()
 
@@ -161,7 +233,7 @@ class PlaidPeer:
             self.proc.wait()
             self.log.flush()
             tail = self.log_path.read_text()[-3000:]
-            raise RuntimeError(f"fast-plaid side exited with status {self.proc.returncode}:\n{tail}")
+            raise RuntimeError(f"{self.peer.searcher} side exited with status {self.proc.returncode}:\n{tail}")
         return json.loads(line)
 
     def query(self, i: int, top_k: int, rotate: int = 0) -> dict[str, Any]:
@@ -181,15 +253,15 @@ class PlaidPeer:
         self.log.close()
 
 
-def plaid_result(text: str, hits: list[list[float]], doc_ids: list[str], passage_idx: np.ndarray, k: int) -> Any:
-    """fast-plaid's ranked passages as an mvr SearchResult of documents (best passage each)."""
+def plaid_result(text: str, hits: list[list[float]], doc_ids: list[str], passage_idx: np.ndarray, k: int, searcher: str = "fast-plaid") -> Any:
+    """A peer's ranked passages as an mvr SearchResult of documents (best passage each)."""
     from mvr.operators.retrieval.ranking import top_documents
     from mvr.pipeline.retrieval.plan import SearchResult
 
     rows = np.array([int(p) for p, _ in hits], dtype=np.int64)
     scores = np.array([s for _, s in hits], dtype=np.float32)
     ranked = top_documents(scores, [doc_ids[r] for r in rows], passage_idx[rows], k)
-    return SearchResult(text, "maxsim", ranked, "fast-plaid", len(rows), 1, 1)
+    return SearchResult(text, "maxsim", ranked, searcher, len(rows), 1, 1)
 
 
 def summary(ms: np.ndarray) -> dict[str, float]:
@@ -235,20 +307,21 @@ def mvr_searchers(spec: Corpus, args: argparse.Namespace, encoder: Any) -> tuple
     return searchers, rows
 
 
-def plaid_rows(ready: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Table rows of fast-plaid's settings, their parameters resolved against its defaults."""
+def peer_rows(peer: PeerSpec, ready: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Table rows of a peer's settings, their parameters as its side resolved them (its
+    defaults, and xtr-warp-rs's optimiser for the first query)."""
     rows = {}
-    for name, setting in PLAID_SETTINGS.items():
+    for name in peer.settings:
         build = ready["builds"][ready["settings"][name]]
-        params = {**ready["defaults"]["create"], **build["create"], **ready["defaults"]["search"], **setting["search"]}
-        params = {p: params[p] for p in ("nbits", "kmeans_niters", "n_ivf_probe", "n_full_scores")}
-        label = f"{name} (nbits {params['nbits']}, probe {params['n_ivf_probe']}, full {params['n_full_scores']})"
-        rows[f"plaid:{name}"] = {
-            "searcher": "fast-plaid",
-            "setting": label,
+        params = {**ready["defaults"]["create"], **build["create"], **ready["resolved"][name]}
+        params = {p: params.get(p) for p in peer.knobs}
+        rows[f"{peer.key}:{name}"] = {
+            "searcher": peer.searcher,
+            "setting": f"{name} ({peer.label(params)})",
             "params": params,
             "build_s": build["seconds"],
             "bytes_per_vector": build["bytes_per_vector"],
+            "searched_bytes_per_vector": build.get("searched_bytes_per_vector"),
         }
     return rows
 
@@ -262,25 +335,35 @@ class Run:
     top100: dict[str, dict[str, Any]]
 
 
-def measure(searchers: dict[str, Any], peer: PlaidPeer, query_ids: list[str], encoded: list[Any], passages: Any, rounds: int) -> Run:
-    """The timed rounds at k = 10 (searchers in rotating order, fast-plaid's settings one entry
-    of the rotation), then an untimed pass at k = 100."""
-    doc_ids = passages.doc_ids
-    extra = len(doc_ids) - len(set(doc_ids))  # passages beyond one a document: k + extra passages hold k documents
-    plaid = [f"plaid:{name}" for name in PLAID_SETTINGS]
-    run = Run({n: np.zeros((rounds, len(encoded))) for n in [*searchers, *plaid]}, {n: {} for n in [*searchers, *plaid]}, {n: {} for n in [*searchers, *plaid]})
-    names = [*searchers, "fast-plaid"]
-    for s in searchers.values():  # warm-up (fast-plaid's side warmed itself up)
+def extra_passages(passages: Any) -> int:
+    """Passages beyond one a document: k + this many passages hold k documents."""
+    return len(passages.doc_ids) - len(set(passages.doc_ids))
+
+
+def measure(searchers: dict[str, Any], peers: dict[str, PeerProcess], query_ids: list[str], encoded: list[Any], passages: Any, rounds: int) -> Run:
+    """The timed rounds at k = 10 (searchers in rotating order, each peer one entry of the
+    rotation, its settings in rotating order among themselves), then an untimed pass at k = 100."""
+    doc_ids, extra = passages.doc_ids, extra_passages(passages)
+    names = [*searchers, *(f"{key}:{setting}" for key, p in peers.items() for setting in p.peer.settings)]
+    run = Run({n: np.zeros((rounds, len(encoded))) for n in names}, {n: {} for n in names}, {n: {} for n in names})
+
+    def peer_answer(key: str, i: int, e: Any, k: int, into: dict[str, dict[str, Any]], rotate: int = 0) -> dict[str, float]:
+        """Query i on every setting of a peer, its documents into ``into``; its timings."""
+        answer = peers[key].query(i, k + extra, rotate=rotate)
+        for setting, hits in answer["top"].items():
+            into[f"{key}:{setting}"][query_ids[i]] = plaid_result(e.text, hits, doc_ids, passages.passage_idx, k, peers[key].peer.searcher)
+        return answer["ms"]
+
+    rotation = [*searchers, *peers]
+    for s in searchers.values():  # warm-up (the peers' sides warmed themselves up)
         s.search_encoded(encoded[0], K, "maxsim")
     for r in range(rounds):
         for i, (q, e) in enumerate(zip(query_ids, encoded)):
-            shift = (i + r) % len(names)
-            for n in names[shift:] + names[:shift]:
-                if n == "fast-plaid":
-                    answer = peer.query(i, K + extra, rotate=i + r)
-                    for setting, ms in answer["ms"].items():
-                        run.times[f"plaid:{setting}"][r, i] = ms
-                        run.top10[f"plaid:{setting}"][q] = plaid_result(e.text, answer["top"][setting], doc_ids, passages.passage_idx, K)
+            shift = (i + r) % len(rotation)
+            for n in rotation[shift:] + rotation[:shift]:
+                if n in peers:
+                    for setting, ms in peer_answer(n, i, e, K, run.top10, rotate=i + r).items():
+                        run.times[f"{n}:{setting}"][r, i] = ms
                 else:
                     t0 = time.perf_counter()
                     res = searchers[n].search_encoded(e, K, "maxsim")
@@ -289,14 +372,14 @@ def measure(searchers: dict[str, Any], peer: PlaidPeer, query_ids: list[str], en
     for i, (q, e) in enumerate(zip(query_ids, encoded)):
         for n, s in searchers.items():
             run.top100[n][q] = s.search_encoded(e, K_RECALL, "maxsim")
-        for setting, hits in peer.query(i, K_RECALL + extra)["top"].items():
-            run.top100[f"plaid:{setting}"][q] = plaid_result(e.text, hits, doc_ids, passages.passage_idx, K_RECALL)
+        for key in peers:
+            peer_answer(key, i, e, K_RECALL, run.top100)
     return run
 
 
-def run_corpus(spec: Corpus, args: argparse.Namespace, python: Path, threads: int, encoder: Any) -> tuple[dict[str, Any], Any]:
-    """Build, export, time and score one corpus; returns its report and the query encoder's
-    model (reused for the next corpus)."""
+def run_corpus(spec: Corpus, args: argparse.Namespace, pythons: dict[str, Path], threads: int, encoder: Any) -> tuple[dict[str, Any], Any]:
+    """Build, export, time and score one corpus against the peers of ``pythons`` (key → its
+    venv's python); returns its report and the query encoder's model (reused for the next corpus)."""
     from mvr.pipeline.retrieval.evaluation import overlap_at_10, quality
 
     searchers, rows = mvr_searchers(spec, args, encoder)
@@ -306,19 +389,23 @@ def run_corpus(spec: Corpus, args: argparse.Namespace, python: Path, threads: in
         raise SystemExit(f"{spec.index} has deleted passages: benchmark a compacted index")
     query_ids = list(spec.collection.queries)
     encoded = exact.encode([spec.collection.queries[q] for q in query_ids])
-    peer_work = Path(args.workdir) / "plaid" / spec.index.name
+    peer_work = Path(args.workdir) / "peers" / spec.index.name
     export(peer_work, passages, encoded, float(exact.search_encoded(encoded[0], 1, "maxsim").ranked.scores[0]))
 
-    print(f"{spec.label}: fast-plaid create ({len(PLAID_SETTINGS)} settings) ...", flush=True)
-    peer = PlaidPeer(python, peer_work, threads, PLAID_SETTINGS, peer_work / "fast_plaid_side.log")
+    peers: dict[str, PeerProcess] = {}
     try:
-        rows |= plaid_rows(peer.ready)
+        for key, python in pythons.items():
+            peer = PEERS[key]
+            print(f"{spec.label}: {peer.searcher} create ({len(peer.settings)} settings) ...", flush=True)
+            peers[key] = PeerProcess(peer, python, peer_work, threads, K + extra_passages(passages), peer_work / f"{peer.side}_side.log")
+            rows |= peer_rows(peer, peers[key].ready)
         print(f"{spec.label}: timing {len(encoded)} queries x {args.rounds} rounds, then k = {K_RECALL} untimed ...", flush=True)
         steal = Steal()
-        run = measure(searchers, peer, query_ids, encoded, passages, args.rounds)
+        run = measure(searchers, peers, query_ids, encoded, passages, args.rounds)
         steal_pct = steal.percent()
     finally:
-        peer.close()
+        for p in peers.values():
+            p.close()
 
     for n, row in rows.items():
         row.update(summary(run.times[n]))
@@ -338,23 +425,44 @@ def run_corpus(spec: Corpus, args: argparse.Namespace, python: Path, threads: in
         "query_vectors_mean": float(np.mean([len(e.tokens) for e in encoded])),
         "rounds": args.rounds,
         "cpu_steal_pct": steal_pct,
-        "fast_plaid": {k: peer.ready[k] for k in ("versions", "torch_threads", "defaults", "builds")},
+        "peers": {
+            p.peer.searcher: {k: p.ready[k] for k in ("versions", "torch_threads", "defaults", "resolved", "resolved_for", "builds")} for p in peers.values()
+        },
         "rows": rows,
     }
     report["target"] = target(rows)
     return report, exact.query_encoder.encoder
 
 
+def pick(rows: dict[str, dict[str, Any]], searcher: str, fallback: bool) -> Optional[dict[str, Any]]:
+    """A peer's row to compare with: its fastest setting (p50) with overlap@10 ≥ 0.95; with
+    ``fallback``, where none reaches it, its best-overlap setting (the fastest of equals)."""
+    own = [(n, r) for n, r in rows.items() if r["searcher"] == searcher]
+    ok = [(n, r) for n, r in own if r["overlap@10"] >= OVERLAP_TARGET]
+    if ok:
+        name, row = min(ok, key=lambda nr: nr[1]["p50_ms"])
+    elif fallback and own:
+        name, row = max(own, key=lambda nr: (nr[1]["overlap@10"], -nr[1]["p50_ms"]))
+    else:
+        return None
+    return {"row": name, "reached": bool(ok), **{m: row[m] for m in ("p50_ms", "overlap@10", "nDCG@10", "R@100")}}
+
+
 def target(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """fast-plaid's fastest setting with overlap@10 ≥ 0.95 against mvr's default ANN path."""
+    """Each mvr ANN backend's p50 against the peers' rows to compare with (``pick``: xtr-warp-rs
+    falls back to its best overlap, fast-plaid does not), and issue 16's target: mvr's default
+    ANN path ≥ 3× faster at p50 than fast-plaid's fastest setting with overlap@10 ≥ 0.95, no
+    worse in nDCG@10 or R@100."""
     mvr = rows[MVR_BACKENDS[0]]
-    ok = [(n, r) for n, r in rows.items() if r["searcher"] == "fast-plaid" and r["overlap@10"] >= OVERLAP_TARGET]
-    if not ok:
-        return {"plaid_setting": None, "mvr": MVR_BACKENDS[0]}
-    name, best = min(ok, key=lambda nr: nr[1]["p50_ms"])
-    return {
-        "mvr": MVR_BACKENDS[0],
-        "plaid_setting": name.split(":", 1)[1],
+    peers = [PEERS[key] for key in COMPARED if any(r["searcher"] == PEERS[key].searcher for r in rows.values())]
+    picks = {p.searcher: pick(rows, p.searcher, p.fallback) for p in peers}
+    out: dict[str, Any] = {"mvr": MVR_BACKENDS[0], "peers": picks}
+    out["ratios"] = {b: {s: p["p50_ms"] / rows[b]["p50_ms"] for s, p in picks.items() if p} for b in MVR_BACKENDS if b in rows}
+    best = picks.get("fast-plaid")
+    if not best:
+        return out | {"plaid_setting": None}
+    return out | {
+        "plaid_setting": best["row"].split(":", 1)[1],
         "speedup_p50": best["p50_ms"] / mvr["p50_ms"],
         "nDCG@10_delta": mvr["nDCG@10"] - best["nDCG@10"],
         "R@100_delta": mvr["R@100"] - best["R@100"],
@@ -362,12 +470,51 @@ def target(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def times(ratio: float) -> str:
+    """A peer's p50 ÷ mvr's, in words."""
+    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+
+
+def print_target(rows: dict[str, dict[str, Any]]) -> None:
+    """The comparison lines under a corpus's table (recomputed from its rows, so an older
+    report prints them too)."""
+    t = target(rows)
+    for searcher, p in t["peers"].items():
+        if p is None:
+            print(f"no {searcher} setting reached overlap@10 >= {OVERLAP_TARGET}")
+        elif p["reached"]:
+            print(f"{searcher}: {p['row']}, its fastest setting with overlap@10 >= {OVERLAP_TARGET} (overlap {p['overlap@10']:.3f}, p50 {p['p50_ms']:.2f} ms)")
+        else:
+            print(
+                f"{searcher}: no setting reached overlap@10 >= {OVERLAP_TARGET}; its best overlap: {p['row']} ({p['overlap@10']:.3f}, p50 {p['p50_ms']:.2f} ms)"
+            )
+    codes = rows["exact"]["bytes_per_vector"]  # the exact row's bytes: the codes alone
+    for b, ratios in t["ratios"].items():
+        vs = (
+            ", ".join(f"{times(r)} than {t['peers'][s]['row']} (overlap {t['peers'][s]['overlap@10']:.3f})" for s, r in ratios.items())
+            or "no peer row to compare with"
+        )
+        default = " (default)" if b == t["mvr"] else ""
+        r = rows[b]
+        print(
+            f"  mvr {b}{default}: {vs}; its overlap {r['overlap@10']:.3f}, p50 {r['p50_ms']:.2f} ms; "
+            f"{r['bytes_per_vector']:.1f} B a token vector (codes {codes:.1f} + first stage {r['bytes_per_vector'] - codes:.1f})"
+        )
+    if t["plaid_setting"] is not None:
+        print(
+            f"issue 16 target (mvr {t['mvr']} >= {SPEED_TARGET:g}x faster at p50 than plaid:{t['plaid_setting']}, no worse in quality): "
+            f"{t['speedup_p50']:.2f}x; mvr - fast-plaid: nDCG@10 {t['nDCG@10_delta']:+.4f}, R@100 {t['R@100_delta']:+.4f}; "
+            f"target {'met' if t['met'] else 'NOT met'}"
+        )
+
+
 def print_report(report: dict[str, Any]) -> None:
     v = report["versions"]
+    peers = [name for name in v if name not in ("mvr", "python")]
+    peer_versions = "; ".join(f"{name} {pv[name]} (torch {pv['torch']}, numpy {pv['numpy']})" for name, pv in ((n, v[n]) for n in peers))
     print(
-        f"\nmvr vs fast-plaid, maxsim, k = {K}, {report['threads']} thread(s) each; versions: mvr torch {v['mvr']['torch']}, "
-        f"faiss {v['mvr']['faiss']}, scann {v['mvr']['scann']}, numpy {v['mvr']['numpy']}; fast-plaid {v['fast-plaid']['fast-plaid']} "
-        f"(torch {v['fast-plaid']['torch']}, numpy {v['fast-plaid']['numpy']}); python {v['python']}"
+        f"\nmvr vs {' and '.join(peers)}, maxsim, k = {K}, {report['threads']} thread(s) each; versions: mvr torch {v['mvr']['torch']}, "
+        f"faiss {v['mvr']['faiss']}, scann {v['mvr']['scann']}, numpy {v['mvr']['numpy']}; {peer_versions}; python {v['python']}"
     )
     for c in report["corpora"]:
         print(
@@ -375,37 +522,40 @@ def print_report(report: dict[str, Any]) -> None:
             f"{c['codec']} (dim {c['dim']}); {c['queries']} judged queries ({c['query_vectors_mean']:.1f} vectors each) "
             f"x {c['rounds']} rounds; CPU steal {c['cpu_steal_pct']:.0f}%"
         )
-        header = f"{'searcher':<11}{'setting':<48}{'p50 ms':>8}{'p95 ms':>8}{'overlap@10':>11}{'nDCG@10':>9}{'R@100':>8}{'build s':>9}{'B/vec':>8}"
+        header = f"{'searcher':<12}{'setting':<58}{'p50 ms':>8}{'p95 ms':>8}{'overlap@10':>11}{'nDCG@10':>9}{'R@100':>8}{'build s':>9}{'B/vec':>8}"
         print(header)
         print("-" * len(header))
         for r in c["rows"].values():
             print(
-                f"{r['searcher']:<11}{r['setting']:<48}{r['p50_ms']:>8.2f}{r['p95_ms']:>8.2f}{r['overlap@10']:>11.3f}"
+                f"{r['searcher']:<12}{r['setting']:<58}{r['p50_ms']:>8.2f}{r['p95_ms']:>8.2f}{r['overlap@10']:>11.3f}"
                 f"{r['nDCG@10']:>9.4f}{r['R@100']:>8.4f}{'-' if r['build_s'] is None else format(r['build_s'], '.1f'):>9}{r['bytes_per_vector']:>8.1f}"
             )
-        t = c["target"]
-        if t["plaid_setting"] is None:
-            print(f"no fast-plaid setting reached overlap@10 >= {OVERLAP_TARGET}")
-        else:
+        searched = {(r["searcher"], r["bytes_per_vector"], r["searched_bytes_per_vector"]) for r in c["rows"].values() if r.get("searched_bytes_per_vector")}
+        for searcher, whole, loaded in sorted(searched):
             print(
-                f"fast-plaid's fastest setting with overlap@10 >= {OVERLAP_TARGET}: {t['plaid_setting']}. mvr {t['mvr']}'s speed-up "
-                f"(its p50 / mvr's p50): {t['speedup_p50']:.2f}x (target >= {SPEED_TARGET:g}x); mvr - fast-plaid: "
-                f"nDCG@10 {t['nDCG@10_delta']:+.4f}, R@100 {t['R@100_delta']:+.4f} (target >= 0); target {'met' if t['met'] else 'NOT met'}"
+                f"{searcher} B/vec: its whole index directory ({whole:.1f}); the files its search loads: {loaded:.1f} (the rest: per-chunk copies for add/update)"
             )
+        print_target(c["rows"])
 
 
-def versions(python: Path) -> dict[str, Any]:
+def versions(pythons: dict[str, Path]) -> dict[str, Any]:
     import faiss
     import torch
 
-    from peers.plaid_venv import installed_versions
+    out: dict[str, Any] = {"mvr": {"torch": torch.__version__, "faiss": faiss.__version__, "scann": version("scann"), "numpy": np.__version__}}
+    for key, python in pythons.items():
+        package, peer = PEERS[key].searcher, installed_versions(python)
+        out[package] = {package: peer.get(package, peer.get(package.replace("-", "_"), "?")), "torch": peer.get("torch", "?"), "numpy": peer.get("numpy", "?")}
+    out["python"] = sys.version.split()[0]
+    return out
 
-    peer = installed_versions(python)
-    return {
-        "mvr": {"torch": torch.__version__, "faiss": faiss.__version__, "scann": version("scann"), "numpy": np.__version__},
-        "fast-plaid": {"fast-plaid": peer.get("fast_plaid", peer.get("fast-plaid", "?")), "torch": peer.get("torch", "?"), "numpy": peer.get("numpy", "?")},
-        "python": sys.version.split()[0],
-    }
+
+def peer_list(text: str) -> list[str]:
+    """``--peers``: a comma-separated subset of PEERS' keys."""
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    if not keys or set(keys) - set(PEERS):
+        raise argparse.ArgumentTypeError(f"one or more of {','.join(PEERS)}, comma-separated (got {text!r})")
+    return list(dict.fromkeys(keys))
 
 
 def main() -> None:
@@ -417,8 +567,9 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=None, help="the first N judged queries of each collection (default: all)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--partitions", type=int, default=1)
-    p.add_argument("--threads", type=int, default=None, help="threads for both sides (default: all CPUs)")
+    p.add_argument("--threads", type=int, default=None, help="threads for every side (default: all CPUs)")
     p.add_argument("--limit", type=int, default=None, help="index only the first N passages (smoke tests; its own index directory)")
+    p.add_argument("--peers", type=peer_list, default=list(PEERS), help=f"the peers to run, comma-separated (default: {','.join(PEERS)})")
     p.add_argument("--json", default=None, help="write the report here")
     p.add_argument("--from-json", default=None, help="print the tables of a written report and exit")
     args = p.parse_args()
@@ -431,7 +582,7 @@ def main() -> None:
     from mvr.operators.encode.encoder import set_threads
     from mvr.pipeline.ray_runtime import init_ray
 
-    python = ensure_venv()
+    pythons = {key: PEERS[key].ensure_venv() for key in args.peers}
     threads = set_threads(args.threads)  # torch (query encoding)
     faiss.omp_set_num_threads(threads)  # FAISS search; numpy's BLAS uses every CPU by default
     try:
@@ -443,10 +594,11 @@ def main() -> None:
     init_ray(quiet=True)  # before any timed build
     work = Path(args.workdir)
     steal = Steal()
-    report: dict[str, Any] = {"threads": threads, "versions": versions(python), "plaid_settings": PLAID_SETTINGS, "corpora": []}
+    settings = {PEERS[key].searcher: PEERS[key].settings for key in args.peers}
+    report: dict[str, Any] = {"threads": threads, "versions": versions(pythons), "peer_settings": settings, "corpora": []}
     encoder = None
     for spec in corpora(args.corpus, Path(args.datasets), work, args.queries, args.limit):
-        c, encoder = run_corpus(spec, args, python, threads, encoder)
+        c, encoder = run_corpus(spec, args, pythons, threads, encoder)
         report["corpora"].append(c)
     report["cpu_steal_pct"] = steal.percent()
     print_report(report)

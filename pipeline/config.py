@@ -450,7 +450,7 @@ class ServeConfig(_JobConfig):
     partition_timeout_s: float = Field(
         2.0,
         gt=0,
-        description="a partition answering none of the n calls waiting on it for n times this (from its last answer) is left out (degraded answer): a hung partition is cut off, a busy one is waited for",
+        description="a partition answering none of the calls waiting on it for this times their work (from its last answer; a query at its mode's default k_prime and candidate_cap is 1, a batch of n such queries or one asking n times the candidates n) is left out (degraded answer): a hung partition is cut off, a busy one is waited for",
     )
     encode_timeout_s: float = Field(10.0, gt=0, description="a query not encoded within this is answered 503")
     max_batch_queries: int = Field(256, ge=1, description="queries in one POST /search/batch at most")

@@ -1,4 +1,5 @@
-"""The xtr-warp-rs virtual environment of ``benchmarks/gpu_check.py``, built on first use.
+"""The xtr-warp-rs virtual environment of ``benchmarks/gpu_check.py`` and
+``benchmarks/vs_plaid.py``, built on first use.
 
     python benchmarks/peers/warp_venv.py        # build it (or say where it is) and print its python
 

@@ -265,7 +265,9 @@ class LocalPartition:
             raise value
         return value
 
-    def call(self, method: str, *args: Any) -> asyncio.Future[Any]:
+    def call(self, method: str, *args: Any, work: float = 1.0) -> asyncio.Future[Any]:
+        """``run(method, *args)`` as a done future (``work``, the call's ``Call.work``, needs no
+        timeout here: the call runs in place)."""
         future = asyncio.get_running_loop().create_future()
         try:
             future.set_result(self.run(method, *args))

@@ -143,13 +143,15 @@ Settings = Union[SparseSearch, DenseSearch, HybridSearch]  # a request's strateg
 @dataclass
 class _Candidates:
     """The first stage's outcome: candidate rows per host (None: every passage), the hosts
-    still answering, each host's allowed rows, the path and the first trip's exact scores."""
+    still answering, each host's allowed rows, the path, the first trip's exact scores and
+    the work a query's call carries (``QueryPlan.work``)."""
 
     rows: dict[int, Rows]
     alive: list[int]
     allowed: dict[int, Rows]
     path: str
     scored: dict[int, Scored] = field(default_factory=dict)
+    work: float = 1.0
 
 
 class QueryPlan:
@@ -205,6 +207,15 @@ class QueryPlan:
             return 0, served.passages
         return int(e["first_passage"]), int(e["passages"])
 
+    def work(self, mode: str, k_prime: int, cap: int) -> float:
+        """A dense query's work at k′ ``k_prime`` and candidate cap ``cap``, in queries of
+        ``mode`` at its configured defaults: how many times those defaults it asks for (≥ 1).
+        The service allows a partition ``partition_timeout_s`` for each (``Call.work``)."""
+        base, _ = request_settings(self.config, mode, {})
+        if base is None:
+            return 1.0
+        return max(1.0, k_prime / max(1, base.k_prime), cap / max(1, base.candidate_cap))
+
     def _allowed(self, served: ServedMode, restriction: Optional[Restriction]) -> dict[int, Rows]:
         if restriction is None:
             return {i: None for i in served.shards}
@@ -224,13 +235,16 @@ class QueryPlan:
             return out
         qv = first_stage_vectors(mode, query)
         rounds = CandidateRounds(fs, need, served.passages, served.vectors, len(restriction) if restriction is not None else None)
+        out.work = self.work(mode, rounds.k_prime, rounds.cap)
         if one_trip:
             share = {i: local_share(rounds.k_prime, rounds.cap, self.host_range(served, i)[1] / max(1, served.passages)) for i in alive}
-            first = await Trip({i: call(Host.first_trip, mode, served.kind, query, rounds.k_prime, fs.ann, share[i], allowed[i]) for i in alive})
+            first = await Trip(
+                {i: call(Host.first_trip, mode, served.kind, query, rounds.k_prime, fs.ann, share[i], allowed[i]).weighing(out.work) for i in alive}
+            )
             out.scored = {i: g[1] for i, g in first.items()}
             got = {i: g[0] for i, g in first.items()}
         else:
-            got = await Trip({i: call(Host.hits, served.kind, qv, rounds.k_prime, fs.ann, allowed[i]) for i in alive})
+            got = await Trip({i: call(Host.hits, served.kind, qv, rounds.k_prime, fs.ann, allowed[i]).weighing(out.work) for i in alive})
         while True:
             alive = [i for i in alive if i in got]
             rows = rounds.offer([got.get(i, Hits.empty()) for i in served.shards])
@@ -238,7 +252,8 @@ class QueryPlan:
                 out.rows, out.alive = dict(zip(served.shards, rows)), alive
                 return out
             out.scored = {}  # k' grew: the candidates are not those the first trip rescored for
-            got = await Trip({i: call(Host.hits, served.kind, qv, rounds.k_prime, fs.ann, allowed[i]) for i in alive})
+            out.work = self.work(mode, rounds.k_prime, rounds.cap)
+            got = await Trip({i: call(Host.hits, served.kind, qv, rounds.k_prime, fs.ann, allowed[i]).weighing(out.work) for i in alive})
 
     async def hybrid_parts_batch(
         self, queries: Sequence[EncodedQuery], params: HybridParams, fs: FirstStage, restriction: Optional[Restriction] = None
@@ -264,7 +279,7 @@ class QueryPlan:
                     [found[j].rows[i] for j in js],
                     params.n_best,
                     allowed[i],
-                )
+                ).weighing(sum(found[j].work for j in js))
                 for i, js in mine.items()
                 if js
             }
@@ -344,13 +359,13 @@ class QueryPlan:
             candidates = rows[i]
             if i in c.scored and worth_asking(i) and candidates is not None and (r := c.scored[i].result(candidates, k)) is not None:
                 ready[i] = r
-        asked = {i: call(Host.rank, mode, served.kind, query, rows[i], k, allowed[i]) for i in alive if worth_asking(i) and i not in ready}
+        asked = {i: call(Host.rank, mode, served.kind, query, rows[i], k, allowed[i]).weighing(c.work) for i in alive if worth_asking(i) and i not in ready}
         second = bool(asked)
         got = {**await Trip(asked), **ready}
         if restriction is not None and path == "ann":
             if len(merge([g.ranked for g in got.values()], k)) < k and sum(g.candidates for g in got.values()) < len(restriction):
                 # fewer than k documents among the candidates: score the allowed passages exactly
-                asked = {i: call(Host.rank, mode, served.kind, query, None, k, allowed[i]) for i in alive if _some(allowed[i])}
+                asked = {i: call(Host.rank, mode, served.kind, query, None, k, allowed[i]).weighing(c.work) for i in alive if _some(allowed[i])}
                 got, path = await Trip(asked), "exact"
         timings = {"encode": encode_ms, "candidates": (t2 - t1) * 1e3, "rescore": (time.perf_counter() - t2) * 1e3}
         result = self._answer(query.text, mode, path, k, served, alive, asked, got, timings, restriction)
@@ -409,7 +424,7 @@ class QueryPlan:
             return None
         allowed = self._allowed(served, restriction)
         t0 = time.perf_counter()
-        asked = {i: call(Host.rank_batch, mode, served.kind, list(queries), k, allowed[i]) for i in served.shards if _some(allowed[i])}
+        asked = {i: call(Host.rank_batch, mode, served.kind, list(queries), k, allowed[i]).weighing(len(queries)) for i in served.shards if _some(allowed[i])}
         got = await Trip(asked)
         if asked and not got:
             raise NoPartitionAnswered("no partition answered")

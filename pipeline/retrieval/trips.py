@@ -6,11 +6,13 @@ each Serve ``Partition{i}`` deployment. The plan names a trip's method by the me
 ``call(Host.rank, mode, kind, query, rows, k, allowed)``, so a type checker follows a query
 from the plan to the host's signature and to the type of each host's answer
 (``Trip[Hits]``…). On the wire a call is its method's name and its positional arguments
-(``Call.method``, ``Call.args``): what ``run_many`` and the Serve handles dispatch."""
+(``Call.method``, ``Call.args``): what ``run_many`` and the Serve handles dispatch. A call
+also says how much work it carries (``Call.work``, in default queries' worth), which the
+service's timeouts allow for (``pipeline/serving/fanout.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Concatenate, Generic, Optional, ParamSpec, Protocol, Sequence, TypeVar
 
 import numpy as np
@@ -58,10 +60,18 @@ TRIP_METHODS = frozenset(name for name, value in vars(Host).items() if callable(
 
 @dataclass(frozen=True)
 class Call(Generic[R_co]):
-    """One host's part of a trip: ``Host.<method>(*args)``, answering an ``R_co``."""
+    """One host's part of a trip: ``Host.<method>(*args)``, answering an ``R_co``. ``work``:
+    what it asks of the host in default queries' worth (≥ 1: a query at its mode's default
+    k′ and candidate cap is 1; a batch of n such queries, or one query asking for n times the
+    candidates, is n)."""
 
     method: str
     args: tuple[Any, ...]
+    work: float = 1.0
+
+    def weighing(self, work: float) -> "Call[R_co]":
+        """This call carrying ``work`` (at least 1)."""
+        return replace(self, work=max(1.0, float(work)))
 
 
 def call(method: Callable[Concatenate[Host, P], R], *args: P.args, **kwargs: P.kwargs) -> Call[R]:

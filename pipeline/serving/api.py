@@ -11,8 +11,9 @@ the partitions, each sent through a handle (the trips of concurrent queries to o
 go as one call, ``pipeline.serving.fanout``) or, with ``partition.placement: ingress``, run in
 place → titles and text from the catalog (``pipeline.retrieval.local_search.response_body``).
 
-A partition that fails, or hangs (answers none of the n calls waiting on it for n ×
-``partition_timeout_s``: ``pipeline.serving.fanout``), is left out of that query: the answer comes from the others, with ``"degraded": true`` and
+A partition that fails, or hangs (answers none of the calls waiting on it for their work ×
+``partition_timeout_s``, a call's work being 1 a query at its mode's defaults:
+``pipeline.serving.fanout``), is left out of that query: the answer comes from the others, with ``"degraded": true`` and
 ``partitions_answered``. Serve restarts the dead replica meanwhile.
 
 Nothing a client sends gets a 5xx: ``RequestGuard`` (header size, token, body limit for every
@@ -210,7 +211,7 @@ class SearchService:
     async def _plan_trip(self, calls: Calls) -> dict[int, Any]:
         """One trip of the plan: each call through its partition's handle, side by side (the
         handle times it out: ``CoalescedHandle``)."""
-        return await self._trip({i: self.fanout[i].call(c.method, *c.args) for i, c in calls.items()}, None)
+        return await self._trip({i: self.fanout[i].call(c.method, *c.args, work=c.work) for i, c in calls.items()}, None)
 
     async def search_one(self, query: str, k: int, mode: str, knobs: dict[str, Any], restriction: Optional[Restriction] = None) -> dict[str, Any]:
         """One query, validated already except for the service-specific checks; among the

@@ -10,13 +10,14 @@ Each caller gets its own future: a call that fails inside ``many`` fails alone; 
 fails (a dead replica) fails every call it carried, as the calls would have failed one by one;
 a trip whose callers have all given up is cancelled.
 
-Timeouts tell a hung partition from a busy one: a partition with n calls from this handle
-waiting that answers none of them for n × ``timeout_s`` (counted from its last answer, or from
-when it was sent work while it had none) is taken as hung, and every trip waiting on it fails
-its calls with ``TimeoutError``. A lone call on an idle partition so gets ``timeout_s``; a batch
-of n calls, or several trips sent while it still works on others (its replica runs them side
-by side, or one after another), get the time their number of calls takes, as long as the
-partition keeps answering.
+Timeouts tell a hung partition from a busy one: a partition with calls from this handle
+waiting that carry w of work in all (``Call.work``: 1 a query at its mode's defaults) and that
+answers none of them for w × ``timeout_s`` (counted from its last answer, or from when it was
+sent work while it had none) is taken as hung, and every trip waiting on it fails its calls
+with ``TimeoutError``. A lone default query on an idle partition so gets ``timeout_s``; a batch
+of n calls, a query asking for n times the default candidates, or several trips sent while it
+still works on others (its replica runs them side by side, or one after another), get the time
+their work takes, as long as the partition keeps answering.
 
 A partition the ingress holds itself (``partition.placement: ingress``) is called in place
 through ``pipeline.retrieval.host.LocalPartition``, with the same ``call`` interface."""
@@ -35,11 +36,11 @@ class CoalescedHandle:
 
     def __init__(self, handle: Any, timeout_s: float) -> None:
         self.handle, self.timeout_s = handle, timeout_s
-        self.pending: list[tuple[str, tuple, asyncio.Future]] = []
+        self.pending: list[tuple[str, tuple, asyncio.Future, float]] = []
         self.trips = 0  # actor calls sent
         self.calls = 0  # calls carried by them
         self._delivering: set[asyncio.Task] = set()  # the loop holds tasks weakly: keep them until done
-        self._waiting: dict[asyncio.Task, tuple[Any, list[asyncio.Future]]] = {}  # trips sent, not answered: their response and futures
+        self._waiting: dict[asyncio.Task, tuple[Any, list[asyncio.Future], float]] = {}  # trips sent, not answered: their response, futures and work
         self._quiet_since = 0.0  # loop time of the partition's last answer, or of the work sent to it while it had none
         self._watchdog: Optional[asyncio.TimerHandle] = None
 
@@ -47,28 +48,29 @@ class CoalescedHandle:
         """The partition's ``info()`` (an awaitable), sent on its own."""
         return self.handle.info.remote()
 
-    def call(self, method: str, *args: Any) -> asyncio.Future:
+    def call(self, method: str, *args: Any, work: float = 1.0) -> asyncio.Future:
+        """``method(*args)``'s answer, a future; ``work``: the call's ``Call.work``."""
         if method not in TRIP_METHODS:
             raise ValueError(f"{method} is not a partition trip")
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if not self.pending:
             loop.call_soon(self._flush)
-        self.pending.append((method, args, future))
+        self.pending.append((method, args, future, max(1.0, work)))
         return future
 
     def _flush(self) -> None:
         batch, self.pending = self.pending, []
-        futures = [f for _, _, f in batch]
+        futures = [f for _, _, f, _ in batch]
         if all(f.done() for f in futures):
             return
         self.trips += 1
         self.calls += len(batch)
         if len(batch) == 1:
-            method, args, _ = batch[0]
+            method, args, _, _ = batch[0]
             response = getattr(self.handle, method).remote(*args)
         else:
-            response = self.handle.many.remote([(m, a) for m, a, _ in batch])
+            response = self.handle.many.remote([(m, a) for m, a, _, _ in batch])
         waiting = [len(futures)]
 
         def given_up(f: asyncio.Future) -> None:  # every caller timed out or was cancelled: so is the trip
@@ -83,7 +85,7 @@ class CoalescedHandle:
         if not self._waiting:
             self._quiet_since = loop.time()
         task = asyncio.ensure_future(self._deliver(response, futures, len(batch) == 1))
-        self._waiting[task] = (response, futures)
+        self._waiting[task] = (response, futures, sum(w for _, _, _, w in batch))
         self._delivering.add(task)
         task.add_done_callback(self._delivering.discard)
         task.add_done_callback(self._answered)
@@ -96,24 +98,25 @@ class CoalescedHandle:
         self._watch()
 
     def _watch(self) -> None:
-        """(Re)arm the one timer of this partition: n calls waiting → due n × ``timeout_s``
-        after the partition was last heard from."""
+        """(Re)arm the one timer of this partition: calls carrying w of work waiting → due
+        w × ``timeout_s`` after the partition was last heard from."""
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
-        calls = sum(len(fs) for _, fs in self._waiting.values())
-        if calls:
-            self._watchdog = asyncio.get_running_loop().call_at(self._quiet_since + self.timeout_s * calls, self._expire)
+        work = sum(w for _, _, w in self._waiting.values())
+        if work:
+            self._watchdog = asyncio.get_running_loop().call_at(self._quiet_since + self.timeout_s * work, self._expire)
 
     def _expire(self) -> None:
         """The partition answered nothing in time: every trip waiting on it fails its calls."""
         self._watchdog = None
         trips, self._waiting = self._waiting, {}
-        calls = sum(len(fs) for _, fs in trips.values())
-        for response, futures in trips.values():
+        calls = sum(len(fs) for _, fs, _ in trips.values())
+        work = sum(w for _, _, w in trips.values())
+        for response, futures, _ in trips.values():
             for f in futures:
                 if not f.done():
-                    f.set_exception(asyncio.TimeoutError(f"the partition answered none of {calls} calls for {self.timeout_s * calls:g} s"))
+                    f.set_exception(asyncio.TimeoutError(f"the partition answered none of {calls} calls ({work:g} of work) for {self.timeout_s * work:g} s"))
             response.cancel()
 
     @staticmethod
