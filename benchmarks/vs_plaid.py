@@ -12,7 +12,7 @@ dbpedia-sample indexed together (10,016 passages; both collections' judged queri
 query and document ids prefixed ``dbpedia:``). Each is indexed with ``mvr index`` defaults
 (reused when the workdir holds it; ``--limit N`` indexes the first N input rows only, for smoke
 tests) and token-vector ANN partitions are built with ``mvr build-ann`` defaults for
-faiss-ivfpq (mvr's default ANN path), scann and codec-ivf (P = 1, no BM25, timed).
+codec-ivf (mvr's default ANN path), faiss-ivfpq and scann (P = 1, no BM25, timed).
 
 The same vectors on every side: mvr's exact partition is decoded (what mvr's rescoring scores)
 and exported with the queries as mvr encodes them (``Searcher.encode``: model, then the
@@ -81,7 +81,7 @@ K = 10
 K_RECALL = 100
 OVERLAP_TARGET = 0.95
 SPEED_TARGET = 3.0
-MVR_BACKENDS = ("faiss-ivfpq", "scann", "codec-ivf")  # the first is mvr's default ANN path
+MVR_BACKENDS = ("codec-ivf", "faiss-ivfpq", "scann")  # the first is mvr's default ANN path (AnnBuildConfig.backend)
 # fast-plaid settings: create() and search() keywords; {} is fast-plaid's own default (in
 # 1.7.0: nbits 4, kmeans_niters 4; n_ivf_probe 8, n_full_scores 4096). Settings with the same
 # create() keywords share one index.

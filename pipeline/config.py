@@ -299,7 +299,11 @@ class AnnBuildConfig(_JobConfig):
     codec-ivf: nprobe, and nlist, training_sample_size, seed where the codec has no centroids;
     see docs/ann.md); they apply to every partition of every kind built."""
 
-    backend: Literal["faiss-ivfpq", "scann", "codec-ivf"] = "faiss-ivfpq"
+    backend: Literal["faiss-ivfpq", "scann", "codec-ivf"] = Field(
+        "codec-ivf",
+        description="codec-ivf (the default: lists of vector ids over the token codec's own centroids, 4 B a vector, no second copy; "
+        "k-means cells for the kinds whose codec has none), faiss-ivfpq or scann (a quantizer and a second, lossy copy of every vector): docs/search.md",
+    )
     partitions: int = Field(1, ge=1)
     vectors: list[VectorKind] = Field(default_factory=lambda: list(VECTOR_KINDS))
     params: dict[str, Any] = Field(default_factory=dict)

@@ -225,7 +225,7 @@ def msmarco_100(fixture_cache, datasets) -> str:
     from mvr.pipeline.indexing.corpus_job import index_corpus
 
     config = IndexConfig.from_yaml(None, **{"limit": 100, "runtime.write_rows_per_shard": 40})
-    ann = AnnBuildConfig(partitions=1, vectors=["tokens", "pooled"])
+    ann = AnnBuildConfig(backend="faiss-ivfpq", partitions=1, vectors=["tokens", "pooled"])  # the partitions test_capacity_plan sizes
 
     def build(path: Path) -> None:
         index_corpus(str(datasets / "msmarco-sample"), str(path), config, log=lambda _: None)

@@ -18,7 +18,7 @@ def test_same_build_is_kept_other_settings_and_force_rebuild(msmarco_100, tmp_pa
     index = str(tmp_path / "copy")
     shutil.copytree(msmarco_100, index)
     before = load_manifest(index)
-    same = AnnBuildConfig(partitions=1, vectors=["pooled"], cpus_per_task=1)  # resources do not count
+    same = AnnBuildConfig(backend="faiss-ivfpq", partitions=1, vectors=["pooled"], cpus_per_task=1)  # the fixture's build; resources do not count
     assert is_up_to_date(before, "pooled", same)
     logs: list[str] = []
     result = build_ann(index, same, log=logs.append)

@@ -52,10 +52,11 @@ def test_the_plan_assumes_the_configuration_defaults():
     """The planner (operators/, below the configuration) keeps the two defaults it plans with
     as constants of its own: they equal the configuration's."""
     from mvr.operators.planning import capacity
-    from mvr.pipeline.config import CompressConfig, RuntimeConfig
+    from mvr.pipeline.config import AnnBuildConfig, CompressConfig, RuntimeConfig
 
     assert capacity.ROWS_PER_SHARD == RuntimeConfig.model_fields["write_rows_per_shard"].default
     assert capacity.CODEC_SAMPLE_VECTORS == CompressConfig.model_fields["codec_sample_vectors"].default
+    assert capacity.AnnSettings().backend == AnnBuildConfig.model_fields["backend"].default == "codec-ivf"
 
 
 def test_shard_bytes_follow_the_schema():
@@ -159,7 +160,8 @@ def test_faiss_code_sizes():
 
 def test_ram_partitions_and_hours():
     w = Workload(passages=10**7, tokens_per_passage=80, dim=128)
-    one = make_plan(w, AnnSettings(), ServeSettings(partitions=1))
+    faiss = AnnSettings("faiss-ivfpq")  # a quantizer held in RAM: the plan's RAM items of a FAISS build
+    one = make_plan(w, faiss, ServeSettings(partitions=1))
     ram = {x.item: x.bytes for x in one.ram}
     # the ANN index is built over the decoded vectors (residual-2 at 128: dim 128); no exact copy in RAM
     tokens_ann = ann_index_size("faiss-ivfpq", w.codec_dim, 10**7 * 80)
@@ -169,7 +171,7 @@ def test_ram_partitions_and_hours():
     assert ram["tokens: offsets, doc ids, passage_idx"] == pytest.approx(10**7 * per_passage + 8)
     assert ram["codes page cache (hot fraction 0)"] == 0
     codes = 10**7 * sum(w.codes_bytes_per_passage(k) for k in ("tokens", "centroids", "first-m", "pooled"))
-    hot = make_plan(w, AnnSettings(), ServeSettings(partitions=1, codes_hot_fraction=0.25))
+    hot = make_plan(w, faiss, ServeSettings(partitions=1, codes_hot_fraction=0.25))
     assert hot.ram_steady_bytes - one.ram_steady_bytes == pytest.approx(0.25 * codes)
     assert one.ram_peak_bytes >= one.ram_steady_bytes > tokens_ann.ram_bytes
     # no vector copies while loading: the peak is the steady size + one passages.parquet and its table (ids: ~40 B a passage)
@@ -184,21 +186,21 @@ def test_ram_partitions_and_hours():
         ServeSettings(codes_hot_fraction=1.5)
 
     budget = 8.0
-    plan = make_plan(w, AnnSettings(), ServeSettings(ram_per_partition_gb=budget))
+    plan = make_plan(w, faiss, ServeSettings(ram_per_partition_gb=budget))
     assert plan.ram_peak_bytes <= budget * 1e9
     if plan.partitions > 1:
-        fewer = make_plan(w, AnnSettings(), ServeSettings(partitions=plan.partitions - 1))
+        fewer = make_plan(w, faiss, ServeSettings(partitions=plan.partitions - 1))
         assert fewer.ram_peak_bytes > budget * 1e9  # the smallest P that fits
-    steady = make_plan(w, AnnSettings(), ServeSettings(ram_per_partition_gb=budget, size_by="steady"))
+    steady = make_plan(w, faiss, ServeSettings(ram_per_partition_gb=budget, size_by="steady"))
     assert steady.partitions <= plan.partitions and steady.ram_steady_bytes <= budget * 1e9
     with pytest.raises(ValueError, match="too small"):
-        make_plan(w, AnnSettings(), ServeSettings(ram_per_partition_gb=0.1))  # below the process alone
+        make_plan(w, faiss, ServeSettings(ram_per_partition_gb=0.1))  # below the process alone
 
     assert one.gpu_hours is None and any("not measured" in n for n in one.notes)
     assert any("page cache" in n for n in one.notes)
     assert one.cpu_node_hours == pytest.approx(10**7 / MEASURED["cpu_passages_per_s"].value / 3600)
     assert any("MiniLM" in n for n in one.notes)  # dim 128: the measured CPU rate is not this model's
-    gpu = make_plan(w, AnnSettings(), ServeSettings(partitions=1), Throughput(gpu_passages_per_s=2000))
+    gpu = make_plan(w, faiss, ServeSettings(partitions=1), Throughput(gpu_passages_per_s=2000))
     assert gpu.gpu_hours == pytest.approx(10**7 / 2000 / 3600)
 
     exact = make_plan(w, AnnSettings("none"), ServeSettings(ram_per_partition_gb=budget))
@@ -233,8 +235,10 @@ def test_plan_job_prints_tables_and_json(capsys):
 
     assert main(["--passages", "1000000", "--dim", "128", "--tokens-per-passage", "71.86", "--ram-per-partition-gb", "4"]) == 0
     out = capsys.readouterr().out
-    for text in ("storage", "RAM of one partition replica", "faiss-ivfpq index", "CPU node-hours", "not measured", "residual-2", "page cache"):
-        assert text in out
+    for text in ("storage", "RAM of one partition replica", "codec-ivf index", "lists over the codec's centroids", "CPU node-hours", "not measured", "residual-2", "page cache"):
+        assert text in out  # the default first stage: codec-ivf, as mvr build-ann's
+    assert main(["--passages", "1000000", "--dim", "128", "--ann", "faiss-ivfpq"]) == 0
+    assert "faiss-ivfpq index" in capsys.readouterr().out
     assert main(["--passages", "5000", "--ann", "scann", "--json", "--gpu-passages-per-s", "1000"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["encode"]["gpu_hours"] == pytest.approx(5000 / 1000 / 3600)

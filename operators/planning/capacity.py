@@ -311,7 +311,7 @@ class Workload:
 class AnnSettings:
     """Which kinds get ANN partitions and how they are coded (None: the backend's default)."""
 
-    backend: str = "faiss-ivfpq"
+    backend: str = "codec-ivf"  # AnnBuildConfig's default (tests/test_capacity_plan.py holds them equal)
     kinds: tuple[str, ...] = VECTOR_KINDS
     pq_m: Optional[int] = None  # FAISS sub-quantizers (code bytes at 8 bits)
     nbits: Optional[int] = None  # FAISS bits a sub-quantizer code
