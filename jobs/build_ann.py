@@ -29,7 +29,11 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p = p or ArgumentParser(prog="python -m mvr.jobs.build_ann", description=__doc__)
     p.add_argument("index", help="index directory (path or fsspec URL)")
     p.add_argument("--config", help="YAML file with an AnnBuildConfig")
-    p.add_argument("--backend", choices=BACKENDS, help="default codec-ivf: lists over the token codec's own centroids (docs/ann.md); faiss-ivfpq, scann: a quantizer and a PQ / AH copy of every vector")
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="default codec-ivf: lists over the token codec's own centroids (docs/ann.md); faiss-ivfpq, scann: a quantizer and a PQ / AH copy of every vector",
+    )
     p.add_argument("--partitions", type=positive_int, help="number of partitions P (default 1)")
     p.add_argument("--vectors", help=f"comma-separated kinds out of {','.join(VECTOR_CHOICES)} (default: all)")
     p.add_argument("--force", action="store_true", help="rebuild kinds whose current build already has these parameters over the same shards")

@@ -54,7 +54,9 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument("--rows-per-shard", type=int, default=1024, help="passages a shard (RuntimeConfig.write_rows_per_shard, default 1024)")
     p.add_argument("--text-bytes-per-passage", type=float, default=m["text_bytes_per_passage"].value, help="raw UTF-8 text a passage (default: msmarco-sample)")
     p.add_argument("--doc-id-chars", type=float, default=m["doc_id_chars"].value, help="mean doc id length (default: msmarco-sample)")
-    p.add_argument("--ann", choices=ANN_BACKENDS, default="codec-ivf", help="ANN backend of the partitions (default codec-ivf, as mvr build-ann; none: exact search only)")
+    p.add_argument(
+        "--ann", choices=ANN_BACKENDS, default="codec-ivf", help="ANN backend of the partitions (default codec-ivf, as mvr build-ann; none: exact search only)"
+    )
     p.add_argument("--kinds", default=",".join(VECTOR_KINDS), help="vector kinds with ANN partitions, served (default: all, as mvr build-ann)")
     p.add_argument("--pq-m", type=int, help="FAISS sub-quantizers (default: the build default, the divisor of dim ≤ 96 nearest dim/8)")
     p.add_argument("--nbits", type=int, help="FAISS bits a code (default 8 at these sizes)")

@@ -141,3 +141,23 @@ def test_bad_use_is_refused(tmp_path):
         make_index("codec-ivf", 8, 100, m=4)
     with pytest.raises(ValueError, match="nprobe must be a positive integer"):
         make_index("codec-ivf", 8, 100, nprobe=0)
+
+
+def test_lists_are_built_by_a_counting_sort_in_blocks(coded, monkeypatch):
+    """``finalize`` sorts the ids by cell a block at a time (blocks of 997 here, not one of 4M),
+    holding each pending cell in 2 bytes: every list is exactly the ids whose code names its
+    cell, ascending, after a first fill and after growing."""
+    from mvr.operators.ann import codec_ivf
+
+    _, _, codec, codes = coded
+    monkeypatch.setattr(codec_ivf, "SCATTER_ROWS", 997)
+    index = make_index("codec-ivf", codec.dim_out, len(codes))
+    index.use_codec(codec)
+    index.add_codes(codes[:4_000])
+    assert [p.dtype for p in index._pending] == [np.uint16]
+    index.finalize()
+    index.add_codes(codes[4_000:])
+    index.finalize()  # grows: the first fill's lists and the new ids sorted together
+    cells = codec.coarse_ids(codes)
+    np.testing.assert_array_equal(index._offsets, np.concatenate([[0], np.cumsum(np.bincount(cells, minlength=index.cells))]))
+    np.testing.assert_array_equal(np.asarray(index._lists), np.argsort(cells, kind="stable"))  # by cell, ids ascending in each

@@ -33,7 +33,7 @@ from typing import Any, Optional
 import numpy as np
 
 from mvr.operators.ann.base import AnnIndex, check_params, check_positive_int, check_vectors
-from mvr.operators.ann.defaults import default_nlist, default_probes, training_sample_size
+from mvr.operators.ann.defaults import SCATTER_ROWS, cell_bytes, default_nlist, default_probes, training_sample_size
 from mvr.operators.codecs import Codec
 from mvr.operators.kernels import matmul
 
@@ -44,6 +44,11 @@ DEFAULT_NPROBE = 1
 PARAMS = {"nlist", "nprobe", "training_sample_size", "seed"}
 KMEANS_ITERATIONS = 10
 ASSIGN_ROWS = 4096  # rows a block of the nearest-centroid search in ``add``
+
+
+def cell_dtype(cells: int) -> type[np.unsignedinteger]:
+    """The dtype a vector's cell is held in until the lists are built (``defaults.cell_bytes``)."""
+    return np.uint16 if cell_bytes(cells) == 2 else np.uint32
 
 
 def _stored(centroids: np.ndarray) -> np.ndarray:
@@ -77,7 +82,7 @@ class CodecIVFIndex(AnnIndex):
         n = 0 if self.centroids is None else len(self.centroids)
         self._lists = np.zeros(0, np.uint32) if lists is None else lists
         self._offsets = np.zeros(n + 1, np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
-        self._pending: list[np.ndarray] = []  # cells of the vectors added since the lists were last built
+        self._pending: list[np.ndarray] = []  # cells (``cell_dtype``) of the vectors added since the lists were last built
         self._centroids_t: Optional[np.ndarray] = None
         self._list_stats: Optional[tuple[np.ndarray, np.ndarray, float]] = None  # (the offsets they are of, list sizes, mean non-empty size)
 
@@ -178,7 +183,7 @@ class CodecIVFIndex(AnnIndex):
         quantizer = faiss.IndexFlatL2(self.dim)
         quantizer.add(self.centroids)
         cells = np.concatenate([quantizer.search(vectors[s : s + ASSIGN_ROWS], 1)[1][:, 0] for s in range(0, len(vectors), ASSIGN_ROWS)])
-        self._pending.append(cells.astype(np.int64))
+        self._pending.append(cells.astype(cell_dtype(self.cells)))
 
     def add_codes(self, codes: np.ndarray) -> np.ndarray:
         """Append vectors given as their codes ((n, bytes_per_vector) uint8 of the codec given
@@ -189,21 +194,40 @@ class CodecIVFIndex(AnnIndex):
         start = self.ntotal
         cells = self._codec.coarse_ids(np.asarray(codes, dtype=np.uint8))
         if len(cells):
-            self._pending.append(cells.astype(np.int64))
+            self._pending.append(cells.astype(cell_dtype(self.cells)))
         return np.arange(start, start + len(cells), dtype=np.int64)
 
     def finalize(self) -> None:
-        """Fold the vectors added since the last call into the lists (ids ascending in a list)."""
+        """Fold the vectors added since the last call into the lists (ids ascending in a
+        list), by a counting sort: each vector's cell (2 B up to 65,536 cells) and the new
+        lists (4 B an id) are all it holds a vector, besides one block's temporaries; the
+        pending blocks are freed as they are copied (the plan's build RAM,
+        ``operators.planning.capacity.ann_build_ram``, counts the same)."""
         if not self._pending:
             return
         n_old, nlist = int(self._offsets[-1]), self.cells
-        cells = np.empty(n_old + sum(len(p) for p in self._pending), np.int64)
-        cells[np.asarray(self._lists, dtype=np.int64)] = np.repeat(np.arange(nlist, dtype=np.int64), np.diff(self._offsets))
-        cells[n_old:] = np.concatenate(self._pending)
-        self._lists = np.argsort(cells, kind="stable").astype(np.uint32 if len(cells) < 2**32 else np.int64)
-        self._offsets = np.zeros(nlist + 1, np.int64)
-        np.cumsum(np.bincount(cells, minlength=nlist), out=self._offsets[1:])
-        self._pending = []
+        n = n_old + sum(len(p) for p in self._pending)
+        cells = np.empty(n, cell_dtype(nlist))
+        if n_old:
+            cells[np.asarray(self._lists)] = np.repeat(np.arange(nlist, dtype=cells.dtype), np.diff(self._offsets))
+        at = n_old
+        while self._pending:
+            block = self._pending.pop(0)
+            cells[at : at + len(block)] = block
+            at += len(block)
+        offsets = np.zeros(nlist + 1, np.int64)
+        np.cumsum(np.bincount(cells, minlength=nlist), out=offsets[1:])
+        lists = np.empty(n, np.uint32 if n < 2**32 else np.int64)
+        free = offsets[:-1].copy()  # each list's next free slot
+        for s in range(0, n, SCATTER_ROWS):
+            block = cells[s : s + SCATTER_ROWS]
+            order = np.argsort(block, kind="stable")  # the block's ids by cell, ascending within one
+            by_cell = block[order]
+            counts = np.bincount(by_cell, minlength=nlist)
+            rank = np.arange(len(order)) - (np.cumsum(counts) - counts)[by_cell]  # place within its cell in the block
+            lists[free[by_cell] + rank] = order + s
+            free += counts
+        self._lists, self._offsets = lists, offsets
 
     def emptied(self) -> "CodecIVFIndex":
         """The same cells, no vectors."""

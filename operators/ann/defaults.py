@@ -63,3 +63,15 @@ def default_nbits(sample_size: int) -> int:
 def default_num_leaves(n_vectors: int) -> int:
     """round(sqrt(n)), at least 1 and at most n/50."""
     return int(max(1, min(round(math.sqrt(max(n_vectors, 1))), n_vectors // MIN_PARTITION_SIZE)))
+
+
+# ---- codec-ivf's build (``CodecIVFIndex.finalize``: a counting sort of the vectors by cell)
+
+SCATTER_ROWS = 1 << 22  # ids a block of the sort
+SCATTER_BYTES_PER_ROW = 40  # the block's temporaries a row: int64 order, ranks and slots, its cells
+
+
+def cell_bytes(cells: int) -> int:
+    """Bytes a vector's cell is held in until the lists are built: 2 up to 65,536 cells (a
+    residual codebook's at most), else 4."""
+    return 2 if cells <= 1 << 16 else 4

@@ -40,7 +40,18 @@ from typing import Any, Callable, Literal, Optional
 
 from mvr.operators import codecs
 from mvr.operators.ann.base import ADD_BATCH
-from mvr.operators.ann.defaults import AH_CENTERS, BRUTE_FORCE_BELOW, default_m, default_nbits, default_nlist, default_num_leaves, training_sample_size
+from mvr.operators.ann.defaults import (
+    AH_CENTERS,
+    BRUTE_FORCE_BELOW,
+    SCATTER_BYTES_PER_ROW,
+    SCATTER_ROWS,
+    cell_bytes,
+    default_m,
+    default_nbits,
+    default_nlist,
+    default_num_leaves,
+    training_sample_size,
+)
 from mvr.operators.retrieval.scoring import VECTOR_KINDS
 
 LIST_KINDS = ("tokens", "centroids", "first-m")  # list<code> columns: an int32 offset a passage each
@@ -418,6 +429,8 @@ def ann_index_size(
         # lists.npy: a uint32 id a vector; centroids.npy float16 (float32 in RAM); list_offsets.npy int64; 3 npy headers
         fixed_file = cells * dim * 2 + (cells + 1) * 8 + 3 * 128
         params = {"nlist": cells, "cells_from_codec": codec_cells is not None}
+        if codec_cells is None:
+            params["training_sample_size"] = training_sample_size(int(n), cells)
         return AnnIndexSize(backend, n, params, n * 4 + fixed_file, n * 4 + cells * dim * 4 + (cells + 1) * 8, 4.0, 4.0)
     if n < BRUTE_FORCE_BELOW:  # faiss-ivfpq and scann: flat float32, exact
         per = 4.0 * dim
@@ -459,8 +472,14 @@ def ann_build_ram(idx: AnnIndexSize, dim: int) -> tuple[float, str]:
     more while it trains and hashes), plus the index it makes."""
     n = idx.vectors
     block = ADD_BATCH * dim * 4.0
-    if idx.backend == "codec-ivf":  # finalize: each vector's cell (int64), twice while sorting, and the argsort
-        return idx.ram_bytes + 28.0 * n + block, "the index + 28 B a vector while its lists are sorted (cells, their argsort) + one added block"
+    if idx.backend == "codec-ivf":  # finalize's counting sort: each vector's cell, the lists (the index), one block's temporaries
+        cell = cell_bytes(int(idx.params["nlist"]))
+        fill = idx.ram_bytes + cell * n + SCATTER_BYTES_PER_ROW * min(n, SCATTER_ROWS) + block
+        how = f"the index + {cell} B a vector (its cell) while its lists are built + one block of the sort + one added block"
+        if idx.params["cells_from_codec"]:
+            return fill, how
+        sample = 2 * idx.params["training_sample_size"] * dim * 4.0  # k-means cells: trained first, as FAISS's quantizer
+        return max(fill, sample), how + " (or, if larger, 2 float32 copies of the k-means sample)"
     if idx.params.get("brute_force") or idx.backend == "faiss-ivfpq":
         sample = 2 * idx.params.get("training_sample_size", 0) * dim * 4.0
         return idx.ram_bytes + max(sample, block), "the index + 2 float32 copies of its training sample (or one added block, if larger)"
