@@ -267,7 +267,7 @@ def plan(passages: int, **workload: Any) -> CapacityPlan:
 
     >>> import mvr
     >>> round(mvr.plan(10**9).storage_bytes / 1e12, 1)
-    11.2
+    8.3
     """
     from mvr.operators.planning.capacity import AnnSettings, ServeSettings, Throughput, Workload, make_plan
 
