@@ -716,7 +716,7 @@ def step_peers(run: Run, encoder: Any) -> None:
         if out.returncode:
             raise RuntimeError(f"{peer} side exited with status {out.returncode}:\n{out.stderr[-3000:]}")
         answer = json.loads(out.stdout.strip().splitlines()[-1])
-        top = {q: vs_plaid.plaid_result(texts[q], hits, doc_ids, passages.passage_idx, K) for q, hits in zip(query_ids, answer.get("top", []))}
+        top = {q: vs_plaid.peer_result(texts[q], hits, doc_ids, passages.passage_idx, K) for q, hits in zip(query_ids, answer.get("top", []))}
         answer["overlap@10"] = overlap_at_10(top, tops["mvr exact"]) if top else None
         answer["device_peak_mib"] = device_memory.peak_mib
         answer["status"] = "ok"

@@ -253,7 +253,7 @@ class PeerProcess:
         self.log.close()
 
 
-def plaid_result(text: str, hits: list[list[float]], doc_ids: list[str], passage_idx: np.ndarray, k: int, searcher: str = "fast-plaid") -> Any:
+def peer_result(text: str, hits: list[list[float]], doc_ids: list[str], passage_idx: np.ndarray, k: int, searcher: str = "fast-plaid") -> Any:
     """A peer's ranked passages as an mvr SearchResult of documents (best passage each)."""
     from mvr.operators.retrieval.ranking import top_documents
     from mvr.pipeline.retrieval.plan import SearchResult
@@ -351,7 +351,7 @@ def measure(searchers: dict[str, Any], peers: dict[str, PeerProcess], query_ids:
         """Query i on every setting of a peer, its documents into ``into``; its timings."""
         answer = peers[key].query(i, k + extra, rotate=rotate)
         for setting, hits in answer["top"].items():
-            into[f"{key}:{setting}"][query_ids[i]] = plaid_result(e.text, hits, doc_ids, passages.passage_idx, k, peers[key].peer.searcher)
+            into[f"{key}:{setting}"][query_ids[i]] = peer_result(e.text, hits, doc_ids, passages.passage_idx, k, peers[key].peer.searcher)
         return answer["ms"]
 
     rotation = [*searchers, *peers]

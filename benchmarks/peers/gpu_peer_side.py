@@ -32,12 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-
-
-def split(vectors: np.ndarray, offsets: np.ndarray) -> list[torch.Tensor]:
-    """One (n_i, dim) tensor a passage (or query): views of one array, no copies."""
-    flat = torch.from_numpy(vectors)
-    return [flat[int(a) : int(b)] for a, b in zip(offsets[:-1], offsets[1:])]
+from peer_side import split  # this script's directory is first on sys.path: run as a file, in the peer's venv
 
 
 def padded(queries: list[torch.Tensor]) -> torch.Tensor:

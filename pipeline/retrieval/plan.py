@@ -164,6 +164,7 @@ class QueryPlan:
         self.layout, self.config, self.one_trip_max_partitions = layout, config, one_trip_max_partitions
         bm25 = BM25Config.model_validate(layout.bm25_config) if layout.bm25_config else None
         self.analyzer = Analyzer(bm25.stopwords, bm25.stemmer) if bm25 else None
+        self._defaults: dict[str, Optional[FirstStage]] = {}  # each dense mode's first stage at the config's defaults (``work``)
 
     def served(self, mode: str) -> ServedMode:
         """How ``mode`` is answered here; ValueError naming the modes served."""
@@ -211,7 +212,9 @@ class QueryPlan:
         """A dense query's work at k′ ``k_prime`` and candidate cap ``cap``, in queries of
         ``mode`` at its configured defaults: how many times those defaults it asks for (≥ 1).
         The service allows a partition ``partition_timeout_s`` for each (``Call.work``)."""
-        base, _ = request_settings(self.config, mode, {})
+        if mode not in self._defaults:
+            self._defaults[mode] = request_settings(self.config, mode, {})[0]
+        base = self._defaults[mode]
         if base is None:
             return 1.0
         return max(1.0, k_prime / max(1, base.k_prime), cap / max(1, base.candidate_cap))
