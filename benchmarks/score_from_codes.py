@@ -57,7 +57,7 @@ def main() -> None:
     w0, dw = np.float32(codec.weights[0]), np.float32(codec.weights[1] - codec.weights[0])
 
     @numba.njit(fastmath=True, parallel=True)
-    def kernel(sc, tables, norms2, cents, ids, res, offsets, w0, dw, out):  # pragma: no cover - compiled
+    def kernel(sc, tables, norms2, cents, ids, res, offsets, w0, dw, out):
         nq, nb = tables.shape[0], tables.shape[1]
         for p in numba.prange(len(offsets) - 1):
             best = np.full(nq, -np.inf, np.float32)

@@ -22,8 +22,8 @@ s3_endpoint.configure_environment()  # before any Ray starts: its workers inheri
 # workers' embedded clusters, tests/cluster.py's nodes, the `mvr` processes'): the metrics each
 # worker exports every 10 s, the dashboard agent's per-process sweep every 5 s (every 60 s here;
 # the state API the tests use does not read it) and the log monitor's search for new log files
-# every 0.1 s (every 0.5 s; it still reads new lines every 0.1 s). Measured with Serve deployed
-# (2026-11-30): an idle node's background CPU, 6.8 -> 5.75 core-s in 40 s
+# every 0.1 s (every 0.5 s; it still reads new lines every 0.1 s). What they cost a run:
+# docs/development.md (benchmarks/cpu_by_process.py)
 os.environ.setdefault("RAY_enable_metrics_collection", "0")
 os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
 os.environ.setdefault("RAY_LOG_MONITOR_MANY_FILES_THRESHOLD", "0")

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import numpy as np
 import pytest
@@ -32,6 +33,8 @@ import test_checkpoint_conventions as conventions
 from helpers import read_jsonl, read_qrels
 from mvr.pipeline.config import IndexConfig
 from test_checkpoint_conventions import check_pylate_loads
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.ray
 peer_python = conventions.peer_python  # the peer venv fixture, for the PyLate check
@@ -121,28 +124,29 @@ def _registered(out: Path) -> list[int]:
         return []
 
 
-def _wait_for(out: Path, step: int, proc: subprocess.Popen, timeout: float = 600) -> dict:
+def _wait_until(read: Callable[[], T], reached: Callable[[T], bool], what: str, proc: subprocess.Popen, out: Path, timeout: float) -> T:
+    """Poll ``read()`` every 0.5 s until ``reached`` holds for its value, which is returned;
+    fails when the run ends first or after ``timeout`` s."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        p = _progress(out)
-        if p.get("step", 0) >= step:
-            return p
+        value = read()
+        if reached(value):
+            return value
         if proc.poll() is not None:
-            pytest.fail(f"mvr train ended (status {proc.returncode}) before step {step}: see {out.parent / 'first-run.log'}")
+            pytest.fail(f"mvr train ended (status {proc.returncode}) before {what}: see {out.parent / 'first-run.log'}")
         time.sleep(0.5)
-    pytest.fail(f"no step {step} within {timeout} s: {_progress(out)}")
+    pytest.fail(f"no {what} within {timeout} s: {read()}")
 
 
-def _wait_registered(out: Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+def _wait_for(out: Path, step: int, proc: subprocess.Popen, timeout: float = 600) -> dict:
+    """The run's progress once it has reached ``step``."""
+    return _wait_until(lambda: _progress(out), lambda p: p.get("step", 0) >= step, f"step {step}", proc, out, timeout)
+
+
+def _wait_registered(out: Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> list[int]:
     """Until Ray Train has recorded the checkpoint of ``step`` (its snapshot is written after
-    the worker's report, so a step's progress line can come before it)."""
-    t0 = time.monotonic()
-    while max(_registered(out), default=0) < step:
-        if proc.poll() is not None:
-            pytest.fail(f"mvr train ended (status {proc.returncode}) before step {step}'s checkpoint was recorded")
-        if time.monotonic() - t0 > timeout:
-            pytest.fail(f"step {step}'s checkpoint not recorded within {timeout} s: {_registered(out)}")
-        time.sleep(0.5)
+    the worker's report, so a step's progress line can come before it): the recorded steps."""
+    return _wait_until(lambda: _registered(out), lambda r: max(r, default=0) >= step, f"step {step}'s checkpoint recorded", proc, out, timeout)
 
 
 def _train_worker_pid(address: str) -> int:
