@@ -2,7 +2,8 @@
 10, default knobs) on an index's token-vector ANN partitions, queries encoded beforehand.
 
     python benchmarks/profile_search.py --index /tmp/mvr-bench/msmarco \\
-        --dataset ../shared/datasets/msmarco-sample [--backend faiss-ivfpq] [--rounds 5] [--top 25]
+        --dataset ../shared/datasets/msmarco-sample [--backend faiss-ivfpq] [--rounds 5] [--top 25] \
+        [--score codes|decode|both]
 
 The index's tokens must have ANN partitions of ``--backend`` (built here, P = 1, tokens only,
 when the manifest holds another backend or none: this replaces the index's ANN entry for
@@ -10,7 +11,13 @@ tokens). Prints the p50 / p95 of the timed rounds (no profiler attached), then t
 of the same rounds, by cumulative and by own time, and the share of a query spent in the
 stages that matter (FAISS / ScaNN / codec-ivf search, codec-ivf's hits scored from their
 codes, candidate merge, code gather, decode, matmul; a stage's time includes the stages it
-calls: the decode of the hits counts in both)."""
+calls: the decode of the hits counts in both).
+
+``--score``: how a residual token codec's candidates are scored. ``codes`` (mvr's default):
+from the codes (``Codec.similarities``, operators/codecs/residual_scoring.py); ``decode``:
+decoded into a float matrix, then one matmul, the path every other codec takes (this
+process turns ``Residual.scores_codes`` off before the index loads); ``both``: the timed
+rounds of each, side by side in one process, then the profile of the default."""
 
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ STAGES = [
     ("code gather (StoredVectors.raw)", "operators/retrieval/stored_vectors.py", "raw"),
     ("decode (codec)", "operators/codecs/base.py", "decode"),
     ("decode (codec)", "operators/codecs/residual.py", "decode_scaled"),
+    ("scoring from the codes", "operators/codecs/residual_scoring.py", "residual_similarities"),
     ("scoring matmul", "operators/kernels.py", "matmul"),
     ("top-k documents", "operators/retrieval/ranking.py", "top_documents"),
 ]
@@ -37,6 +45,7 @@ STAGES = [
 
 def main() -> None:
     from mvr.operators.ann.factory import BACKENDS
+    from mvr.operators.codecs import Residual
     from mvr.pipeline.config import AnnBuildConfig, SearchConfig
     from mvr.pipeline.indexing.ann_build import build_ann
     from mvr.pipeline.retrieval.searcher import Searcher
@@ -49,27 +58,32 @@ def main() -> None:
     p.add_argument("--backend", default="faiss-ivfpq", choices=BACKENDS)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--score", default="codes", choices=("codes", "decode", "both"))
     args = p.parse_args()
 
     entry = (load_manifest(args.index).ann or {}).get("tokens") or {}
     if entry.get("backend") != args.backend:
         print(f"building {args.backend} partitions over the tokens (P = 1) ...", flush=True)
         build_ann(args.index, AnnBuildConfig(backend=args.backend, partitions=1, vectors=["tokens"], bm25=None), log=lambda _: None, force=True)
-    searcher = Searcher(args.index, ("maxsim",), SearchConfig())
     queries = list(read_collection(args.dataset).queries.values())
-    encoded = searcher.encode(queries)
-    for e in encoded[:5]:  # warm-up
-        searcher.search_encoded(e, 10, "maxsim")
-    ms = []
-    for _ in range(args.rounds):
-        for e in encoded:
-            t0 = time.perf_counter()
+    for score in ("decode", "codes") if args.score == "both" else (args.score,):
+        Residual.scores_codes = score == "codes"  # read when the index's codec loads
+        searcher = Searcher(args.index, ("maxsim",), SearchConfig())
+        encoded = searcher.encode(queries)
+        for e in encoded[:5]:  # warm-up (the kernel compiles, or loads from numba's cache)
             searcher.search_encoded(e, 10, "maxsim")
-            ms.append((time.perf_counter() - t0) * 1e3)
-    n = len(ms)
-    print(
-        f"{args.backend}, maxsim, k = 10: {len(encoded)} queries x {args.rounds} rounds; p50 {np.percentile(ms, 50):.2f} ms, p95 {np.percentile(ms, 95):.2f} ms (no profiler)"
-    )
+        ms = []
+        for _ in range(args.rounds):
+            for e in encoded:
+                t0 = time.perf_counter()
+                searcher.search_encoded(e, 10, "maxsim")
+                ms.append((time.perf_counter() - t0) * 1e3)
+        n = len(ms)
+        print(
+            f"{args.backend}, maxsim, k = 10, scored from the {'codes' if score == 'codes' else 'decoded vectors'}: {len(encoded)} queries x {args.rounds} rounds; "
+            f"p50 {np.percentile(ms, 50):.2f} ms, p95 {np.percentile(ms, 95):.2f} ms (no profiler)",
+            flush=True,
+        )
 
     profile = cProfile.Profile()
     profile.enable()

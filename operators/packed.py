@@ -6,9 +6,11 @@ exact scorers hold token vectors, first-m vectors and centroids without padding.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 import numpy as np
+
+from mvr.operators.kernels import matmul
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -71,6 +73,43 @@ class Packed:
         """The vectors with ``row_scale`` applied (a copy; ``vectors`` itself when None)."""
         return self.vectors if self.row_scale is None else self.vectors * self.row_scale[:, None]
 
+    def similarities(self, query_vectors: np.ndarray) -> np.ndarray:
+        """(m, total) float32 q · row of (m, dim) query vectors and every row,
+        ``row_scale`` applied to each row's column."""
+        sims = matmul(query_vectors, self.vectors.T)
+        if self.row_scale is not None:
+            sims *= self.row_scale
+        return sims
+
     def owners(self) -> np.ndarray:
         """(total,) int64: the passage each row belongs to."""
         return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)
+
+
+class CodeScorer(Protocol):
+    """What ``Coded`` needs of a codec (``operators.codecs.Codec`` is one)."""
+
+    def similarities(self, query_vectors: np.ndarray, codes: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass
+class Coded(Packed):
+    """Packed passages kept as a codec's codes for scoring: ``vectors`` are the (total,
+    bytes_per_vector) uint8 codes of ``codec`` (in row order, as a Packed's vectors), and
+    ``similarities`` is the codec's, computed from the codes (``Codec.similarities``)
+    without a decoded matrix. What ``StoredVectors.take`` gives a scorer when the codec
+    ``scores_codes``."""
+
+    codec: Optional[CodeScorer] = None
+
+    def similarities(self, query_vectors: np.ndarray) -> np.ndarray:
+        assert self.codec is not None, "Coded passages name their codec"
+        return self.codec.similarities(query_vectors, self.vectors)
+
+    def take(self, indices: np.ndarray, dtype: Optional[DTypeLike] = None) -> "Coded":
+        """The passages at ``indices`` as Coded (their code rows copied; ``dtype`` must be None:
+        codes are not cast)."""
+        if dtype is not None:
+            raise ValueError("codes are not cast: take them without a dtype")
+        part = super().take(indices)
+        return Coded(part.vectors, part.offsets, None, self.codec)

@@ -247,6 +247,38 @@ def test_residual_decode_matches_a_per_value_reference(synthetic):
         np.testing.assert_array_equal(ids, c.nearest(synthetic[:50]))
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_similarities_equal_decode_then_score(name, sample, monkeypatch):
+    """``Codec.similarities``, what exact scoring multiplies query vectors with: a residual
+    codec computes it from the codes (a compiled kernel, no decoded matrix, split across
+    threads above ``SPLIT_MIN_PAIRS``), the others decode and multiply. Each equals the
+    query vectors projected into the codec's space times ``decode`` to 1e-4, the issue's
+    bound, at the sample's norms (``normalize``) and without them."""
+    from mvr.operators.codecs import residual_scoring
+
+    sample_name, x = sample
+    c = _codec(name, sample_name, x)
+    codes = c.encode(x)
+    # 9 query vectors (a short query's: from the codes) and more than MAX_QUERY_VECTORS (a batch's: decoded)
+    for q in (c.project(x[::37][:9]), c.project(x[: residual_scoring.MAX_QUERY_VECTORS + 5])):
+        want = q @ c.decode(codes).T
+        for threads, split_from in ((1, residual_scoring.SPLIT_MIN_PAIRS), (3, 1)):  # one range; three uneven ones
+            monkeypatch.setattr(residual_scoring, "threads", lambda threads=threads: threads)
+            monkeypatch.setattr(residual_scoring, "SPLIT_MIN_PAIRS", split_from)
+            got = c.similarities(q, codes)
+            assert got.shape == (len(q), len(codes)) and got.dtype == np.float32
+            np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+            np.testing.assert_allclose(c.similarities(q, codes[:2]), want[:, :2], atol=1e-4, rtol=0)  # fewer rows than threads
+        assert c.similarities(q, codes[:0]).shape == (len(q), 0)
+    q = c.project(x[::37][:9])
+    if c.scores_codes:
+        raw = codecs.Residual(c.nbits, c.centroids, c.cutoffs, c.weights, c.lo, c.hi, normalize=False) if isinstance(c, codecs.Residual) else None
+        if raw is not None:  # without the rescaling to unit length: centroid + residual as decode_raw gives them
+            np.testing.assert_allclose(raw.similarities(q, codes), q @ raw.decode_raw(codes).T, atol=1e-4, rtol=0)
+        with pytest.raises(ValueError, match="query vectors"):
+            c.similarities(np.ones((2, c.dim_out + 1), np.float32), codes)
+
+
 def test_pq_bound(sample):
     """Mean squared error per vector (before rescaling) against the sample's total variance
     (the sum of the per-dimension variances): one centroid per sub-space, at its mean,

@@ -21,7 +21,7 @@ from helpers import unit
 from mvr.operators import codecs
 from mvr.operators.ann.factory import make_index
 from mvr.operators.encode.query import EncodedQuery
-from mvr.operators.packed import Packed
+from mvr.operators.packed import Coded, Packed
 from mvr.operators.retrieval import stored_vectors as sv_mod
 from mvr.operators.retrieval.partition import Partition
 from mvr.operators.retrieval.ranking import best_first, top_documents
@@ -143,18 +143,23 @@ def test_exact_maxsim_is_brute_force_maxsim(data, codec_name):
 @pytest.mark.parametrize("codec_name", ["float16", "residual-2", "int8"])
 @pytest.mark.parametrize("mode", MODES)
 def test_rescoring_rows_equals_a_loop_over_their_decoded_vectors(data, codec_name, mode):
-    """The ANN path's rescoring (``Partition.rescore`` of some rows) takes a residual codec's
-    vectors before their rescaling to unit length and applies each row's factor to its
-    similarities (``Codec.decode_scaled``): the scores equal a loop over the rows' vectors as
-    ``decode`` gives them (unit length), one passage at a time."""
+    """The ANN path's rescoring (``Partition.rescore`` of some rows) scores a residual codec's
+    rows from their codes (``Coded``: nothing decoded) and the other codecs' from their
+    decoded vectors: the scores equal a loop over the rows' vectors as ``decode`` gives them
+    (unit length), one passage at a time."""
     codec = codec_for(codec_name, data)
     part = partition(mode, data, codec, live=False)
     v = part.vectors
     rows = np.sort(np.random.default_rng(5).choice(PASSAGES, 70, replace=False))
     if not v.single:
-        taken = v.take(rows, scaled=True)
-        assert (taken.row_scale is not None) == (codec_name == "residual-2")  # only a rescaling codec defers it
-        np.testing.assert_allclose(taken.scaled(), v.take(rows).vectors, rtol=1e-6, atol=1e-6)
+        taken = v.take(rows, for_scoring=True)
+        assert isinstance(taken, Coded) == (codec_name == "residual-2")  # only a codec that scores its codes keeps them
+        if isinstance(taken, Coded):
+            own = np.concatenate([np.arange(v.offsets[r], v.offsets[r + 1]) for r in rows.tolist()])
+            np.testing.assert_array_equal(taken.vectors, np.concatenate(v.segments)[own])  # the rows' own codes
+            np.testing.assert_array_equal(taken.offsets, v.take(rows).offsets)
+        else:
+            np.testing.assert_allclose(taken.scaled(), v.take(rows).vectors, rtol=1e-6, atol=1e-6)
     decoded = codec.decode(np.concatenate(v.segments))
     for q in data.queries:
         want = []

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import numpy as np
 
+from mvr.operators.kernels import matmul
 from mvr.operators.packed import Packed
 
 BLOCK = 1 << 15  # rows encoded / decoded at a time: bounds the temporaries of a batch
@@ -82,6 +83,9 @@ class Codec(ABC):
     dim_out: int
     bytes_per_vector: int
     normalize: bool = False
+    # ``similarities`` reads the codes without decoding them into a matrix: exact scoring
+    # then keeps a candidate set as codes (``StoredVectors.take``) instead of decoding it
+    scores_codes: bool = False
 
     if TYPE_CHECKING:  # what every family's class defines (``registry.FAMILIES``; not Composed, which ``registry.train`` builds)
 
@@ -160,6 +164,17 @@ class Codec(ABC):
         values than the (row, dim) vectors when a query has fewer vectors than dims, and one
         pass over the decoded rows less."""
         return self.decode(codes), None
+
+    def similarities(self, query_vectors: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """(m, n) float32 q · decode(code) of (m, dim_out) query vectors (already in the
+        codec's space: ``project``) and (n, bytes_per_vector) codes, as exact scoring needs
+        them. Here: ``decode_scaled`` and one matmul, the rescaling applied to the product;
+        a codec that can score its codes without a decoded matrix overrides it (residual)."""
+        vectors, scale = self.decode_scaled(codes)
+        sims = matmul(np.asarray(query_vectors, dtype=np.float32), vectors.T)
+        if scale is not None:
+            sims *= scale
+        return sims
 
     def decode_into(self, codes: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``codes[rows]`` decoded into ``out`` ((len(rows), dim_out) float32), block by block:

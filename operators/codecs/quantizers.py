@@ -152,6 +152,7 @@ class Composed(Codec):
         self.dim_in, self.dim_out = transform.dim_in, inner.dim_out
         self.bytes_per_vector = inner.bytes_per_vector
         self.normalize = inner.normalize
+        self.scores_codes = inner.scores_codes
 
     @property
     def name(self) -> str:
@@ -171,6 +172,9 @@ class Composed(Codec):
 
     def decode_scaled(self, codes: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
         return self.inner.decode_scaled(codes)
+
+    def similarities(self, query_vectors: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        return self.inner.similarities(query_vectors, codes)
 
     def coarse_centroids(self) -> Optional[np.ndarray]:
         return self.inner.coarse_centroids()

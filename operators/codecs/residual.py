@@ -46,6 +46,7 @@ class Residual(Codec):
 
     family = "residual"
     example_arg = 2
+    scores_codes = True
     NBITS = (1, 2, 4, 8)
 
     def __init__(self, nbits: int, centroids: np.ndarray, cutoffs: np.ndarray, weights: np.ndarray, lo: float, hi: float, normalize: bool) -> None:
@@ -198,6 +199,18 @@ class Residual(Codec):
             return out, None
         norms = np.sqrt(np.einsum("ij,ij->i", out, out))
         return out, np.float32(1.0) / np.maximum(norms, np.float32(1e-12))
+
+    def similarities(self, query_vectors: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """(m, n) float32 q · decode(code): for up to ``residual_scoring.MAX_QUERY_VECTORS``
+        query vectors (one query's) computed from the codes, no decoded (n, dim) matrix; for
+        more (a batch of queries) decoded and multiplied (``Codec.similarities``), which
+        costs less there. Both equal up to float rounding."""
+        from mvr.operators.codecs import residual_scoring  # numba: loaded by the first scoring
+
+        if len(query_vectors) > residual_scoring.MAX_QUERY_VECTORS:
+            return super().similarities(query_vectors, codes)
+        codes = self._check_codes(codes)
+        return residual_scoring.residual_similarities(query_vectors, codes[:, self.id_bytes :], self.ids_of(codes), self.centroids, self.table, self.normalize)
 
     def decode_raw(self, codes: np.ndarray) -> np.ndarray:
         """Centroid + decoded residual, without the rescaling to unit length."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import numpy as np
 
 from mvr.operators.ann.base import AnnIndex
-from mvr.operators.kernels import get_torch, matmul
+from mvr.operators.kernels import get_torch
 from mvr.operators.packed import Packed
 from mvr.operators.retrieval import scoring
 from mvr.operators.retrieval.ranking import Ranked, top_documents
@@ -227,7 +227,7 @@ class Partition:
             present[ids] = True
             distinct = np.flatnonzero(present)
             at = (np.cumsum(present) - 1)[ids]
-        sims = matmul(np.asarray(query_vectors, dtype=np.float32), self.vectors.decode(distinct).T)  # (query vectors, distinct)
+        sims = self.vectors.similarities(query_vectors, distinct)  # (query vectors, distinct)
         passage = np.empty(len(distinct), np.int64)
         passage[at] = rows  # each distinct vector's passage
         mine = np.full_like(sims, -np.inf)
@@ -251,7 +251,7 @@ class Partition:
         every passage is decoded once for the whole batch, a block of whole passages at a time
         into one reused buffer (``StoredVectors.scan``), each block scored with one matmul."""
         if rows is not None:
-            return scoring.score_batch(batch, self.vectors.take(rows, scaled=True))
+            return scoring.score_batch(batch, self.vectors.take(rows, for_scoring=True))
         out = np.empty((len(batch), len(self)), dtype=np.float32)
         for start, block in self.vectors.scan(self.vectors.scan_rows(batch.width)):
             out[:, start : start + len(block)] = scoring.score_batch(batch, block)

@@ -32,12 +32,9 @@ def _segment_max(values: np.ndarray, offsets: np.ndarray, axis: int = -1) -> np.
 
 
 def _similarities(query_vectors: np.ndarray, docs: Packed) -> np.ndarray:
-    """(m, rows) float32 q · d of every query vector and passage row, ``docs.row_scale``
-    applied (each row's factor to its column)."""
-    sims = matmul(query_vectors, docs.vectors.T)
-    if docs.row_scale is not None:
-        sims *= docs.row_scale
-    return sims
+    """(m, rows) float32 q · d of every query vector and passage row: ``Packed.similarities``
+    (``row_scale`` applied), or the codec's from the codes for ``Coded`` passages."""
+    return docs.similarities(query_vectors)
 
 
 # Every scorer works on several queries at once: the queries' vectors are the rows of one

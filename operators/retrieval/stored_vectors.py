@@ -15,7 +15,8 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 
 from mvr.operators.codecs import Codec
-from mvr.operators.packed import Packed
+from mvr.operators.kernels import matmul
+from mvr.operators.packed import Coded, Packed
 
 DECODE_BLOCK = 4096  # passages decoded at a time by ``blocks``
 # float32 bytes a block of ``scan`` holds (decoded vectors and the caller's similarities):
@@ -109,11 +110,13 @@ class StoredVectors:
         raw = self.raw(vector_rows)
         return self.codec.decode(raw) if self.codec is not None else raw.astype(np.float32)
 
-    def take(self, passages: np.ndarray, scaled: bool = False) -> Packed | np.ndarray:
+    def take(self, passages: np.ndarray, for_scoring: bool = False) -> Packed | np.ndarray:
         """The passages at ``passages`` (in that order), decoded to float32: a Packed, or an
-        (k, dim) matrix when ``single``. Decodes only their vectors. ``scaled`` (a Packed
-        for scoring): the codec's vectors before their rescaling to unit length, with the
-        factors as ``Packed.row_scale`` (``Codec.decode_scaled``; the scorers apply them)."""
+        (k, dim) matrix when ``single``. Decodes only their vectors. ``for_scoring`` (a
+        Packed a scorer reads once): their codes as ``Coded`` when the codec
+        ``scores_codes`` (nothing decoded: the scorer computes from the codes); otherwise
+        the codec's vectors before their rescaling to unit length, with the factors as
+        ``Packed.row_scale`` (``Codec.decode_scaled``; the scorers apply them)."""
         idx = np.asarray(passages, dtype=np.int64)
         if self.single:
             return self.decode(idx)
@@ -121,10 +124,20 @@ class StoredVectors:
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         rows = np.arange(offsets[-1], dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
-        if scaled and self.codec is not None:
+        if for_scoring and self.codec is not None:
+            if self.codec.scores_codes:
+                return Coded(self.raw(rows), offsets, None, self.codec)
             vectors, scale = self.codec.decode_scaled(self.raw(rows))
             return Packed(vectors, offsets, scale)
         return Packed(self.decode(rows), offsets)
+
+    def similarities(self, query_vectors: np.ndarray, vector_rows: np.ndarray) -> np.ndarray:
+        """(m, k) float32 q · v of (m, dim) query vectors and the vectors at ``vector_rows``
+        (decoded, unit length where the codec's are): from the codes when the codec
+        ``scores_codes``, else decoded and multiplied."""
+        if self.codec is not None and self.codec.scores_codes:
+            return self.codec.similarities(query_vectors, self.raw(vector_rows))
+        return matmul(np.asarray(query_vectors, dtype=np.float32), self.decode(vector_rows).T)
 
     def decode_range(self, lo: int, hi: int) -> np.ndarray:
         """(hi - lo, dim) float32: the vector rows [lo, hi) decoded, read as slices of the
