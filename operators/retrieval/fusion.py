@@ -262,7 +262,7 @@ def _dense_scores(
         if j + 1 < len(own) and held + vectors[own[j + 1]] <= budget:
             continue
         union = np.unique(np.concatenate([need[g] for g in group]))
-        decoded = dense.vectors.take(union, for_scoring=True)  # each passage decoded once for the group
+        decoded = dense.vectors.take(union, for_scoring=True)  # each passage gathered (and decoded, unless scored from its codes) once for the group
         for g in group:
             at = np.searchsorted(union, need[g])
             mine = decoded if len(at) == len(union) else (decoded.take(at) if isinstance(decoded, Packed) else decoded[at])
