@@ -11,9 +11,11 @@ sum:
 
 - **decode-then-score**: the candidates decoded into a float matrix (``decode_scaled``),
   one matmul (``Codec.similarities`` as every codec but residual has it);
-- **mvr, from the codes** (the default): ``Residual.similarities``, the compiled kernel of
-  ``operators/codecs/residual_scoring.py``: each code's vector rebuilt in a 1-vector scratch,
-  normed there and multiplied with every query vector;
+- **mvr's kernel**: ``residual_scoring.residual_similarities``, the compiled kernel of
+  ``operators/codecs/residual_scoring.py`` (called directly, at any number of query vectors:
+  ``Residual.similarities`` uses it up to ``MAX_QUERY_VECTORS`` and decodes above, the cut
+  this measurement places): each code's vector rebuilt in a 1-vector scratch, normed there
+  and multiplied with every query vector;
 - **WARP's tables**: q·c from one product with the centroids the candidates name (as the
   first stage computes it), the residual's term from per-query byte tables (24 lookups a
   query vector and code), each vector's 1 / |c + r̂| from |c|², c·r̂ and |r̂|²; a numba
@@ -46,7 +48,7 @@ def main() -> None:
 
     from mvr.operators.codecs import Codec
     from mvr.operators.codecs.residual import Residual
-    from mvr.operators.codecs.residual_scoring import run_split
+    from mvr.operators.codecs.residual_scoring import residual_similarities, run_split
     from mvr.operators.kernels import matmul
 
     torch.set_num_threads(args.threads)
@@ -88,7 +90,8 @@ def main() -> None:
         return maxsim(Codec.similarities(codec, qv, rows), offsets)
 
     def from_codes(qv: np.ndarray, rows: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        return maxsim(codec.similarities(qv, rows), offsets)
+        sims = residual_similarities(qv, rows[:, codec.id_bytes :], codec.ids_of(rows), codec.centroids, codec.table, codec.normalize)
+        return maxsim(sims, offsets)
 
     def warp_tables(qv: np.ndarray, rows: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         ids = codec.ids_of(rows)
@@ -112,7 +115,7 @@ def main() -> None:
     print(
         f"residual-1, {dim} dims, {n_centroids} centroids, {codec.bytes_per_vector} B a vector; {nq} query vectors; {args.threads} threads; numba {numba.__version__}"
     )
-    ways = {"decode-then-score": decode_then_score, "mvr, from the codes": from_codes, "WARP's tables": warp_tables}
+    ways = {"decode-then-score": decode_then_score, "mvr's kernel": from_codes, "WARP's tables": warp_tables}
     for n in (int(v) for v in args.passages.split(",")):
         offsets = np.concatenate([[0], np.cumsum(rng.integers(60, 100, n))]).astype(np.int64)
         rows = np.ascontiguousarray(codes[rng.integers(0, n_vectors, offsets[-1])])

@@ -271,10 +271,18 @@ def test_similarities_equal_decode_then_score(name, sample, monkeypatch):
             np.testing.assert_allclose(c.similarities(q, codes[:2]), want[:, :2], atol=1e-4, rtol=0)  # fewer rows than threads
         assert c.similarities(q, codes[:0]).shape == (len(q), 0)
     q = c.project(x[::37][:9])
+    if isinstance(c, codecs.Residual):  # without the rescaling to unit length: centroid + residual as decode_raw gives them
+        raw = codecs.Residual(c.nbits, c.centroids, c.cutoffs, c.weights, c.lo, c.hi, normalize=False)
+        np.testing.assert_allclose(raw.similarities(q, codes), q @ raw.decode_raw(codes).T, atol=1e-4, rtol=0)
     if c.scores_codes:
-        raw = codecs.Residual(c.nbits, c.centroids, c.cutoffs, c.weights, c.lo, c.hi, normalize=False) if isinstance(c, codecs.Residual) else None
-        if raw is not None:  # without the rescaling to unit length: centroid + residual as decode_raw gives them
-            np.testing.assert_allclose(raw.similarities(q, codes), q @ raw.decode_raw(codes).T, atol=1e-4, rtol=0)
+        want = q @ c.decode(codes).T
+
+        def no_decode(*_args, **_kwargs):
+            raise AssertionError("a query's similarities decoded its codes")
+
+        for name in ("decode", "decode_scaled", "_decode", "_decode_into"):  # a query's vectors: nothing decoded
+            monkeypatch.setattr(codecs.Residual, name, no_decode)
+        np.testing.assert_allclose(c.similarities(q, codes), want, atol=1e-4, rtol=0)
         with pytest.raises(ValueError, match="query vectors"):
             c.similarities(np.ones((2, c.dim_out + 1), np.float32), codes)
 
