@@ -428,9 +428,7 @@ def step_encode(run: Run, name: str, encoder: Any) -> Optional[Encoded]:
     manifest = result.manifest
     enc = manifest.model.get("encode", {})
     n_pipe = int(manifest.counts["passages"])
-    plan = (
-        f"{enc.get('actors')} {'task(s)' if enc.get('in_tasks') else 'actor(s)'} × {enc.get('gpus_per_actor')} GPU on {enc.get('device')} ({enc.get('dtype')})"
-    )
+    plan = f"{'in the driver' if enc.get('in_driver') else str(enc.get('actors')) + ' actor(s)'} × {enc.get('gpus_per_actor')} GPU on {enc.get('device')} ({enc.get('dtype')})"
     status = "ok"
     if run.cuda and enc.get("device") != "cuda":
         status = f"failed: the encode stage ran on {enc.get('device')}, not on the GPU"

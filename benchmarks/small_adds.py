@@ -1,17 +1,19 @@
-"""Small adds from one driver: the encode stage in Ray tasks (``runtime.small_job_rows``, the
-default for a job of at most 1,000 rows on a cluster without GPUs) against an actor pool
+"""Small adds: a job of at most ``runtime.small_job_rows`` rows (default 1,000, on a cluster
+without GPUs) run in the driver process against the same job on Ray Data with an actor pool
 (``small_job_rows: 0``), side by side in one run.
 
-    python benchmarks/small_adds.py [--dataset ../shared/datasets/msmarco-sample] [--docs 10] [--rounds 6]
+    python benchmarks/small_adds.py [--dataset ../shared/datasets/msmarco-sample] [--docs 10] [--rounds 6] [--cli]
 
 Two indexes of the same first 200 passages, one with each setting, are built first (not
 timed). Then ``--rounds`` rounds each add ``--docs`` new passages to both indexes, in
-alternating order, with ``pipeline.indexing.updates.add_documents`` from this one Python process (a
-service's writer, or a notebook, adding documents as they arrive): validation, encoding,
-compression, ANN partitions and BM25 extended, catalog and commit. An actor pool starts an
-encode actor (a process that imports torch and loads the model) for every add; a task runs in
-a pooled worker of this driver, which keeps the model loaded from the previous add. The first
-round of each is shown apart (the task worker loads the model then). Run it alone: every
+alternating order: validation, encoding, compression, ANN partitions and BM25 extended,
+catalog and commit. By default with ``pipeline.indexing.updates.add_documents`` from this one
+Python process (a service's writer, or a notebook, adding documents as they arrive); with
+``--cli`` as ``mvr add`` commands, each a process of its own that joins this benchmark's Ray
+cluster (``RAY_ADDRESS``), as a user's script or a test runs it. An actor pool starts an encode
+actor (a process that imports torch and loads the model) for every add; a job in the driver
+starts no worker for its stages, and from one process keeps the model loaded from the previous
+add. The first round of each is shown apart (the model is loaded then). Run it alone: every
 figure is a time on a 2-core machine.
 """
 
@@ -19,7 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +36,7 @@ def main() -> None:
     p.add_argument("--dataset", default=str(root.parent / "shared" / "datasets" / "msmarco-sample"))
     p.add_argument("--docs", type=int, default=10, help="passages an add")
     p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--cli", action="store_true", help="each add an `mvr add` command joining this benchmark's Ray cluster")
     args = p.parse_args()
 
     from mvr.pipeline.config import AnnBuildConfig, IndexConfig
@@ -42,7 +48,19 @@ def main() -> None:
     with open(Path(args.dataset) / "corpus.jsonl") as f:
         docs = [json.loads(line) for _, line in zip(range(200 + args.docs * args.rounds), f)]
     init_ray(quiet=True)
-    variants = {"tasks": 1000, "actor pool": 0}
+    import ray
+
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+
+    def add(batch: Path, index: str) -> None:
+        if not args.cli:
+            add_documents(str(batch), index, log=lambda _: None)
+            return
+        r = subprocess.run([sys.executable, "-m", "mvr.jobs.cli", "add", index, str(batch)], env=env, capture_output=True, text=True)
+        if r.returncode:
+            raise SystemExit(f"mvr add failed:\n{r.stderr[-3000:]}")
+
+    variants = {"driver": 1000, "actor pool": 0}
     times: dict[str, list[float]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base.jsonl"
@@ -57,15 +75,15 @@ def main() -> None:
             order = list(variants) if r % 2 == 0 else list(reversed(variants))
             for name in order:
                 t0 = time.perf_counter()
-                add_documents(str(batch), str(Path(tmp) / name.replace(" ", "-")), log=lambda _: None)
+                add(batch, str(Path(tmp) / name.replace(" ", "-")))
                 times[name].append(time.perf_counter() - t0)
             print(f"round {r + 1}: " + ", ".join(f"{n} {times[n][-1]:.2f} s" for n in variants), flush=True)
-    print(f"\n{args.docs} passages an add, {args.rounds} rounds from one driver")
-    print(f"{'encode stage':<12} {'first add s':>12} {'later adds p50 s':>17}")
+    print(f"\n{args.docs} passages an add, {args.rounds} rounds, {'each an `mvr add` command' if args.cli else 'from one Python process'}")
+    print(f"{'small job':<12} {'first add s':>12} {'later adds p50 s':>17}")
     for name in variants:
         print(f"{name:<12} {times[name][0]:>12.2f} {statistics.median(times[name][1:]):>17.2f}")
-    later = statistics.median(times["actor pool"][1:]) / statistics.median(times["tasks"][1:])
-    print(f"later adds: the actor pool takes {later:.2f}x the tasks' time")
+    later = statistics.median(times["actor pool"][1:]) / statistics.median(times["driver"][1:])
+    print(f"later adds: the actor pool takes {later:.2f}x the driver's time")
 
 
 if __name__ == "__main__":

@@ -163,9 +163,10 @@ class RuntimeConfig(_Section):
     small_job_rows: int = Field(
         1000,
         ge=0,
-        description="on a cluster without GPUs, a job of at most this many valid input rows encodes in Ray tasks rather "
-        "than an actor pool: no actor process to start (~5 s on 2 cores), and a worker that has loaded the model keeps it "
-        "for the driver's next small job (live updates from one Python process); 0: always actors",
+        description="on a cluster without GPUs, a job of at most this many valid input rows runs every stage in the driver "
+        "process: no Ray worker to start (each imports torch, and the encoder's loads the model), and the driver keeps the "
+        "model for its next small job (live updates from one Python process); not where the driver's node has no CPU for "
+        "work (a head started with --num-cpus 0); 0: always Ray Data and an actor pool",
     )
     encode_once: bool = Field(
         True,

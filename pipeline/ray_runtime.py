@@ -156,14 +156,19 @@ class EncodePlan:
     threads: Optional[int]
     io_tasks: int
     io_excluded: tuple[str, ...] = ()
-    in_tasks: bool = False  # the encode stage as ``actors`` Ray tasks at once, not an actor pool (``for_job``)
+    driver_threads: int = 0  # torch threads of a job run in the driver (its node's CPUs); 0: the driver's node has no CPU for work
+    in_driver: bool = False  # every stage of the job in the driver process, no Ray task or actor (``for_job``)
 
     def for_job(self, rows: int, small_job_rows: int) -> "EncodePlan":
         """This plan for a job of ``rows`` valid input rows: on a cluster without GPUs, a job of
-        at most ``small_job_rows`` encodes in tasks (``in_tasks``), so that it starts no actor
-        process and can find the model loaded by the driver's previous small job (a GPU
-        stays with actors: an idle task worker would keep its model on the device)."""
-        return dataclasses.replace(self, in_tasks=not self.gpus and rows <= small_job_rows)
+        at most ``small_job_rows`` runs its stages in the driver process (``in_driver``:
+        ``pipeline/indexing/in_driver.py``), on ``driver_threads`` torch threads, so that it
+        starts no worker process (each imports torch and loads the model) and the driver's next
+        small job finds the model loaded. Not when the driver's node has no CPU for work (a
+        head started with ``--num-cpus 0`` is kept free of it), and a GPU stays with actors."""
+        if self.gpus or rows > small_job_rows or not self.driver_threads:
+            return self
+        return dataclasses.replace(self, in_driver=True, actors=1, threads=self.driver_threads)
 
     def device(self, requested: str = "auto") -> str:
         """The device the encode stage runs the model on: ``requested`` (``model.device``)
@@ -182,15 +187,17 @@ class EncodePlan:
             args["label_selector"] = {"ray.io/node-id": f"!in({', '.join(self.io_excluded)})"}
         return args
 
-    def io_compute(self, inputs: int) -> "ray.data.TaskPoolStrategy":
+    def io_compute(self, inputs: int) -> "Optional[ray.data.TaskPoolStrategy]":
         """Ray Data compute strategy of an I/O stage fed about ``inputs`` blocks: at most
         ``io_tasks`` tasks at once, and no more than it has blocks (a cap above its inputs has
-        Ray Data warn that the stage cannot reach it)."""
+        Ray Data warn that the stage cannot reach it); None for a job in the driver."""
+        if self.in_driver:
+            return None
         return ray.data.TaskPoolStrategy(size=max(1, min(self.io_tasks, inputs)))
 
     def __str__(self) -> str:
         return (
-            f"{self.actors} {'task(s)' if self.in_tasks else 'actor(s)'} × {self.cpus:g} CPU, {self.gpus:g} GPU, {self.threads or 'all'} torch threads; "
+            f"{self.actors} actor(s) × {self.cpus:g} CPU, {self.gpus:g} GPU, {self.threads or 'all'} torch threads; "
             f"I/O tasks ≤ {self.io_tasks} at once, no CPU reserved"
         )
 
@@ -209,8 +216,11 @@ def plan_encode(runtime: RuntimeConfig) -> EncodePlan:
     io_tasks = max(1, int(cpus))
     cpu_less = tuple(sorted(n["NodeID"] for n in nodes if not n["Resources"].get("CPU")))
     io_excluded = cpu_less if len(cpu_less) < len(nodes) else ()
+    here = ray.get_runtime_context().get_node_id()
+    driver_cpus = next((n["Resources"].get("CPU", 0) for n in nodes if n["NodeID"] == here), 0)
+    driver_threads = (runtime.torch_threads or int(driver_cpus)) if driver_cpus else 0
     if gpus:
-        return EncodePlan(runtime.encode_actors or gpus, runtime.encode_cpus or 1, 1, runtime.torch_threads, io_tasks, io_excluded)
+        return EncodePlan(runtime.encode_actors or gpus, runtime.encode_cpus or 1, 1, runtime.torch_threads, io_tasks, io_excluded, driver_threads)
     per_actor = runtime.encode_cpus or max(1.0, node_cpus - 1)
     actors = runtime.encode_actors or max(1, int(cpus // max(per_actor + 1, 2)))
     free = float(ray.available_resources().get("CPU", cpus))
@@ -220,7 +230,7 @@ def plan_encode(runtime: RuntimeConfig) -> EncodePlan:
         per_actor = max(0.25, min(per_actor, free - 0.5))
         actors = runtime.encode_actors or max(1, int(free // (per_actor + 0.5)))
     threads = runtime.torch_threads or int(node_cpus)
-    return EncodePlan(actors, per_actor, 0, threads, io_tasks, io_excluded)
+    return EncodePlan(actors, per_actor, 0, threads, io_tasks, io_excluded, driver_threads)
 
 
 def task_cpus(want: float = 1.0) -> float:

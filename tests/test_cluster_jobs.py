@@ -58,7 +58,7 @@ N_QUERIES, N_DOCS = 10, 300
 # task of its own); torch on both of this machine's cores, although the encode actor's node
 # has one logical CPU (the other node's tasks are light).
 # float16 codes for the killed actor's job: its index is compared with an independent float computation;
-# small_job_rows 0: an actor pool (a job this small would encode in tasks), whose actor is killed
+# small_job_rows 0: an actor pool (a job this small would run in its driver), whose actor is killed
 RUNTIME = "runtime:\n  block_bytes: 65536\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n  torch_threads: 2\n  small_job_rows: 0\n"
 SMALL_BATCHES = RUNTIME + "compress:\n  codec: float16\n  pooled_codec: float16\n"
 # the resubmitted job: the default codec, trained by the first run and reused by the second

@@ -192,30 +192,60 @@ def test_io_tasks_reserve_no_cpu_and_keep_off_nodes_without_cpus():
     assert [EncodePlan(1, 1.0, 0, 2, 2).io_compute(n).size for n in (0, 1, 2, 9)] == [1, 1, 2, 2]
 
 
-def test_small_jobs_encode_in_tasks_on_cpu_only():
-    """A job of at most ``small_job_rows`` rows encodes in tasks on a cluster without GPUs;
-    a larger one, or any on a GPU cluster, in an actor pool; 0 switches tasks off."""
+def test_small_jobs_run_in_the_driver_on_cpu_only():
+    """A job of at most ``small_job_rows`` rows runs in the driver on a cluster without GPUs,
+    on the driver's node's threads; a larger one, any on a GPU cluster, or any whose driver's
+    node takes no work (a head with no CPU) in an actor pool; 0 switches the driver off."""
     from mvr.pipeline.ray_runtime import EncodePlan
 
-    cpu, gpu = EncodePlan(1, 1.0, 0, 2, 2), EncodePlan(1, 1.0, 1, None, 2)
-    assert [cpu.for_job(rows, 1000).in_tasks for rows in (1, 1000, 1001)] == [True, True, False]
-    assert not cpu.for_job(1, 0).in_tasks and not gpu.for_job(1, 1000).in_tasks
-    assert "task(s)" in str(cpu.for_job(5, 1000)) and "actor(s)" in str(cpu)
+    cpu, gpu, cpu_less_head = EncodePlan(2, 1.0, 0, 4, 2, driver_threads=3), EncodePlan(1, 1.0, 1, None, 2, driver_threads=3), EncodePlan(1, 1.0, 0, 2, 2)
+    assert [cpu.for_job(rows, 1000).in_driver for rows in (1, 1000, 1001)] == [True, True, False]
+    small = cpu.for_job(1000, 1000)
+    assert (small.threads, small.actors, small.io_compute(4)) == (3, 1, None)
+    assert not any(p.for_job(1, n).in_driver for p, n in ((cpu, 0), (gpu, 1000), (cpu_less_head, 1000)))
+    assert cpu.for_job(1001, 1000) == cpu
 
 
-def test_encode_task_keeps_the_model_and_rebuilds_the_stage_for_other_settings():
-    """``encode_task`` writes what the actor writes; a second call with the same arguments
-    reuses the stage, one with other arguments builds another around the same model."""
-    from mvr.pipeline.indexing import encode_stage
+def test_the_driver_runs_the_stages_in_batches_as_they_stream_and_keeps_the_model():
+    """A small job's graph in the driver (``in_driver.DriverDataset``): each stage called on
+    batches of its ``batch_size`` rows cut across blocks (None: a block at a time), a stage
+    class built once with its constructor arguments, a batch carried through every stage
+    before the next is made (a shard is written before the next batch is encoded), and the
+    encode stage's output that of the actor; a second stage shares the loaded model."""
+    from mvr.pipeline.indexing.in_driver import DriverDataset
+
+    calls: list = []
+
+    class Double:
+        def __init__(self, k: int) -> None:
+            calls.append("built")
+            self.k = k
+
+        def __call__(self, b: pa.Table) -> pa.Table:
+            calls.append(("double", b["x"].to_pylist()))
+            return pa.table({"x": [v * self.k for v in b["x"].to_pylist()]})
+
+    def write(b: pa.Table, tag: str) -> pa.Table:
+        calls.append((tag, b["x"].to_pylist()))
+        return pa.table({"rows": [b.num_rows]})
+
+    ds = DriverDataset.from_items([{"x": i} for i in range(7)], override_num_blocks=7)
+    ds = ds.map_batches(Double, batch_size=3, fn_constructor_kwargs={"k": 2}, num_cpus=1).map_batches(write, batch_size=2, fn_kwargs={"tag": "w"})
+    assert calls == []  # nothing runs before the job asks for its output
+    out = ds.materialize()
+    assert calls == ["built", ("double", [0, 1, 2]), ("w", [0, 2]), ("double", [3, 4, 5]), ("w", [4, 6]), ("w", [8, 10]), ("double", [6]), ("w", [12])]
+    assert [b["rows"].to_pylist() for b in out.iter_batches(batch_size=None)] == [[2], [2], [2], [1]]
+    assert [b.num_rows for b in DriverDataset.from_items([{"x": i} for i in range(3)]).iter_batches(batch_size="default")] == [3]
+    with pytest.raises(ValueError, match="pyarrow"):
+        DriverDataset.from_items([]).map_batches(write, batch_format="numpy")
+    with pytest.raises(ValueError, match="a block an item"):
+        DriverDataset.from_items([{"x": 1}], override_num_blocks=2)
 
     batch, _ = _batch()
     args = _args()
     init = dict(zip(("model", "tokenizer_settings", "compress", "batch_size", "torch_threads"), args))
     want = EncodeSample(*args)(batch)
-    assert encode_stage.encode_task(batch, "EncodeSample", init).equals(want)
-    stage = next(iter(encode_stage._task_stage.values()))
-    assert encode_stage.encode_task(batch, "EncodeSample", init).equals(want)
-    assert next(iter(encode_stage._task_stage.values())) is stage
-    encode_stage.encode_task(batch, "EncodeSample", {**init, "batch_size": 3})
-    other = next(iter(encode_stage._task_stage.values()))
-    assert other is not stage and other.encoder is stage.encoder and len(encode_stage._task_stage) == 1
+    driven = DriverDataset(lambda: iter([batch])).map_batches(EncodeSample, batch_size=len(batch), fn_constructor_kwargs=init).materialize()
+    (got,) = list(driven.iter_batches())
+    assert got.equals(want)
+    assert EncodeSample(*args).encoder is EncodeSample(*{**init, "batch_size": 3}.values()).encoder  # the model loaded once a process

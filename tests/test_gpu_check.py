@@ -274,7 +274,7 @@ def test_dry_run_with_ray_measures_the_pipeline_and_mvr_against_the_peers(tmp_pa
     index = report["details"]["encode"]["msmarco-sample"]["index"]
     manifest = load_manifest(index)
     encode = manifest.model["encode"]
-    assert (encode["device"], encode["dtype"], encode["gpus_per_actor"], encode["in_tasks"]) == ("cpu", "float32", 0, True)  # a small job
+    assert (encode["device"], encode["dtype"], encode["gpus_per_actor"], encode["in_driver"]) == ("cpu", "float32", 0, True)  # a small job
     assert encode == report["details"]["encode"]["msmarco-sample"]["manifest_encode"]
     job_log = report["details"]["encode"]["msmarco-sample"]["job_log"]  # the job's stage times, kept
     assert any("validated" in line for line in job_log) and "committed" in job_log[-1]

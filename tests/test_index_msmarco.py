@@ -106,10 +106,10 @@ def test_token_vectors_equal_an_independent_encoding(msmarco_index, datasets, pl
     assert_codes_of_independent_vectors(msmarco_index, docs, sorted(sample), plain_model)
 
 
-def test_a_small_job_encoded_in_tasks_stores_the_codes_of_independent_vectors(datasets, plain_model, tmp_path):
-    """A job under ``runtime.small_job_rows`` encodes in Ray tasks (no actor pool) whose
-    worker keeps the model for the next small job: both jobs store, for every passage, the
-    codes of plain transformers' vectors, as the actor pool does below."""
+def test_a_small_job_in_the_driver_stores_the_codes_of_independent_vectors(datasets, plain_model, tmp_path):
+    """A job under ``runtime.small_job_rows`` runs in the driver (no Ray worker), which keeps
+    the model for the next small job: both jobs store, for every passage, the codes of plain
+    transformers' vectors, as the actor pool does below."""
     from mvr.pipeline.config import IndexConfig
     from mvr.pipeline.indexing.corpus_job import index_corpus
 
@@ -120,7 +120,7 @@ def test_a_small_job_encoded_in_tasks_stores_the_codes_of_independent_vectors(da
         corpus.write_text("".join(part))
         logged: list[str] = []
         index_corpus(str(corpus), index, IndexConfig(), log=logged.append)
-        assert any("encoding in Ray tasks" in line for line in logged), logged
+        assert any("every stage in this process" in line for line in logged), logged
         m = load_manifest(index)
         ids = list(exact_partition(index, m, "tokens", load_codecs(index, m.codecs)).doc_ids)
         assert len(ids) == len(part)
@@ -142,7 +142,7 @@ def test_the_actor_pool_encodes_a_fresh_subset_to_the_codes_of_independent_vecto
     config = IndexConfig.from_yaml(None, **{"runtime.small_job_rows": 0, "runtime.block_bytes": 16384, "runtime.write_rows_per_shard": 40})
     logged: list[str] = []
     index_corpus(str(corpus), index, config, log=logged.append)
-    assert not any("encoding in Ray tasks" in line for line in logged), logged
+    assert not any("every stage in this process" in line for line in logged), logged
     assert any("the sample pass encoded every passage" in line for line in logged), logged
     m = load_manifest(index)
     assert len(m.shards) > 1

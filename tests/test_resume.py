@@ -1,19 +1,22 @@
-"""Kill the worker of a small job's encode task, and find every passage exactly once. (A
-whole indexing job killed part-way and run again: ``tests/test_cluster_jobs.py``, whose
-resubmitted job resumes from the committed shards and the codecs the first run trained.)"""
+"""Kill a small job, which runs in its driver, part-way; run it again and find every passage
+exactly once. (A job on Ray Data killed part-way and submitted again: ``tests/test_cluster_jobs.py``,
+whose resubmitted job also resumes from the committed shards and the codecs the first run
+trained, and whose killed encode actor is restarted.)"""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import read_jsonl
+from helpers import ROOT, read_jsonl
 from mvr.storage.catalog import Catalog
 from mvr.storage.manifest import load_manifest
 
@@ -40,56 +43,36 @@ def _assert_exactly_once(index: Path, docs: list[dict]) -> None:
         cat.close()
 
 
-def test_killed_encode_task_worker_is_retried_and_nothing_is_lost(tmp_path, datasets, ray_address, capfd):
-    """A small job encodes in Ray tasks (``runtime.small_job_rows``): the worker process of
-    the first encode task Ray's state API reports running is killed (a batch of 128 passages
-    takes ~2 s here, longer than the state API lags: the task is still running); Ray retries
-    the task in another worker and every passage is indexed exactly once."""
-    import threading
-
-    from ray.util.state import list_tasks
-
-    from mvr.pipeline.config import IndexConfig
-    from mvr.pipeline.indexing.corpus_job import index_corpus
-
+def test_a_small_job_killed_in_the_driver_resumes_and_nothing_is_lost(tmp_path, datasets, ray_address):
+    """A small job runs every stage in the driver (``runtime.small_job_rows``): the ``mvr
+    index`` process (joined to the worker's cluster, as a user's script on a cluster is) is
+    killed once it has committed 3 shards; the same command run again resumes, keeps those
+    shards and their codecs, and every passage is indexed exactly once. Its passages are
+    encoded again after the sample pass (``encode_once: false``) in batches of 16, each
+    written as a shard before the next is encoded, so the kill lands while shards remain."""
     docs = read_jsonl(datasets / "msmarco-sample" / "corpus.jsonl")[:N_DOCS]
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
     index = tmp_path / "index"
-    config = IndexConfig.from_yaml(None, **{"runtime.block_bytes": 16384, "runtime.encode_actor_batch": 128, "runtime.write_rows_per_shard": 16})
-    name = "MapBatches(encode_task)"
-
-    def tasks(state: str) -> list:
-        return list_tasks(address=ray_address, filters=[("name", "=", name), ("state", "=", state)], limit=10_000, detail=True)
-
-    logged: list[str] = []
-    outcome: dict = {}
-    job = threading.Thread(target=lambda: outcome.update(result=index_corpus(str(corpus), str(index), config, log=logged.append)))
-    job.start()
-    killed = None
-    deadline = time.time() + 300
-    while killed is None:
-        assert job.is_alive(), f"the job ended before an encode task could be killed: {logged}"
-        assert time.time() < deadline, "no encode task ran within 300 s"
-        running = sorted((t for t in tasks("RUNNING") if t.worker_pid), key=lambda t: -(t.start_time_ms or 0))
-        if running:  # the youngest, should earlier tests' tasks linger in the state API
-            killed = running[0]
-            os.kill(int(killed.worker_pid), signal.SIGKILL)
-        time.sleep(0.1)
-    job.join(timeout=600)
-    assert "result" in outcome, logged
-    assert any("encoding in Ray tasks" in line for line in logged), logged
-    with pytest.raises(ProcessLookupError):
-        os.kill(int(killed.worker_pid), 0)  # the worker is gone
-    # the killed task ran again: its later attempt in Ray's state API, or the raylet's report
-    # (forwarded to this driver) when the state API has not got the attempt's events yet
-    output, retried = "", False
-    for _ in range(30):
-        output += "".join(capfd.readouterr())
-        attempts = list_tasks(address=ray_address, filters=[("task_id", "=", killed.task_id)], detail=True)
-        retried = any(t.attempt_number >= 1 for t in attempts) or "will be retried" in output
-        if retried:
-            break
-        time.sleep(0.5)
-    assert retried, (attempts, output[-2000:])
+    config = tmp_path / "small.yaml"
+    config.write_text("runtime:\n  encode_once: false\n  encode_actor_batch: 16\n  write_rows_per_shard: 16\n")
+    argv = [sys.executable, "-m", "mvr.jobs.cli", "index", str(corpus), str(index), "--config", str(config)]
+    env = {**{k: v for k, v in os.environ.items() if k != "MVR_DEBUG"}, "RAY_ADDRESS": ray_address, "COLUMNS": "200"}
+    first = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    committed = index / "_staging" / "committed"
+    deadline = time.monotonic() + 300
+    while len(list(committed.glob("*/*.json"))) < 3:  # a record a shard, in a folder a block
+        assert first.poll() is None, f"the job ended before 3 shards were committed:\n{first.communicate()[0].decode()[-3000:]}"
+        assert time.monotonic() < deadline, "no 3 committed shards within 300 s"
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)
+    out = first.communicate(timeout=60)[0].decode()
+    before = {p.stem for p in committed.glob("*/*.json")}
+    assert "every stage in this process" in out, out[-3000:]
+    assert not (index / "manifest.json").exists() and len(before) < N_DOCS // 16, sorted(before)  # killed part-way
+    second = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, timeout=300)
+    out = second.stdout.decode() + second.stderr.decode()
+    assert second.returncode == 0, out[-3000:]
+    assert "resuming the unfinished job" in out and "reusing the codecs the interrupted run trained" in out, out[-3000:]
+    assert before <= {Path(s.path).name for s in load_manifest(str(index)).shards}  # kept, not redone
     _assert_exactly_once(index, docs)

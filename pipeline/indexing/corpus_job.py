@@ -9,7 +9,11 @@ corpus (ColBERT's rule samples every passage of a corpus under ~30k passages) th
 keeps every encoded batch in staging and the main pass only compresses them, so no passage is
 encoded twice (``runtime.encode_once``). All are resumable: a block's scan, the trained codecs
 and each written shard are recorded in staging, and a rerun skips them (and reuses the codecs
-its shards were written with)."""
+its shards were written with).
+
+A small job (at most ``runtime.small_job_rows`` valid rows, no GPU) runs the same graph in the
+driver process (``in_driver.py``): no Ray worker starts, and the model stays loaded for the
+driver's next small job. An input of one block is validated there too."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import ray
@@ -26,7 +30,8 @@ from tqdm import tqdm
 from mvr.operators import codecs
 from mvr.operators.encode.checkpoint import ModelRecord, resolve_model
 from mvr.pipeline.config import IndexConfig
-from mvr.pipeline.indexing.encode_stage import EncodeCompress, EncodeSample, compress_encoded, encode_task
+from mvr.pipeline.indexing.encode_stage import EncodeCompress, EncodeSample, compress_encoded
+from mvr.pipeline.indexing.in_driver import DriverDataset
 from mvr.pipeline.indexing.stages import read_tokenize, sample_vectors, scan_block, select_sample, train_codecs, write_shards
 from mvr.pipeline.ray_runtime import EncodePlan, init_ray, plan_encode, task_result
 from mvr.pipeline.results import IndexResult
@@ -42,8 +47,12 @@ class IndexExistsError(RuntimeError):
 
 def _scan(index_url: str, blocks: list[InputBlock], placement: EncodePlan) -> None:
     """Run ``scan_block`` for every block as Ray I/O tasks (``placement.io_args()``), at most
-    ``placement.io_tasks`` at once, with a progress bar."""
+    ``placement.io_tasks`` at once, with a progress bar; a single block in the driver, when its
+    node takes work (``placement.driver_threads``): a small input then starts no worker."""
     if not blocks:
+        return
+    if len(blocks) == 1 and placement.driver_threads:
+        scan_block(blocks[0].to_dict(), index_url)
         return
     task = ray.remote(max_retries=3, **placement.io_args())(scan_block)
     todo = iter(blocks)
@@ -191,8 +200,8 @@ def index_corpus(
     placement = placement.for_job(rows, config.runtime.small_job_rows)
     encode = _encode_record(placement, config)
     log(f"encoding on {encode['device']} ({encode['dtype']}), batches of {config.runtime.encode_batch_size}")
-    if placement.in_tasks:
-        log(f"a small job ({rows} rows ≤ runtime.small_job_rows {config.runtime.small_job_rows}): encoding in Ray tasks, no actor pool")
+    if placement.in_driver:
+        log(f"a small job ({rows} rows ≤ runtime.small_job_rows {config.runtime.small_job_rows}): every stage in this process, no Ray worker")
     if prepared.replace:
         removed = index_dir.clear(index_url, keep=(staging.STAGING_DIR,))
         log(f"--overwrite: removed the previous index at {index_url} ({', '.join(removed)})")
@@ -237,14 +246,22 @@ def _encode_record(placement: EncodePlan, config: IndexConfig) -> dict:
 
     device = placement.device(config.model.device)
     dtype = str(pick_dtype(config.model.dtype, torch.device(device))).removeprefix("torch.")
-    return {"device": device, "dtype": dtype, "actors": placement.actors, "in_tasks": placement.in_tasks, "gpus_per_actor": placement.gpus}
+    return {"device": device, "dtype": dtype, "actors": placement.actors, "in_driver": placement.in_driver, "gpus_per_actor": placement.gpus}
 
 
-def _tokenized(index_url: str, blocks: list[InputBlock], config: IndexConfig, placement) -> ray.data.Dataset:
-    """Ray Data: the blocks' passages with token ids, a block a task (``read_tokenize``)."""
-    ds = ray.data.from_items([b.to_dict() for b in blocks], override_num_blocks=len(blocks))
+JobDataset = Union["ray.data.Dataset", DriverDataset]  # a job's data: on Ray, or in the driver (``placement.in_driver``)
+
+
+def _data(placement: EncodePlan) -> Any:
+    """Where a job's datasets come from: Ray Data, or for a job in the driver ``DriverDataset``."""
+    return DriverDataset if placement.in_driver else ray.data
+
+
+def _tokenized(index_url: str, blocks: list[InputBlock], config: IndexConfig, placement) -> JobDataset:
+    """The blocks' passages with token ids, a block a task (``read_tokenize``)."""
+    ds = _data(placement).from_items([b.to_dict() for b in blocks], override_num_blocks=len(blocks))
     return ds.map_batches(
-        read_tokenize,  # type: ignore[arg-type]  # Ray annotates fn as taking the batch alone; fn_kwargs supplies the rest
+        read_tokenize,
         batch_size=1,
         batch_format="pyarrow",
         fn_kwargs={"index_url": index_url, "model_name": config.model.name, "tokenizer_settings": config.tokenizer.model_dump()},
@@ -253,10 +270,10 @@ def _tokenized(index_url: str, blocks: list[InputBlock], config: IndexConfig, pl
     )
 
 
-def _encoded(ds: ray.data.Dataset, actor: type, config: IndexConfig, placement: EncodePlan, **kwargs) -> ray.data.Dataset:
+def _encoded(ds: JobDataset, actor: type, config: IndexConfig, placement: EncodePlan, **kwargs) -> JobDataset:
     """``ds`` through the encode stage ``actor`` (``EncodeSample`` or ``EncodeCompress``;
     ``kwargs``: its own constructor arguments), sized by ``placement``: a pool of actors, or
-    for a small job (``placement.in_tasks``) as many Ray tasks at once (``encode_task``)."""
+    for a small job (``placement.in_driver``) one instance in the driver."""
     init = {
         "model": {**config.model.model_dump(), "device": placement.device(config.model.device)},
         "tokenizer_settings": config.tokenizer.model_dump(),
@@ -271,30 +288,26 @@ def _encoded(ds: ray.data.Dataset, actor: type, config: IndexConfig, placement: 
         "num_cpus": placement.cpus,
         "num_gpus": placement.gpus,
     }
-    if placement.in_tasks:
-        return ds.map_batches(
-            encode_task,  # type: ignore[arg-type]  # Ray annotates fn as taking the batch alone; fn_kwargs supplies the rest
-            fn_kwargs={"stage": actor.__name__, "init": init},
-            compute=ray.data.TaskPoolStrategy(size=placement.actors),
-            **common,
-        )
+    if placement.in_driver:
+        return ds.map_batches(actor, fn_constructor_kwargs=init, **common)
     return ds.map_batches(actor, fn_constructor_kwargs=init, compute=ray.data.ActorPoolStrategy(size=placement.actors), **common)
 
 
-def _compressed(kept: list[str], codec_files: dict[str, bytes], config: IndexConfig, placement) -> ray.data.Dataset:
-    """Ray Data: the sample pass's kept batches (``kept``: their files) through
+def _compressed(kept: list[str], codec_files: dict[str, bytes], config: IndexConfig, placement) -> JobDataset:
+    """The sample pass's kept batches (``kept``: their files) through
     ``compress_encoded`` tasks (the compress stage without the model), as many at once as
     there are encode actors and each reserving what one reserves. Tasks, not an actor pool:
     they run in the job's pooled workers, which have imported torch already (an actor would
-    start a process of its own: ~2.5 s on this project's 2-core machine, measured)."""
+    start a process of its own: ~2.5 s on this project's 2-core machine, measured); in the
+    driver for a small job."""
     dim = codecs.from_bytes(codec_files["tokens"]).dim_in
-    ds = ray.data.from_items([{"url": u} for u in kept], override_num_blocks=len(kept))
+    ds = _data(placement).from_items([{"url": u} for u in kept], override_num_blocks=len(kept))
     return ds.map_batches(
-        compress_encoded,  # type: ignore[arg-type]  # Ray annotates fn as taking the batch alone; fn_kwargs supplies the rest
+        compress_encoded,
         batch_size=1,
         batch_format="pyarrow",
         fn_kwargs={"compress": config.compress.model_dump(), "codec_files": codec_files, "dim": dim, "threads": placement.threads},
-        compute=ray.data.TaskPoolStrategy(size=min(placement.actors, len(kept))),
+        compute=None if placement.in_driver else ray.data.TaskPoolStrategy(size=min(placement.actors, len(kept))),
         num_cpus=placement.cpus,
     )
 
@@ -325,7 +338,8 @@ def _codecs(
     trained now: a seeded sample of passages drawn from every block (Ray Data: read,
     tokenize, select, encode on the encode actors), at most ``codec_sample_vectors`` of their
     token vectors kept on the driver, the codecs trained in one Ray task (on a GPU when the
-    cluster has one), then staged. Codecs that learn nothing (``codecs.UNTRAINED``) need
+    cluster has one), then staged; a small job (``placement.in_driver``) does all of it in
+    the driver. Codecs that learn nothing (``codecs.UNTRAINED``) need
     only the encoder's dimension: when both are such, there is no sample pass. A sample pass
     that draws every passage keeps them all encoded (``runtime.encode_once``), and they are
     used when they are exactly the passages pass 2 would encode."""
@@ -376,9 +390,12 @@ def _codecs(
     names = {g: ch.name for g, ch in chosen.items()}
     drawn = fraction * vector_fraction
     n_vectors = int(seen["vectors"] / drawn) if drawn < 1 else seen["vectors"]  # the collection's stored vectors, estimated
-    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-    train = ray.remote(num_cpus=placement.cpus, num_gpus=gpus, max_retries=1)(train_codecs)
-    files = task_result(train.remote(names, sample, c.codec_seed, n_vectors, placement.threads))
+    if placement.in_driver:
+        files = train_codecs(names, sample, c.codec_seed, n_vectors, placement.threads)
+    else:
+        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        train = ray.remote(num_cpus=placement.cpus, num_gpus=gpus, max_retries=1)(train_codecs)
+        files = task_result(train.remote(names, sample, c.codec_seed, n_vectors, placement.threads))
     codec_file.stage(index_url, files)
     log(
         f"trained codecs {', '.join(f'{g} {ch.describe()}' for g, ch in chosen.items())} on {len(sample):,} token vectors of {passages:,} sampled passages in {time.time() - t0:.1f} s"

@@ -5,28 +5,28 @@ index's codec), and when it encodes the whole corpus keeps every passage's vecto
 compress stage); ``compress_encoded`` is that compress stage alone, for the passages the sample
 pass kept (no model: a small corpus is encoded once), as a Ray task rather than an actor (a
 task runs in a pooled worker that has already imported torch: no actor process to start).
-A small job (``runtime.small_job_rows``) runs ``EncodeSample`` and ``EncodeCompress`` as tasks
-too (``encode_task``), their model kept by the worker for the driver's next small job."""
+A small job (``runtime.small_job_rows``) runs ``EncodeSample`` and ``EncodeCompress`` in the
+driver process (``in_driver.py``), the model kept there for the driver's next small job."""
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import pickle
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import pyarrow as pa
 
 from mvr.operators import codecs
 from mvr.operators.encode.compress import Compressor, l2_normalize, projection_matrix
-from mvr.operators.encode.encoder import TokenEncoder, set_threads
 from mvr.operators.encode.token_pooling import pool_passages
 from mvr.operators.encode.tokenizer import PassageTokenizer
 from mvr.operators.packed import Packed
 from mvr.storage import staging
 from mvr.storage.schema import codes_to_arrow, packed_to_arrow, shard_schema
+
+if TYPE_CHECKING:
+    from mvr.operators.encode.encoder import TokenEncoder
 
 
 def list_column(column: pa.ChunkedArray) -> list[np.ndarray]:
@@ -38,17 +38,23 @@ def list_column(column: pa.ChunkedArray) -> list[np.ndarray]:
 
 
 @functools.lru_cache(maxsize=1)
-def token_encoder(name: str, device: str, dtype: str) -> TokenEncoder:
-    """The model, loaded once per worker process (the last one asked for: a task worker that
-    encoded one small job encodes the driver's next one without loading it again)."""
+def token_encoder(name: str, device: str, dtype: str) -> "TokenEncoder":
+    """The model, loaded once per process (the last one asked for: a driver that ran one
+    small job runs its next one without loading it again). torch is imported here, not with
+    this module: a process that only plans a job, or a worker that unpickles a function of a
+    module importing this one (``mvr add``'s ANN tasks), does not pay for it."""
+    from mvr.operators.encode.encoder import TokenEncoder
+
     return TokenEncoder(name, device, dtype)
 
 
 class _Encoder:
-    """The model, tokenizer conventions and projection of an index, in one actor (or one
-    task worker: ``encode_task``)."""
+    """The model, tokenizer conventions and projection of an index, in one actor (or, for a
+    small job, in the driver)."""
 
     def __init__(self, model: dict, tokenizer_settings: dict, compress: dict, batch_size: int, torch_threads: Optional[int]) -> None:
+        from mvr.operators.encode.encoder import set_threads
+
         set_threads(torch_threads)
         self.encoder = token_encoder(model["name"], model["device"], model["dtype"])
         self.tokenizer = PassageTokenizer(self.encoder.tokenizer, **tokenizer_settings)
@@ -179,24 +185,9 @@ def compress_encoded(batch: pa.Table, compress: dict, codec_files: dict[str, byt
     """Compress task for the batches the sample pass kept (``staging.write_encoded``): a batch
     of ``url`` rows → rows of the shard schema, as ``EncodeCompress`` makes them from the same
     vectors (``threads``: torch's intra-op threads, for the centroids' k-means)."""
+    from mvr.operators.encode.encoder import set_threads
+
     set_threads(threads)
     compressor = _batch_compressor(json.dumps(compress, sort_keys=True), tuple(sorted(codec_files.items())), dim)
     parts = [compressor(*staging.read_encoded(url)) for url in batch["url"].to_pylist()]
     return pa.concat_tables(parts) if parts else compressor.schema.empty_table()
-
-
-_TASK_STAGES: dict[str, type] = {"EncodeSample": EncodeSample, "EncodeCompress": EncodeCompress}
-_task_stage: dict = {}  # {(stage, digest of its arguments): the stage}: the last one built in this worker
-
-
-def encode_task(batch: pa.Table, stage: str, init: dict) -> pa.Table:
-    """The encode stage of a small job as a Ray task (``runtime.small_job_rows``): ``stage``
-    (``"EncodeSample"`` or ``"EncodeCompress"``) built from its constructor arguments
-    ``init`` once per worker process and set of arguments, then applied to ``batch``. Its model comes from
-    ``token_encoder``, so the driver's next small job with the same model loads nothing."""
-    set_threads(init["torch_threads"])  # another task in this worker may have set others
-    key = (stage, hashlib.sha256(pickle.dumps(sorted(init.items()))).hexdigest())
-    if key not in _task_stage:
-        _task_stage.clear()
-        _task_stage[key] = _TASK_STAGES[stage](**init)
-    return _task_stage[key](batch)
