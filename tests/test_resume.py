@@ -69,7 +69,7 @@ def test_a_small_job_killed_in_the_driver_resumes_and_nothing_is_lost(tmp_path, 
     out = first.communicate(timeout=60)[0].decode()
     before = {p.stem for p in committed.glob("*/*.json")}
     assert "every stage in this process" in out, out[-3000:]
-    assert not (index / "manifest.json").exists() and len(before) < N_DOCS // 16, sorted(before)  # killed part-way
+    assert not (index / "manifest.json").exists() and len(before) < -(-N_DOCS // 16), sorted(before)  # killed part-way: shards left
     second = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, timeout=300)
     out = second.stdout.decode() + second.stderr.decode()
     assert second.returncode == 0, out[-3000:]
