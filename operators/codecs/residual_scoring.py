@@ -31,10 +31,11 @@ from mvr.operators.kernels import get_torch
 SPLIT_MIN_PAIRS = 1 << 15
 # Above this many query vectors a call decodes and multiplies instead (``Residual.similarities``):
 # the kernel's dots cost m · dim a code, the decode a fixed amount and BLAS's product less a
-# dot. Measured with benchmarks/score_from_codes.py (2 threads, 80-300 passages of ~80
-# codes): from the codes 1.6-2.3x faster at 9 query vectors, 1.5-1.7x at 16, 1.2-1.3x at 24,
-# 0.85-1.4x at 32 (docs/search.md). A query's vectors are 9 on msmarco-sample; a batch of
-# queries scored together (exact search) is hundreds.
+# dot. Measured with benchmarks/score_from_codes.py (2 threads, 80-1,000 passages of ~80
+# codes, the kernel called at every width): from the codes 1.9-3.0x faster at 9 query vectors,
+# 1.2-3.1x at 16, 1.2-3.6x at 24, 1.06-1.7x at 32, and 0.85x in an earlier run at 32 and 300
+# passages (docs/search.md). A query's vectors are 9 on msmarco-sample; a batch of queries
+# scored together (exact search) is hundreds.
 MAX_QUERY_VECTORS = 24
 
 

@@ -288,9 +288,8 @@ def _encoded(ds: JobDataset, actor: type, config: IndexConfig, placement: Encode
         "num_cpus": placement.cpus,
         "num_gpus": placement.gpus,
     }
-    if placement.in_driver:
-        return ds.map_batches(actor, fn_constructor_kwargs=init, **common)
-    return ds.map_batches(actor, fn_constructor_kwargs=init, compute=ray.data.ActorPoolStrategy(size=placement.actors), **common)
+    compute = None if placement.in_driver else ray.data.ActorPoolStrategy(size=placement.actors)
+    return ds.map_batches(actor, fn_constructor_kwargs=init, compute=compute, **common)
 
 
 def _compressed(kept: list[str], codec_files: dict[str, bytes], config: IndexConfig, placement) -> JobDataset:
