@@ -166,7 +166,8 @@ class RuntimeConfig(_Section):
         description="on a cluster without GPUs, a job of at most this many valid input rows runs every stage in the driver "
         "process: no Ray worker to start (each imports torch, and the encoder's loads the model), and the driver keeps the "
         "model for its next small job (live updates from one Python process); not where the driver's node has no CPU for "
-        "work (a head started with --num-cpus 0); 0: always Ray Data and an actor pool",
+        "work (a head started with --num-cpus 0); 0: always Ray Data and an actor pool. An index of at most this many "
+        "passages also builds, extends and rebuilds its ANN and BM25 partitions in the driver (build-ann, add, compact)",
     )
     encode_once: bool = Field(
         True,

@@ -9,7 +9,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import ray
 
@@ -216,9 +216,8 @@ def plan_encode(runtime: RuntimeConfig) -> EncodePlan:
     io_tasks = max(1, int(cpus))
     cpu_less = tuple(sorted(n["NodeID"] for n in nodes if not n["Resources"].get("CPU")))
     io_excluded = cpu_less if len(cpu_less) < len(nodes) else ()
-    here = ray.get_runtime_context().get_node_id()
-    driver_cpus = next((n["Resources"].get("CPU", 0) for n in nodes if n["NodeID"] == here), 0)
-    driver_threads = (runtime.torch_threads or int(driver_cpus)) if driver_cpus else 0
+    driver_cpus = driver_node_cpus()
+    driver_threads = (runtime.torch_threads or driver_cpus) if driver_cpus else 0
     if gpus:
         return EncodePlan(runtime.encode_actors or gpus, runtime.encode_cpus or 1, 1, runtime.torch_threads, io_tasks, io_excluded, driver_threads)
     per_actor = runtime.encode_cpus or max(1.0, node_cpus - 1)
@@ -231,6 +230,57 @@ def plan_encode(runtime: RuntimeConfig) -> EncodePlan:
         actors = runtime.encode_actors or max(1, int(free // (per_actor + 0.5)))
     threads = runtime.torch_threads or int(node_cpus)
     return EncodePlan(actors, per_actor, 0, threads, io_tasks, io_excluded, driver_threads)
+
+
+def driver_node_cpus() -> int:
+    """The CPUs of the node this process (a job's driver) runs on; 0 when it has none for work
+    (a head started with ``--num-cpus 0``)."""
+    here = ray.get_runtime_context().get_node_id()
+    return int(next((n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive") and n["NodeID"] == here), 0))
+
+
+def small_build_threads(passages: int, index_config: dict[str, Any]) -> int:
+    """Threads for a build over ``passages`` passages (ANN or BM25 partitions, built or
+    extended) run in the driver process, or 0 for Ray tasks. The rule of small indexing jobs
+    (``EncodePlan.for_job``): in the driver when it is small (at most the index's
+    ``runtime.small_job_rows``, from ``index_config``, its manifest's configuration) on a
+    cluster without GPUs, and the driver's node has CPUs for it. A Ray task would start a
+    worker that imports FAISS and mvr for a build of milliseconds (``mvr add`` of a few
+    documents, ``mvr demo``)."""
+    small_rows = int(index_config.get("runtime", {}).get("small_job_rows", RuntimeConfig.model_fields["small_job_rows"].default))
+    if passages > small_rows or ray.cluster_resources().get("GPU", 0):
+        return 0
+    return driver_node_cpus()
+
+
+T = TypeVar("T")
+
+
+def run_calls(
+    calls: Sequence[tuple[Callable[..., T], tuple]], in_driver: bool, options: dict[str, Any], desc: Optional[str] = None, unit: str = "partition"
+) -> list[T]:
+    """``fn(*args)`` for each ``(fn, args)`` of ``calls``, results in order: one after another in
+    this process (``in_driver``), or as Ray tasks with ``options`` (``ray.remote``'s) side by
+    side. With ``desc``, a progress bar (tqdm) counts them in ``unit`` as they end. A task's
+    application ``ValueError`` is raised as itself (``task_result``)."""
+    from tqdm import tqdm
+
+    with tqdm(total=len(calls), desc=desc, unit=unit, disable=desc is None) as bar:
+        if in_driver:
+            out = []
+            for fn, args in calls:
+                out.append(fn(*args))
+                bar.update(1)
+            return out
+        remotes = {fn: ray.remote(**options)(fn) for fn in {fn for fn, _ in calls}}
+        refs = [remotes[fn].remote(*args) for fn, args in calls]
+        done: dict[Any, T] = {}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            done[ready[0]] = task_result(ready[0])
+            bar.update(1)
+        return [done[r] for r in refs]
 
 
 def task_cpus(want: float = 1.0) -> float:

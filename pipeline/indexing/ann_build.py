@@ -1,5 +1,6 @@
 """``mvr build-ann``: partitioned ANN indexes from an index's shards, one Ray task a partition
-and vector kind, then BM25 partitions lined up with every ANN build of the index
+and vector kind (a small index's are built one after another in the driver process instead:
+``ray_runtime.small_build_threads``), then BM25 partitions lined up with every ANN build of the index
 (``pipeline/indexing/bm25_build.py``: P = the lcm of the builds' partition counts; skipped when
 the current BM25 build already is; ``bm25: null`` in the config skips them). The driver only plans (which shard rows go to
 which partition); each task reads its own rows, trains and fills its index, and writes it
@@ -15,14 +16,13 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import ray
-from tqdm import tqdm
 
 from mvr.operators.ann.base import ADD_BATCH, AnnIndex, set_build_threads
 from mvr.operators.ann.factory import load_index, make_index
 from mvr.operators.retrieval.stored_vectors import StoredVectors
 from mvr.pipeline.config import AnnBuildConfig, BM25BuildConfig
 from mvr.pipeline.indexing.bm25_build import build_bm25, is_current, partitions_for
-from mvr.pipeline.ray_runtime import init_ray, task_result
+from mvr.pipeline.ray_runtime import init_ray, run_calls, small_build_threads
 from mvr.pipeline.results import AnnBuildResult
 from mvr.storage.codec_file import load_codecs
 from mvr.storage.integrity import ExpectedFile, require_intact
@@ -132,21 +132,20 @@ def _build_kinds(index_url: str, manifest: Manifest, config: AnnBuildConfig, kin
     log(
         f"building {len(tasks)} partition indexes ({config.backend}, {config.partitions} partition(s) × {', '.join(kinds)}){'; a GPU each (FAISS trains and adds on it)' if gpus else ''}"
     )
-    cpus, threads = _task_resources(config, len(tasks))
-    remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=3)(build_partition)
-    refs = {}
+    here = small_build_threads(int(manifest.counts.get("passages", 0)), manifest.config)  # 0 on a GPU cluster
+    if here:
+        log(f"a small index ({manifest.counts.get('passages', 0)} passages): built in this process, no Ray worker")
+    cpus, threads = _task_resources(config, len(tasks)) if not here else (0.0, here)
+    calls = []
     for kind, p in tasks:  # token partitions first: the largest builds
         rel = f"{build_dir(kind, build_id)}/part-{p.number:05d}"
         shards = [shard_lookup(manifest.shards, sl.path).model_dump() for sl in p.slices]
-        refs[remote.remote(index_url, kind, asdict(p), rel, config.backend, config.params, threads, shards, manifest.codecs)] = (kind, p.number)
-    entries: dict[str, list[Any]] = {kind: [None] * len(plans) for kind in kinds}  # a partition's entry (a dict) once its task returned
-    pending = list(refs)
-    with tqdm(total=len(pending), desc="build-ann", unit="partition") as bar:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            kind, number = refs[done[0]]
-            entries[kind][number] = task_result(done[0])  # raises when a task failed after its retries
-            bar.update(1)
+        calls.append((build_partition, (index_url, kind, asdict(p), rel, config.backend, config.params, threads, shards, manifest.codecs)))
+    # raises when a task failed after its retries
+    results = run_calls(calls, bool(here), {"num_cpus": cpus, "num_gpus": gpus, "max_retries": 3}, "build-ann")
+    entries: dict[str, list[Any]] = {kind: [None] * len(plans) for kind in kinds}  # a partition's entry (a dict)
+    for (kind, p), entry in zip(tasks, results):
+        entries[kind][p.number] = entry
     built = {
         kind: {
             "backend": config.backend,

@@ -1,5 +1,6 @@
 """``mvr build-bm25`` (and the BM25 half of ``mvr build-ann``): BM25 partitions over the same
-passage ranges as the ANN partitions, two rounds of Ray tasks. Round one: each task reads
+passage ranges as the ANN partitions, two rounds of Ray tasks (a small index's run in the
+driver process instead: ``ray_runtime.small_build_threads``). Round one: each task reads
 its passages' text and counts its term statistics. The driver sums them into the
 collection's statistics. Round two: each task builds its partition with the collection's
 statistics (so the scores do not depend on P, ``operators/retrieval/bm25.py``) and writes it through
@@ -14,11 +15,10 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 import ray
-from tqdm import tqdm
 
 from mvr.operators.retrieval.bm25 import Analyzer, BM25Partition, TermStats
 from mvr.pipeline.config import BM25BuildConfig, BM25Config
-from mvr.pipeline.ray_runtime import init_ray, task_cpus, task_result
+from mvr.pipeline.ray_runtime import init_ray, run_calls, small_build_threads, task_cpus
 from mvr.storage.bm25_partitions import build_dir, read_passage_texts, write_bm25_partition
 from mvr.storage.integrity import ExpectedFile, require_intact
 from mvr.storage.manifest import Manifest, commit_update, load_manifest
@@ -60,17 +60,20 @@ def build_bm25_entry(
     tasks, two rounds) and return the manifest's ``bm25`` entry for them (not committed)."""
     plan_dicts = [asdict(p) for p in plans]
     init_ray()
-    cpus_per_task = task_cpus(cpus_per_task)
+    here = bool(small_build_threads(sum(p.passages for p in plans), manifest.config))
+    options = {"num_cpus": 0.0 if here else task_cpus(cpus_per_task), "max_retries": 3}
     bm25 = config.model_dump(mode="json")
     build_id = f"p{len(plan_dicts)}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    log(f"building {len(plan_dicts)} BM25 partition(s) (stopwords={config.stopwords}, stemmer={config.stemmer}, {config.method})")
-    count = ray.remote(num_cpus=cpus_per_task, max_retries=3)(partition_stats)
-    build = ray.remote(num_cpus=cpus_per_task, max_retries=3)(build_partition)
+    log(
+        f"building {len(plan_dicts)} BM25 partition(s) (stopwords={config.stopwords}, stemmer={config.stemmer}, {config.method})"
+        + (" in this process" if here else "")
+    )
     shards = [[asdict(f) for f in shard_files(manifest, [sl["path"] for sl in p["slices"]])] for p in plan_dicts]
-    stats = sum(_gather([count.remote(index_url, p, bm25, s) for p, s in zip(plan_dicts, shards)], "bm25 stats"), TermStats())
-    stats_ref = ray.put(stats)
-    refs = [build.remote(index_url, p, f"{build_dir(build_id)}/part-{p['number']:05d}", bm25, stats_ref) for p in plan_dicts]
-    entries = _gather(refs, "bm25 build")
+    stats = sum(run_calls([(partition_stats, (index_url, p, bm25, s)) for p, s in zip(plan_dicts, shards)], here, options, "bm25 stats"), TermStats())
+    shared = stats if here else ray.put(stats)  # one copy in the object store for every task
+    entries = run_calls(
+        [(build_partition, (index_url, p, f"{build_dir(build_id)}/part-{p['number']:05d}", bm25, shared)) for p in plan_dicts], here, options, "bm25 build"
+    )
     return {
         "build": build_id,
         "path": build_dir(build_id),
@@ -114,15 +117,3 @@ def is_current(manifest: Manifest, partitions: int, config: BM25Config) -> bool:
     shards with ``config``'s settings (nothing to rebuild)."""
     b = manifest.bm25
     return bool(b) and len(b["partitions"]) == partitions and b.get("shards") == manifest.shards_digest() and b["config"] == config.model_dump(mode="json")
-
-
-def _gather(refs: list, desc: str) -> list:
-    """Results of ``refs`` in order, with a progress bar (raises when a task failed for good)."""
-    out: dict = {}
-    pending = list(refs)
-    with tqdm(total=len(refs), desc=desc, unit="partition") as bar:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            out[done[0]] = task_result(done[0])
-            bar.update(1)
-    return [out[r] for r in refs]

@@ -27,13 +27,12 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 import numpy as np
-import ray
 
 from mvr.pipeline.config import AnnBuildConfig, BM25Config
 from mvr.pipeline.indexing.ann_build import _task_resources, build_partition
 from mvr.pipeline.indexing.bm25_build import build_bm25_entry
 from mvr.pipeline.indexing.updates import CATALOGS_DIR, target_passages
-from mvr.pipeline.ray_runtime import init_ray, task_cpus, task_result
+from mvr.pipeline.ray_runtime import init_ray, run_calls, small_build_threads, task_cpus
 from mvr.pipeline.results import UpdateResult
 from mvr.storage.catalog import build_catalog
 from mvr.storage.manifest import Manifest, ShardEntry, ShardList, commit_update, shard_lookup, shard_paths, shard_rows
@@ -105,7 +104,8 @@ class NothingToCompact(RuntimeError):
 
 
 def _rewrite_shards(index_url: str, m: Manifest, dead: np.ndarray, rel_dir: str, log: Callable[[str], None]) -> ShardList:
-    """The shard list with every shard holding a dead passage rewritten without it (Ray tasks)."""
+    """The shard list with every shard holding a dead passage rewritten without it (Ray tasks,
+    or in the driver for a small index: ``small_build_threads``)."""
     rows = shard_rows(m.shards)
     starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
     first_dead = np.searchsorted(dead, starts[:-1], side="left")
@@ -114,18 +114,17 @@ def _rewrite_shards(index_url: str, m: Manifest, dead: np.ndarray, rel_dir: str,
     entries: list = list(m.shards) if not len(touched) else [None] * len(m.shards)
     if len(touched):
         init_ray()
-        task = ray.remote(num_cpus=task_cpus(1.0), max_retries=3)(rewrite_shard)
-        refs = {}
+        here = bool(small_build_threads(int(rows.sum()), m.config))  # a small index's in the driver
+        calls = []
         for i in touched:
             keep = np.setdiff1d(np.arange(rows[i], dtype=np.int64), dead[first_dead[i] : last_dead[i]] - starts[i], assume_unique=True)
             shard = m.shards[int(i)]
-            refs[int(i)] = task.remote(index_url, shard.model_dump(), keep, f"{rel_dir}/{_unique_dir(shard.path)}")
+            calls.append((rewrite_shard, (index_url, shard.model_dump(), keep, f"{rel_dir}/{_unique_dir(shard.path)}")))
         untouched = np.setdiff1d(np.arange(len(rows)), touched)
         for i in untouched:
             entries[int(i)] = m.shards[int(i)]
-        for n, ref in refs.items():
-            new = task_result(ref)
-            entries[n] = ShardEntry(**new) if new is not None else None
+        for n, new in zip(touched, run_calls(calls, here, {"num_cpus": 0.0 if here else task_cpus(1.0), "max_retries": 3})):
+            entries[int(n)] = ShardEntry(**new) if new is not None else None
         log(f"rewrote {len(touched)} of {len(rows)} shards without {len(dead)} deleted passages")
     return ShardList.from_entries([e for e in entries if e is not None])
 
@@ -150,29 +149,17 @@ def _rebuild_kind(
     config = AnnBuildConfig.model_validate({**entry.get("config", {}), "partitions": parts, "vectors": [kind], "bm25": None})
     plans = plan_partitions(m, parts)
     init_ray()
-    cpus, threads = _task_resources(config, len(plans))
-    task = ray.remote(num_cpus=cpus, max_retries=3)(build_partition)
+    here = small_build_threads(total, m.config)  # a small index's in the driver
+    cpus, threads = _task_resources(config, len(plans)) if not here else (0.0, here)
     build_id = f"{entry['backend']}-p{parts}-{tag}"
     old = entry["partitions"]
-    refs = []
+    calls = []
     for p in plans:
         shards = [shard_lookup(m.shards, sl.path).model_dump() for sl in p.slices]
         template = None if do_retrain else old[min(p.number, len(old) - 1)]
-        refs.append(
-            task.remote(
-                index_url,
-                kind,
-                asdict(p),
-                f"{build_dir(kind, build_id)}/part-{p.number:05d}",
-                entry["backend"],
-                config.params,
-                threads,
-                shards,
-                m.codecs,
-                template,
-            )
-        )
-    results = [task_result(r) for r in refs]
+        rel = f"{build_dir(kind, build_id)}/part-{p.number:05d}"
+        calls.append((build_partition, (index_url, kind, asdict(p), rel, entry["backend"], config.params, threads, shards, m.codecs, template)))
+    results = run_calls(calls, bool(here), {"num_cpus": cpus, "max_retries": 3})
     retrained = any(r.get("trained") for r in results)
     log(f"{kind}: {parts} partition(s), churn {churn:.1%} since training: {'retrained' if retrained else 'trained quantizers reused'}")
     new = {

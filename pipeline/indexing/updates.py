@@ -37,7 +37,6 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
-import ray
 
 from mvr.operators.ann.base import set_build_threads
 from mvr.operators.ann.factory import load_index
@@ -45,7 +44,7 @@ from mvr.pipeline.config import BM25Config, IndexConfig
 from mvr.pipeline.indexing.ann_build import build_partition, fill
 from mvr.pipeline.indexing.bm25_build import build_bm25_entry
 from mvr.pipeline.indexing.corpus_job import index_corpus
-from mvr.pipeline.ray_runtime import init_ray, task_cpus, task_result
+from mvr.pipeline.ray_runtime import init_ray, run_calls, small_build_threads, task_cpus
 from mvr.pipeline.results import UpdateResult
 from mvr.storage import codec_file, fs
 from mvr.storage.catalog import Catalog, build_catalog
@@ -246,23 +245,17 @@ def extend_ann(
     target = target_passages(entry)
     take, opened = route([p["passages"] for p in parts], target, n_new)
     init_ray()
-    cpus = task_cpus(1.0)
+    # the partitions rewritten or opened: in the driver when small (``small_build_threads``)
+    here = small_build_threads(n_new + (int(parts[-1]["passages"]) if take else 0), m.config)
+    threads = here or 1
     tag = uuid.uuid4().hex[:8]
-    refs = []
+    calls: list[tuple[Callable[..., dict[str, Any]], tuple]] = []
     if take:
         last = parts[-1]
         slices = partition_slices(m, first_new, take)
         shards = [shard_lookup(m.shards, sl.path).model_dump() for sl in slices]
         rel = f"{entry['path']}/part-{len(parts) - 1:05d}-{tag}"
-        refs.append(
-            (
-                "extend",
-                len(parts) - 1,
-                ray.remote(num_cpus=cpus, max_retries=3)(extend_partition).remote(
-                    index_url, kind, last, rel, shards, [asdict(sl) for sl in slices], m.codecs, 1
-                ),
-            )
-        )
+        calls.append((extend_partition, (index_url, kind, last, rel, shards, [asdict(sl) for sl in slices], m.codecs, threads)))
     start = first_new + take
     for i, size in enumerate(opened):
         number = len(parts) + i
@@ -270,22 +263,12 @@ def extend_ann(
         shards = [shard_lookup(m.shards, sl.path).model_dump() for sl in plan.slices]
         rel = f"{entry['path']}/part-{number:05d}-{tag}"
         params = entry["config"]["params"] if entry.get("config") else {}
-        refs.append(
-            (
-                "open",
-                number,
-                ray.remote(num_cpus=cpus, max_retries=3)(build_partition).remote(
-                    index_url, kind, asdict(plan), rel, entry["backend"], params, 1, shards, m.codecs
-                ),
-            )
-        )
+        calls.append((build_partition, (index_url, kind, asdict(plan), rel, entry["backend"], params, threads, shards, m.codecs)))
         start += size
-    for what, number, ref in refs:
-        result = task_result(ref)
-        if what == "extend":
-            parts[number] = result
-        else:
-            parts.append(result)
+    results = run_calls(calls, bool(here), {"num_cpus": 0.0 if here else task_cpus(1.0), "max_retries": 3})
+    if take:
+        parts[-1] = results.pop(0)
+    parts += results
     log(f"{kind}: {take} passages joined partition {len(entry['partitions']) - 1}" + (f", {len(opened)} partition(s) opened" if opened else ""))
     return {
         **entry,
