@@ -2,7 +2,8 @@
 add`, `mvr delete` and `mvr compact` commit new versions and the service switches to each
 (POST /admin/reload once, polling otherwise). No answer fails; every answer names its
 version; no deleted document is returned by a version that has its deletion; an added
-document is found by every version that has it; a document that stays is always found.
+document is found by every version that has it; a document that stays is always found. The
+switches are made in place: the ingress replica stays, and builds each version beside the last.
 And the service's ``QueryEncoder`` deployment (kept across those switches) isolates a text it
 cannot encode from its batch-mates.
 
@@ -141,6 +142,10 @@ def test_queries_during_add_delete_compact(live, tmp_path, datasets):
         stop.set()
         worker.join()
     print(f"\n{len(answers)} answers over versions {sorted({a[3] for a in answers})}")
+    # the three switches were made in place by the ingress replica that served the first
+    # version (the same configuration and token): no new replica started
+    stats = requests.get(url + "/stats", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30).json()
+    assert stats["version"] == v_compact and stats["switches_in_place"] == 3, stats
     assert len(answers) > 30
     assert all(status == 200 for _, _, status, _, _ in answers), [a for a in answers if a[2] != 200][:3]
     assert {v for *_, v, _ in answers} >= {d.version, v_compact}

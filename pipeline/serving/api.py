@@ -25,8 +25,11 @@ allowed passages here (422 for an unknown column or a type mismatch; the last fe
 
 import asyncio
 import logging
+import threading
 import time
-from typing import Any, Awaitable, Optional
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Awaitable, Iterator, Optional
 
 from fastapi import FastAPI, HTTPException
 from ray import serve
@@ -45,11 +48,14 @@ from mvr.pipeline.serving.errors import GUARD_REFUSALS, MESSAGE_CHARS, QueryRefu
 from mvr.pipeline.serving.fanout import CoalescedHandle
 from mvr.pipeline.serving.guard import RequestGuard, setting
 from mvr.pipeline.serving.query_encoder import BatchedQueryEncoder, QueryNotEncodable
+from mvr.pipeline.serving.switchboard import Follower, served_layout
 from mvr.pipeline.serving.wire import BatchRequest, BatchResponse, Health, Reload, SearchRequest, SearchResponse
 from mvr.storage.catalog import Catalog
 from mvr.storage.manifest import Manifest, read_manifest
 
 log = logging.getLogger("ray.serve")
+
+DRAIN_S = 120.0  # how long a version switched from in place may finish its requests before its catalog closes
 
 
 class ServiceApp(FastAPI):
@@ -115,12 +121,29 @@ def replica_counts(deployments: list[tuple[str, Optional[str]]]) -> dict[str, di
     return out
 
 
+@dataclass
+class Served:
+    """One index version as an ingress replica serves it: its layout, the app of its partition
+    deployments (None: held here), the way to each partition, its catalog and totals, its
+    query plan, the filters resolved against its catalog, and the requests running on it."""
+
+    layout: ServingLayout
+    index_app: Optional[str]
+    fanout: list[CoalescedHandle | LocalPartition]
+    catalog: Catalog
+    counts: dict[str, int]
+    plan: QueryPlan
+    restrictions: RestrictionCache
+    running: int = 0
+
+
 @serve.deployment(name="Searcher", max_surge_percent=100)
 @serve.ingress(app)
 class SearchService:
     """The ingress: HTTP (and handle) requests in, fan-out over the partition deployments of
     ``layout`` in app ``index_app`` (or over the partitions held here), the encoder in
-    ``encoder_app`` (or here)."""
+    ``encoder_app`` (or here). It follows the service's ``Switchboard``
+    (``pipeline/serving/switchboard.py``): a new index version is switched to in place."""
 
     def __init__(
         self,
@@ -132,16 +155,24 @@ class SearchService:
         manifest: Optional[Manifest] = None,
         encoder_threads: Optional[int] = None,
         reloader: Optional[tuple[str, str]] = None,
+        fixed: Optional[str] = None,
     ) -> None:
         """``encoder_app``: the app of the ``QueryEncoder`` deployment to call, or None to encode
         here with the model of ``manifest`` (``encoder_threads`` torch threads). ``index_app``:
         the app of the ``Partition{i}`` deployments, or None to hold the partitions here.
         ``reloader``: the (name, namespace) of the actor that switches versions
-        (``POST /admin/reload``), handed over by whoever deploys this."""
-        self.layout, self.config = layout, config
-        self.encoder_app, self.index_app, self.reloader = encoder_app, index_app, reloader
+        (``POST /admin/reload``), handed over by whoever deploys this. ``fixed``: the digest of
+        what a version switch keeps (``app.ingress_digest``); with it, this replica follows the
+        service's switchboard, and starts on its target when that is for a replica like it."""
+        self.config = config
+        self.encoder_app, self.reloader = encoder_app, reloader
         if manifest is None and (encoder_app is None or index_app is None):
             raise ValueError("the ingress encodes the queries or holds the partitions itself only given the index's manifest")
+        self.follower = Follower(config.app_name, fixed, serve.get_replica_context().replica_id.unique_id) if fixed else None
+        target = self.follower.current() if self.follower else None
+        if target is not None and target["version"] != layout.version:  # a replica started after switches in place
+            manifest = read_manifest(layout.index_url, target["version"])
+            layout, index_app = served_layout(layout.index_url, manifest, config), target["index_app"]
         if encoder_app is None:
             assert manifest is not None  # refused above without one
             e = config.encoder
@@ -152,44 +183,84 @@ class SearchService:
         else:
             self.local_encoder = None
             self.encoder = serve.get_deployment_handle("QueryEncoder", encoder_app)
-        self.fanout: list[CoalescedHandle | LocalPartition]  # the trips of a query go through these
-        if index_app is None:
-            assert manifest is not None  # refused above without one
-            # on this process's threads: a FAISS thread count set here would be the encoder's
-            # too (one OpenMP runtime a process; measured, encoding took twice as long)
-            self.fanout = [LocalPartition(PartitionHost(layout.index_url, s, manifest)) for s in layout.shards]
-        else:
-            self.fanout = [CoalescedHandle(serve.get_deployment_handle(f"Partition{s.index}", index_app), config.partition_timeout_s) for s in layout.shards]
-        self.catalog = Catalog(layout.index_url, layout.catalog)
-        self.counts = self.catalog.totals()
-        # one trip (hits and the likely candidates' scores together) only behind a network hop
-        self.plan = QueryPlan(layout, config.search, config.one_trip_max_partitions if index_app is not None else 0)
+        self._lock = threading.Lock()  # the swap of ``served`` against a request taking it
+        self.served = self._build(layout, index_app, manifest)
+        self.switches = 0  # versions switched to in place
         app.state.token_sha256 = token_sha256
         app.state.max_body_bytes = config.max_body_bytes
         app.state.max_batch_queries = config.max_batch_queries
-        app.state.modes = [m for m in SEARCH_MODES if self.takes(m, {})]
-        app.state.hybrid_dense = [m for m in MODES if self.takes("hybrid", {"dense": m})]
-        app.openapi_schema = None  # the contract is this configuration's (ServiceApp.openapi)
         app.state.max_header_bytes, app.state.body_timeout_s = config.max_header_bytes, config.body_timeout_s
+        self._publish()
         self.started = time.time()
         self.one_trip = {"queries": 0, "asked_again": 0}  # queries answered by the one-trip path, and those needing a second trip
-        self._restrictions = RestrictionCache()
+        if self.follower is not None:
+            self.follower.follow(layout.version, self._switch)
+
+    def _build(self, layout: ServingLayout, index_app: Optional[str], manifest: Optional[Manifest]) -> Served:
+        """The state of the version ``layout`` describes, its partitions in ``index_app`` (None:
+        loaded here from ``manifest``)."""
+        fanout: list[CoalescedHandle | LocalPartition]  # the trips of a query go through these
+        if index_app is None:
+            assert manifest is not None  # refused in __init__ without one
+            # on this process's threads: a FAISS thread count set here would be the encoder's
+            # too (one OpenMP runtime a process; measured, encoding took twice as long)
+            fanout = [LocalPartition(PartitionHost(layout.index_url, s, manifest)) for s in layout.shards]
+        else:
+            fanout = [CoalescedHandle(serve.get_deployment_handle(f"Partition{s.index}", index_app), self.config.partition_timeout_s) for s in layout.shards]
+        catalog = Catalog(layout.index_url, layout.catalog)
+        # one trip (hits and the likely candidates' scores together) only behind a network hop
+        plan = QueryPlan(layout, self.config.search, self.config.one_trip_max_partitions if index_app is not None else 0)
+        return Served(layout, index_app, fanout, catalog, catalog.totals(), plan, RestrictionCache())
+
+    def _publish(self) -> None:
+        """The served version's contract: its modes (``ServiceApp.openapi``)."""
+        app.state.modes = [m for m in SEARCH_MODES if self.takes(m, {})]
+        app.state.hybrid_dense = [m for m in MODES if self.takes("hybrid", {"dense": m})]
+        app.openapi_schema = None
+
+    def _switch(self, target: dict[str, Any]) -> None:
+        """Serve ``target``'s version (on the follower's thread): built beside the served one,
+        swapped in, then the old one's requests drained (at most ``DRAIN_S``) and its catalog
+        closed."""
+        index_url = self.served.layout.index_url
+        manifest = read_manifest(index_url, target["version"])
+        new = self._build(served_layout(index_url, manifest, self.config), target["index_app"], manifest)
+        with self._lock:
+            old, self.served = self.served, new
+        self._publish()
+        self.switches += 1
+        deadline = time.monotonic() + DRAIN_S
+        while old.running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        old.catalog.close()
+        log.info("switched in place from index version %s to %s", old.layout.version, new.layout.version)
+
+    @contextmanager
+    def _serving(self) -> Iterator[Served]:
+        """The served version, for one request: kept (and its catalog open) until it ends."""
+        with self._lock:
+            served = self.served
+            served.running += 1
+        try:
+            yield served
+        finally:
+            served.running -= 1
 
     def takes(self, mode: str, knobs: dict[str, Any]) -> bool:
         """Whether this service answers ``mode`` with ``knobs`` (the plan's ``settings``)."""
         try:
-            self.plan.settings(mode, knobs)
+            self.served.plan.settings(mode, knobs)
         except ValueError:
             return False
         return True
 
-    async def restriction(self, filter: Optional[str], doc_ids: Optional[list[str]]) -> Optional[Restriction]:
+    async def restriction(self, served: Served, filter: Optional[str], doc_ids: Optional[list[str]]) -> Optional[Restriction]:
         """The passages a request's filter allows (None without one), from the catalog of the
         served version; 422 naming the problem for an invalid filter."""
         if filter is None and doc_ids is None:
             return None
         try:
-            return await asyncio.to_thread(self._restrictions.resolve, self.catalog, filter, doc_ids)
+            return await asyncio.to_thread(served.restrictions.resolve, served.catalog, filter, doc_ids)
         except FilterError as e:
             raise HTTPException(422, excerpt(str(e), MESSAGE_CHARS)) from None
 
@@ -208,16 +279,18 @@ class SearchService:
         done = await asyncio.gather(*(one(i, r) for i, r in calls.items()))
         return {i: r for i, r in done if r is not None}
 
-    async def _plan_trip(self, calls: Calls) -> dict[int, Any]:
+    async def _plan_trip(self, served: Served, calls: Calls) -> dict[int, Any]:
         """One trip of the plan: each call through its partition's handle, side by side (the
         handle times it out: ``CoalescedHandle``)."""
-        return await self._trip({i: self.fanout[i].call(c.method, *c.args, work=c.work) for i, c in calls.items()}, None)
+        return await self._trip({i: served.fanout[i].call(c.method, *c.args, work=c.work) for i, c in calls.items()}, None)
 
-    async def search_one(self, query: str, k: int, mode: str, knobs: dict[str, Any], restriction: Optional[Restriction] = None) -> dict[str, Any]:
-        """One query, validated already except for the service-specific checks; among the
-        passages ``restriction`` allows (None: all)."""
+    async def search_one(
+        self, served: Served, query: str, k: int, mode: str, knobs: dict[str, Any], restriction: Optional[Restriction] = None
+    ) -> dict[str, Any]:
+        """One query on the ``served`` version, validated already except for the
+        service-specific checks; among the passages ``restriction`` allows (None: all)."""
         try:
-            settings = self.plan.settings(mode, knobs)
+            settings = served.plan.settings(mode, knobs)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
         t0 = time.perf_counter()
@@ -239,13 +312,15 @@ class SearchService:
                 raise QueryRefused(422, str(encoded))
         encode_ms = (time.perf_counter() - t0) * 1e3
         try:
-            result = await run_trips_async(self.plan.search(encoded, k, mode, knobs, restriction, encode_ms, settings=settings), self._plan_trip)
+            result = await run_trips_async(
+                served.plan.search(encoded, k, mode, knobs, restriction, encode_ms, settings=settings), lambda calls: self._plan_trip(served, calls)
+            )
         except NoPartitionAnswered:
             raise HTTPException(503, f"no partition answered within {self.config.partition_timeout_s} s") from None
         if result.asked_again is not None:
             self.one_trip["queries"] += 1
             self.one_trip["asked_again"] += result.asked_again
-        out = response_body(result, self.catalog, self.layout.version)
+        out = response_body(result, served.catalog, served.layout.version)
         out["allowed_passages"] = result.allowed_passages
         return out
 
@@ -253,8 +328,9 @@ class SearchService:
     async def search(self, body: SearchRequest) -> dict[str, Any]:
         """Top-k documents for one query (only documents passing ``filter`` and among
         ``doc_ids`` when given: docs/filters.md)."""
-        restriction = await self.restriction(body.filter, body.doc_ids)
-        return await self.search_one(body.query, body.k, body.mode, body.knobs(), restriction)
+        with self._serving() as served:
+            restriction = await self.restriction(served, body.filter, body.doc_ids)
+            return await self.search_one(served, body.query, body.k, body.mode, body.knobs(), restriction)
 
     @app.post(
         "/search/batch",
@@ -267,20 +343,21 @@ class SearchService:
             raise HTTPException(413, f"{len(body.queries)} queries; at most {self.config.max_batch_queries} in one batch")
         t0 = time.perf_counter()
         knobs = body.knobs()
-        restriction = await self.restriction(body.filter, body.doc_ids)  # one filter for the whole batch
+        with self._serving() as served:  # one version for the whole batch
+            restriction = await self.restriction(served, body.filter, body.doc_ids)  # one filter for the whole batch
 
-        async def one(i: int, query: str) -> dict[str, Any]:
-            try:
-                return await self.search_one(query, body.k, body.mode, knobs, restriction)
-            except QueryRefused as e:  # this query's fault, not the request's: name it
-                raise HTTPException(e.status_code, f"queries[{i}]: {e.detail}") from None
+            async def one(i: int, query: str) -> dict[str, Any]:
+                try:
+                    return await self.search_one(served, query, body.k, body.mode, knobs, restriction)
+                except QueryRefused as e:  # this query's fault, not the request's: name it
+                    raise HTTPException(e.status_code, f"queries[{i}]: {e.detail}") from None
 
-        bodies = await asyncio.gather(*(one(i, q) for i, q in enumerate(body.queries)))
+            bodies = await asyncio.gather(*(one(i, q) for i, q in enumerate(body.queries)))
         return {"responses": bodies, "timings_ms": {"total": round((time.perf_counter() - t0) * 1e3, 3)}}
 
-    async def _ping(self) -> dict[int, Any]:
+    async def _ping(self, served: Served) -> dict[int, Any]:
         """Each partition's ``info`` (keys 0..P-1) and the encoder's (key -1), those answering."""
-        calls = {i: f.info() for i, f in enumerate(self.fanout)}
+        calls = {i: f.info() for i, f in enumerate(served.fanout)}
         if self.encoder is not None:
             calls[-1] = self.encoder.info.remote()
         got = await self._trip(calls, self.config.partition_timeout_s)
@@ -308,7 +385,8 @@ class SearchService:
             )
         import ray
 
-        latest = await asyncio.to_thread(read_manifest, self.layout.index_url)
+        serving = self.served.layout
+        latest = await asyncio.to_thread(read_manifest, serving.index_url)
         try:
             if self.reloader is None:
                 raise ValueError("no reloader")
@@ -316,35 +394,38 @@ class SearchService:
         except ValueError:
             raise HTTPException(409, "this service has no reloader (it was deployed without mvr serve); run mvr serve INDEX again to switch") from None
         reloader.reload.remote()  # not awaited: the switch replaces this replica
-        newer = latest is not None and latest.version > self.layout.version
-        return {"serving": self.layout.version, "latest": latest.version if latest else None, "status": "switching" if newer else "up to date"}
+        newer = latest is not None and latest.version > serving.version
+        return {"serving": serving.version, "latest": latest.version if latest else None, "status": "switching" if newer else "up to date"}
 
     @app.get("/health", response_model=Health, responses=responses({**GUARD_REFUSALS, 503: "the encoder or a partition does not answer (named)"}))
     async def health(self) -> dict[str, Any]:
         """200 when the encoder and every partition answer; 503 naming what does not."""
-        got = await self._ping()
-        missing = ["QueryEncoder"] * (-1 not in got) + [f"Partition{i}" for i in range(len(self.fanout)) if i not in got]
+        served = self.served
+        got = await self._ping(served)
+        missing = ["QueryEncoder"] * (-1 not in got) + [f"Partition{i}" for i in range(len(served.fanout)) if i not in got]
         if missing:
             raise HTTPException(503, f"not answering: {', '.join(missing)}")
-        return {"status": "ok", "version": self.layout.version, "partitions": len(self.fanout)}
+        return {"status": "ok", "version": served.layout.version, "partitions": len(served.fanout)}
 
     @app.get("/stats", responses=responses(GUARD_REFUSALS))
     async def stats(self) -> dict[str, Any]:
         """Index version, passages, documents, partitions, modes, replicas per deployment."""
-        got = await self._ping()
+        served = self.served
+        got = await self._ping(served)
         return {
-            "index": self.layout.index_url,
-            "version": self.layout.version,
-            "passages": self.counts["passages"],
-            "documents": self.counts["documents"],
-            "partitions": len(self.fanout),
-            "modes": {m: {"path": s.path, "partitions": len(s.shards)} for m, s in self.layout.modes.items()},
-            "replicas": replica_counts([(a, d) for a, d in ((self.encoder_app, "QueryEncoder"), (self.index_app, None)) if a]),
+            "index": served.layout.index_url,
+            "version": served.layout.version,
+            "passages": served.counts["passages"],
+            "documents": served.counts["documents"],
+            "partitions": len(served.fanout),
+            "modes": {m: {"path": s.path, "partitions": len(s.shards)} for m, s in served.layout.modes.items()},
+            "replicas": replica_counts([(a, d) for a, d in ((self.encoder_app, "QueryEncoder"), (served.index_app, None)) if a]),
             "partitions_answering": sorted(i for i in got if i >= 0),
             "encoder": got.get(-1),
             "one_trip": dict(self.one_trip),
-            "fanout": {"trips": sum(f.trips for f in self.fanout), "calls": sum(f.calls for f in self.fanout)},
+            "fanout": {"trips": sum(f.trips for f in served.fanout), "calls": sum(f.calls for f in served.fanout)},
             "uptime_s": round(time.time() - self.started, 1),
+            "switches_in_place": self.switches,
             "auth": app.state.token_sha256 is not None,
             "config": self.config.model_dump(mode="json", by_alias=True),
         }

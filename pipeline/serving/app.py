@@ -10,9 +10,11 @@ Serve applications, so an index version can be replaced without refusing a query
   model + query settings, shared by index versions built with the same model.
 
 ``deploy`` starts the index app (and encoder app) of the index's current manifest beside whatever
-is serving, waits until they run, then rolls the ingress over to them (Serve's rolling update
-with surge: new ingress replicas start before old ones stop, and old ones still reach the old
-partitions), and only then deletes the apps nothing uses any more. The first deploy (nothing
+is serving, waits until they run, then moves the ingress to them: in place when nothing of the
+ingress itself changes (its replicas follow the service's ``Switchboard``,
+``pipeline/serving/switchboard.py``), else by rolling it over (Serve's rolling update with
+surge: new ingress replicas start before old ones stop, and old ones still reach the old
+partitions); only then it deletes the apps nothing uses any more. The first deploy (nothing
 served) starts the ingress together with them.
 
 Resources are reserved on purpose (``plan_resources``); docs/serve.md gives the reasoning and
@@ -35,12 +37,13 @@ from ray.serve.schema import ProxyStatus, ServeInstanceDetails
 
 from mvr.pipeline.config import ServeConfig
 from mvr.pipeline.ray_runtime import init_ray
-from mvr.pipeline.retrieval.layout import ServingLayout, default_modes, plan_layout
+from mvr.pipeline.retrieval.layout import ServingLayout
 from mvr.pipeline.serving.api import SearchService
 from mvr.pipeline.serving.deployment import LOGGING, Deployment, ReplicaPlan, ResourcePlan
 from mvr.pipeline.serving.guard import token_digest
 from mvr.pipeline.serving.partition import IndexVersion, PartitionServer
 from mvr.pipeline.serving.query_encoder import QueryEncoderServer
+from mvr.pipeline.serving.switchboard import NAMESPACE, served_layout, switchboard, switchboard_name
 from mvr.storage.integrity import require_intact
 from mvr.storage.manifest import Manifest, load_manifest
 from mvr.storage.verify import expected_files
@@ -93,21 +96,26 @@ def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
+def encoder_digest(config: ServeConfig, manifest: Manifest, plan: ResourcePlan) -> str:
+    """What the query encoder loads and reserves (model, query settings, codecs, batching)."""
+    model = {k: manifest.config.get(k) for k in ("model", "tokenizer", "compress")}
+    codecs = sorted((g, c["sha256"]) for g, c in manifest.codecs.items())
+    return _digest([model, manifest.model.get("fingerprint"), codecs, plan.encoder, config.encoder.max_batch_size, config.encoder.batch_wait_ms])
+
+
+def ingress_digest(config: ServeConfig, manifest: Manifest, plan: ResourcePlan, encoder_app: Optional[str], token_sha256: Optional[str]) -> str:
+    """What a version switch in place keeps of the ingress: its configuration, its encoder
+    (its app, or what it loads itself), its token and its reservations. A new version with the
+    same digest is switched to by the running replicas (``pipeline/serving/switchboard.py``);
+    any other change starts new ones."""
+    return _digest([config.model_dump(mode="json"), encoder_app, encoder_digest(config, manifest, plan), token_sha256, plan.searcher])
+
+
 def app_names(config: ServeConfig, manifest: Manifest, layout: ServingLayout, plan: ResourcePlan) -> tuple[Optional[str], Optional[str]]:
     """(encoder app, index app) names: a change in what they load or reserve changes the name.
     No encoder app (None) when the encoder runs in the ingress, no index app when the
     partitions do."""
-    model = {k: manifest.config.get(k) for k in ("model", "tokenizer", "compress")}
-    enc = _digest(
-        [
-            model,
-            manifest.model.get("fingerprint"),
-            sorted((g, c["sha256"]) for g, c in manifest.codecs.items()),
-            plan.encoder,
-            config.encoder.max_batch_size,
-            config.encoder.batch_wait_ms,
-        ]
-    )
+    enc = encoder_digest(config, manifest, plan)
     idx = _digest([layout.tag, plan.partition, sorted((g, c["sha256"]) for g, c in manifest.codecs.items())])
     enc_name = f"{config.app_name}-encoder-{enc}" if config.encoder.placement == "deployment" else None
     idx_name = f"{config.app_name}-index-v{layout.version}-{idx}" if config.partition.placement == "deployment" else None
@@ -259,8 +267,7 @@ def deploy(
     (or ``token_sha256``, its digest, as the reloader keeps it)."""
     t0 = time.perf_counter()
     manifest = load_manifest(index_url)
-    modes = config.modes or default_modes(manifest)
-    layout = plan_layout(index_url, manifest, modes, config.search.exact, config.search.hybrid.dense)
+    layout = served_layout(index_url, manifest, config)
     check_served_files(index_url, manifest, layout)  # before anything starts
     start_serve(config, address, log)
     plan = plan_resources(config, len(layout.shards))
@@ -279,27 +286,39 @@ def deploy(
             targets.append(serve.RunTarget(build(), name=name, route_prefix=None))
     digest = token_digest(token) if token else token_sha256
     in_ingress = manifest if enc_name is None or idx_name is None else None  # the ingress loads the encoder or the partitions itself
+    fixed = ingress_digest(config, manifest, plan, enc_name, digest)
+    board = switchboard(config.app_name, create=True)
+    before = ray.get(board.get.remote())
+    target = {"fixed": fixed, "version": layout.version, "index_app": idx_name}
     # a Deployment, as QueryEncoderServer in encoder_app
     ingress = (
         cast(serve.Deployment, SearchService)
         .options(**plan.searcher.options(), **(LOADS_ONCE if idx_name is None else {}))
-        .bind(layout, config, enc_name, idx_name, digest, in_ingress, plan.searcher.threads, (reloader_name(config.app_name), RELOADER_NAMESPACE))
+        .bind(layout, config, enc_name, idx_name, digest, in_ingress, plan.searcher.threads, (reloader_name(config.app_name), NAMESPACE), fixed)
     )
     first = config.app_name not in serve.status().applications
+    # the running replicas switch themselves: the same ingress, partitions in an index app
+    in_place = not first and idx_name is not None and before is not None and before["fixed"] == fixed and _running(config.app_name)
     started = [t.name for t in targets] + ([config.app_name] if first else [])
     try:
         if first:
             # nothing served yet, so no query to keep answering: the ingress starts beside the
             # apps it calls (its replicas' start overlaps theirs) and the route opens when all run
             log(f"{config.app_name}: starting, routing / to index version {layout.version}")
+            ray.get(board.set.remote(target))
             serve.run_many([*targets, serve.RunTarget(ingress, name=config.app_name, route_prefix="/")])
         else:
             if targets:  # started side by side; returns when both run
                 serve.run_many(targets)
-            # then the ingress rolls over to them: its old replicas still reach the old version
-            log(f"{config.app_name}: routing / to index version {layout.version}")
-            serve.run(ingress, name=config.app_name, route_prefix="/")
-    except RuntimeError as exc:  # an application failed to deploy: what it started goes, what served stays
+            ray.get(board.set.remote(target))
+            if in_place:  # each replica builds the new version beside the old, swaps, drains, says so
+                log(f"{config.app_name}: switching its replicas to index version {layout.version} in place")
+                wait_switched(config.app_name, board, layout.version)
+            else:  # the ingress rolls over to them: its old replicas still reach the old version
+                log(f"{config.app_name}: routing / to index version {layout.version}")
+                serve.run(ingress, name=config.app_name, route_prefix="/")
+    except (RuntimeError, TimeoutError) as exc:  # an application failed to deploy: what it started goes, what served stays
+        ray.get(board.set.remote(before))
         failure = start_failure([*started, config.app_name])  # an ingress holding partitions loads them too
         for a in started:
             log(f"{a}: failed to start, deleted")
@@ -317,6 +336,21 @@ def deploy(
     return Deployment(
         http_url(config), index_url, layout.version, enc_name, idx_name, layout, plan, seconds, removed, direct, token_required=bool(token or token_sha256)
     )
+
+
+def wait_switched(app_name: str, board: Any, version: int, timeout_s: float = 300.0) -> None:
+    """Wait until every running ``Searcher`` replica of ``app_name`` has said (to ``board``)
+    that it serves ``version``, its requests on the version before drained."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = serve.status().applications.get(app_name)
+        states = status.deployments["Searcher"].replica_states if status is not None and "Searcher" in status.deployments else {}
+        running = sum(int(n) for s, n in states.items() if str(getattr(s, "value", s)) == "RUNNING")
+        if running and ray.get(board.acked.remote(version)) >= running:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the replicas of {app_name} did not switch to index version {version} within {timeout_s:.0f} s")
+        time.sleep(0.1)
 
 
 def check_served_files(index_url: str, manifest: Manifest, layout: ServingLayout) -> None:
@@ -376,9 +410,6 @@ def direct_urls(config: ServeConfig, replicas: int, timeout_s: float = 30.0) -> 
         time.sleep(0.25)
 
 
-RELOADER_NAMESPACE = "mvr"
-
-
 def reloader_name(app_name: str) -> str:
     return f"{app_name}-reloader"
 
@@ -432,20 +463,20 @@ def start_reloader(index_url: str, config: ServeConfig, token: Optional[str], se
     """(Re)start the service's ``Reloader`` (a detached actor named after the app)."""
     name = reloader_name(config.app_name)
     try:
-        ray.kill(ray.get_actor(name, namespace=RELOADER_NAMESPACE))
+        ray.kill(ray.get_actor(name, namespace=NAMESPACE))
     except ValueError:
         pass
     # @ray.remote made the class an ActorClass (mypy keeps a decorated class's own type)
     return (
         cast(ActorClass[Reloader], Reloader)
-        .options(name=name, namespace=RELOADER_NAMESPACE, lifetime="detached")
+        .options(name=name, namespace=NAMESPACE, lifetime="detached")
         .remote(index_url, config.model_dump(mode="json"), token_digest(token) if token else None, serving)
     )
 
 
 def stop_reloader(config: ServeConfig) -> None:
     try:
-        ray.kill(ray.get_actor(reloader_name(config.app_name), namespace=RELOADER_NAMESPACE))
+        ray.kill(ray.get_actor(reloader_name(config.app_name), namespace=NAMESPACE))
     except ValueError:
         pass
 
@@ -457,6 +488,10 @@ def shutdown(config: Optional[ServeConfig] = None) -> None:
         serve.shutdown()
         return
     stop_reloader(config)
+    try:
+        ray.kill(ray.get_actor(switchboard_name(config.app_name), namespace=NAMESPACE))
+    except ValueError:
+        pass
     for a in list(serve.status().applications):
         if _owned(config, a):
             serve.delete(a)
