@@ -39,9 +39,9 @@ from mvr.pipeline.config import ServeConfig
 from mvr.pipeline.ray_runtime import init_ray
 from mvr.pipeline.retrieval.layout import ServingLayout
 from mvr.pipeline.serving.api import SearchService
-from mvr.pipeline.serving.deployment import LOGGING, Deployment, ReplicaPlan, ResourcePlan
+from mvr.pipeline.serving.deployment import Deployment, ReplicaPlan, ResourcePlan
 from mvr.pipeline.serving.guard import token_digest
-from mvr.pipeline.serving.partition import IndexVersion, PartitionServer
+from mvr.pipeline.serving.partition import FirstPartitionServer, PartitionServer
 from mvr.pipeline.serving.query_encoder import QueryEncoderServer
 from mvr.pipeline.serving.switchboard import NAMESPACE, served_layout, switchboard, switchboard_name
 from mvr.storage.integrity import require_intact
@@ -129,11 +129,12 @@ def encoder_app(index_url: str, manifest: Manifest, config: ServeConfig, plan: R
 
 
 def index_app(layout: ServingLayout, manifest: Manifest, config: ServeConfig, plan: ReplicaPlan) -> serve.Application:
-    parts = []
-    for shard in layout.shards:
-        parts.append(PartitionServer.options(**plan.options(f"Partition{shard.index}"), **LOADS_ONCE).bind(layout.index_url, shard, manifest, plan.threads))
-    # a Deployment, as QueryEncoderServer in encoder_app
-    return cast(serve.Deployment, IndexVersion).options(logging_config=LOGGING).bind(layout.version, *parts)
+    """The ``Partition{i}`` deployments of ``layout``, ``Partition0`` the app's ingress."""
+    first, *rest = layout.shards
+    others = [PartitionServer.options(**plan.options(f"Partition{s.index}"), **LOADS_ONCE).bind(layout.index_url, s, manifest, plan.threads) for s in rest]
+    # a Deployment (mypy keeps a decorated class's own type)
+    deployment = cast(serve.Deployment, FirstPartitionServer).options(**plan.options(f"Partition{first.index}"), **LOADS_ONCE)
+    return deployment.bind(layout.index_url, first, manifest, plan.threads, *others)
 
 
 def http_url(config: ServeConfig, host: Optional[str] = None, port: Optional[int] = None) -> str:
