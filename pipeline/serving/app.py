@@ -132,9 +132,8 @@ def index_app(layout: ServingLayout, manifest: Manifest, config: ServeConfig, pl
     """The ``Partition{i}`` deployments of ``layout``, ``Partition0`` the app's ingress."""
     first, *rest = layout.shards
     others = [PartitionServer.options(**plan.options(f"Partition{s.index}"), **LOADS_ONCE).bind(layout.index_url, s, manifest, plan.threads) for s in rest]
-    # a Deployment (mypy keeps a decorated class's own type)
-    deployment = cast(serve.Deployment, FirstPartitionServer).options(**plan.options(f"Partition{first.index}"), **LOADS_ONCE)
-    return deployment.bind(layout.index_url, first, manifest, plan.threads, *others)
+    ingress = FirstPartitionServer.options(**plan.options(f"Partition{first.index}"), **LOADS_ONCE)
+    return ingress.bind(layout.index_url, first, manifest, plan.threads, *others)
 
 
 def http_url(config: ServeConfig, host: Optional[str] = None, port: Optional[int] = None) -> str:

@@ -13,7 +13,8 @@ from typing import Any, Optional
 
 from ray import serve
 
-from mvr.pipeline.retrieval.host import PartitionHost, ShardSpec
+from mvr.pipeline.retrieval.host import PartitionHost
+from mvr.pipeline.retrieval.layout import ShardSpec
 from mvr.storage.manifest import Manifest
 
 
