@@ -375,8 +375,8 @@ class SearchService:
     )
     async def reload(self) -> dict[str, Any]:
         """Switch to the index's latest committed version, without refusing a query: the new
-        version starts beside this one, then the ingress rolls over (poll ``GET /health`` for
-        its ``version``). Needs the service's bearer token."""
+        version starts beside this one, then the ingress switches to it (poll ``GET /health``
+        for its ``version``). Needs the service's bearer token."""
         if app.state.token_sha256 is None:
             raise HTTPException(
                 403,
@@ -393,7 +393,7 @@ class SearchService:
             reloader = ray.get_actor(self.reloader[0], namespace=self.reloader[1])
         except ValueError:
             raise HTTPException(409, "this service has no reloader (it was deployed without mvr serve); run mvr serve INDEX again to switch") from None
-        reloader.reload.remote()  # not awaited: the switch replaces this replica
+        reloader.reload.remote()  # not awaited: the switch waits for this replica's own switch
         newer = latest is not None and latest.version > serving.version
         return {"serving": serving.version, "latest": latest.version if latest else None, "status": "switching" if newer else "up to date"}
 
