@@ -80,15 +80,16 @@ class Switchboard:
 
 
 def switchboard(app_name: str, create: bool = False) -> Any:
-    """The service's ``Switchboard`` handle (created, detached, when ``create``), or None."""
+    """The service's ``Switchboard`` handle (created, detached, when ``create`` and there is
+    none), or None."""
     name = switchboard_name(app_name)
+    if create:
+        # @ray.remote made the class an ActorClass (mypy keeps a decorated class's own type)
+        return Switchboard.options(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote()  # type: ignore[attr-defined]
     try:
         return ray.get_actor(name, namespace=NAMESPACE)
     except ValueError:
-        if not create:
-            return None
-    # @ray.remote made the class an ActorClass (mypy keeps a decorated class's own type)
-    return Switchboard.options(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote()  # type: ignore[attr-defined]
+        return None
 
 
 class Follower:
