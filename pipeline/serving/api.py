@@ -90,7 +90,7 @@ SEARCH_ERRORS = {
     **GUARD_REFUSALS,
     400: "the body is not readable JSON: not UTF-8, nested too deep, or an integer of over 4,300 digits",
     422: "a refused request, each problem named (a field out of its bounds, a mode or filter column this service lacks, a query the encoder cannot take)",
-    503: "the query encoder did not answer within `encode_timeout_s`, or no partition answered within `partition_timeout_s`",
+    503: "the query encoder did not answer within `encode_timeout_s`, or no partition answered (each failed or took over `partition_timeout_s`)",
 }
 
 app = ServiceApp(
@@ -316,7 +316,7 @@ class SearchService:
                 served.plan.search(encoded, k, mode, knobs, restriction, encode_ms, settings=settings), lambda calls: self._plan_trip(served, calls)
             )
         except NoPartitionAnswered:
-            raise HTTPException(503, f"no partition answered within {self.config.partition_timeout_s} s") from None
+            raise HTTPException(503, f"no partition answered: each failed or took over {self.config.partition_timeout_s} s") from None
         if result.asked_again is not None:
             self.one_trip["queries"] += 1
             self.one_trip["asked_again"] += result.asked_again

@@ -12,11 +12,16 @@ from mvr.pipeline.retrieval.layout import ServingLayout
 # Serve's low-latency settings (what RAY_SERVE_THROUGHPUT_OPTIMIZED sets for replicas): user
 # code and handle routing on the replica's own event loop instead of extra threads, gRPC
 # between handles and replicas, buffered request logs. Measured in benchmarks/serve_load.py.
+# gRPC's messages between replicas may be as large as gRPC allows (2 GiB - 1, the bound Serve
+# sets on its own gRPC proxy), not its default 4 MiB: a batch's encoded queries (256 queries of
+# 32 token vectors of 384 float32 dims: 12.6 MB) and a partition's candidates for it (a
+# query's token hits, k' a token) exceed 4 MiB, and the call fails.
 REPLICA_ENV = {
     "OMP_WAIT_POLICY": "PASSIVE",  # see operators/__init__.py
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
     "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
     "RAY_SERVE_USE_GRPC_BY_DEFAULT": "1",
+    "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": str(2**31 - 1),
     "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1000",
 }
 
