@@ -208,11 +208,11 @@ def test_one_bad_query_among_concurrent_clients_fails_alone(served, in_process):
 
 
 def test_a_batch_whose_trips_exceed_grpcs_default_message_size_is_answered_in_full(served, in_process):
-    """24 queries of k = 1000 in one /search/batch: each partition's candidates for the batch
+    """8 queries of k = 1000 in one /search/batch: each partition's candidates for the batch
     (every query token's hits) are one gRPC message of several MB between replicas, over gRPC's
     default 4 MiB (which Serve keeps unless told: the partitions were then left out, a 503).
     Every answer is complete and the in-process top-10."""
-    queries = list(served["queries"].values())[:24]
+    queries = list(served["queries"].values())[:8]
     r = requests.post(served["url"] + "/search/batch", json={"queries": queries, "k": 1000, "mode": "maxsim"}, timeout=120)
     assert r.status_code == 200, r.text[:500]
     bodies = r.json()["responses"]
