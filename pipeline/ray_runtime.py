@@ -260,8 +260,8 @@ def run_calls(
     calls: Sequence[tuple[Callable[..., T], tuple]], in_driver: bool, options: dict[str, Any], desc: Optional[str] = None, unit: str = "partition"
 ) -> list[T]:
     """``fn(*args)`` for each ``(fn, args)`` of ``calls``, results in order: one after another in
-    this process (``in_driver``), or as Ray tasks with ``options`` (``ray.remote``'s) side by
-    side. With ``desc``, a progress bar (tqdm) counts them in ``unit`` as they end. A task's
+    this process (``in_driver``: ``options`` unused), or as Ray tasks with ``options``
+    (``ray.remote``'s) side by side. With ``desc``, a progress bar (tqdm) counts them in ``unit`` as they end. A task's
     application ``ValueError`` is raised as itself (``task_result``)."""
     from tqdm import tqdm
 

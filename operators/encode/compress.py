@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import numpy as np
 
 if TYPE_CHECKING:  # torch is imported where used: what imports this module for l2_normalize alone
-    # (EncodedQuery's readers, the index app's IndexVersion replica) loads no torch
+    # (EncodedQuery's readers, the index app's partition replicas) loads no torch
     import torch
     from numpy.typing import NDArray
 

@@ -61,7 +61,7 @@ def build_bm25_entry(
     plan_dicts = [asdict(p) for p in plans]
     init_ray()
     here = bool(small_build_threads(sum(p.passages for p in plans), manifest.config))
-    options = {"num_cpus": 0.0 if here else task_cpus(cpus_per_task), "max_retries": 3}
+    options = {"num_cpus": task_cpus(cpus_per_task), "max_retries": 3}
     bm25 = config.model_dump(mode="json")
     build_id = f"p{len(plan_dicts)}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     log(

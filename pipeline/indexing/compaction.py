@@ -123,7 +123,7 @@ def _rewrite_shards(index_url: str, m: Manifest, dead: np.ndarray, rel_dir: str,
         untouched = np.setdiff1d(np.arange(len(rows)), touched)
         for i in untouched:
             entries[int(i)] = m.shards[int(i)]
-        for n, new in zip(touched, run_calls(calls, here, {"num_cpus": 0.0 if here else task_cpus(1.0), "max_retries": 3})):
+        for n, new in zip(touched, run_calls(calls, here, {"num_cpus": task_cpus(1.0), "max_retries": 3})):
             entries[int(n)] = ShardEntry(**new) if new is not None else None
         log(f"rewrote {len(touched)} of {len(rows)} shards without {len(dead)} deleted passages")
     return ShardList.from_entries([e for e in entries if e is not None])

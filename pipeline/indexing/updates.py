@@ -265,7 +265,7 @@ def extend_ann(
         params = entry["config"]["params"] if entry.get("config") else {}
         calls.append((build_partition, (index_url, kind, asdict(plan), rel, entry["backend"], params, threads, shards, m.codecs)))
         start += size
-    results = run_calls(calls, bool(here), {"num_cpus": 0.0 if here else task_cpus(1.0), "max_retries": 3})
+    results = run_calls(calls, bool(here), {"num_cpus": task_cpus(1.0), "max_retries": 3})
     if take:
         parts[-1] = results.pop(0)
     parts += results
