@@ -1,8 +1,9 @@
 """Which processes use the cores while a command runs (the test suite, an indexing job): every
 second, each process's CPU time since the last look goes to its kind (Ray workers by their
 title, ``ray::<task or actor>``; Ray's daemons; the rest by name). At the end, three tables:
-core-seconds by kind, the 60 largest titles, and the processes started by title. A process that lives less than a second is
-missed; the sampler's own CPU is counted under ``python``.
+core-seconds by kind, the 60 largest titles, and the processes started by the title they
+had when first seen (a Ray worker that has not yet set its title shows as ``raylet``). A
+process that lives less than a second is missed; the sampler's own CPU is counted under ``python``.
 
     python benchmarks/cpu_by_process.py OUT.txt -- python -m pytest -q
 """
@@ -61,11 +62,14 @@ def main() -> int:
                 continue
             used = t.user + t.system
             delta, last[p.pid] = used - last.get(p.pid, 0.0), used
-            if p.pid not in seen:
+            new = p.pid not in seen
+            if not (new or delta > 0):
+                continue
+            k, title = kind(p)
+            if new:
                 seen.add(p.pid)
-                started[kind(p)[1]] += 1
+                started[title] += 1
             if delta > 0:
-                k, title = kind(p)
                 by_kind[k] += delta
                 by_title[title] += delta
         time.sleep(1.0)

@@ -29,7 +29,7 @@ N_DOCS = 600  # of msmarco-sample's 5,000: the checks compare two indexes of the
 # vectors each still train IVFPQ at 8 bits (FAISS asks for 39 × 256 = 9,984). 64 cells, not the
 # default 512 for that size: what is checked is the update path (adds extend the trained
 # partitions, compaction retrains them), not the coarse quantizer, whose k-means over 512
-# cells took most of each training (7.7 s of CPU a partition against 2.2 s with 64)
+# cells took most of each training
 ANN = {"backend": "faiss-ivfpq", "partitions": 2, "vectors": ["tokens"], "params": {"nlist": 64}}
 
 
