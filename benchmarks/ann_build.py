@@ -24,7 +24,6 @@ import argparse
 import time
 from pathlib import Path
 
-import faiss
 import numpy as np
 import scann
 
@@ -36,6 +35,8 @@ def _seconds(fn) -> float:
 
 
 def faiss_pq(x: np.ndarray, m: int, nbits: int, points_per_code: int | None, rounds: int | None) -> float:
+    import faiss  # imported by main after mvr.operators, which names the OpenBLAS kernels FAISS's copy runs (operators/openblas.py)
+
     index = faiss.IndexIVFPQ(faiss.IndexFlatIP(x.shape[1]), x.shape[1], 256, m, nbits, faiss.METRIC_INNER_PRODUCT)
     if points_per_code:
         index.pq.cp.max_points_per_centroid = points_per_code
@@ -50,11 +51,13 @@ def main() -> None:
     p.add_argument("--dataset", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "msmarco-sample"))
     args = p.parse_args()
 
-    from mvr.operators.ann.ivfpq import PQ_ITERATIONS, PQ_POINTS_PER_CODE
+    # the I001 exemption below: faiss after mvr.operators, which names the OpenBLAS kernels FAISS's copy runs (operators/openblas.py)
+    from mvr.operators.ann.ivfpq import PQ_ITERATIONS, PQ_POINTS_PER_CODE  # noqa: I001
     from mvr.pipeline.retrieval.searcher import load_query_encoder
     from mvr.storage.beir import read_collection
     from mvr.storage.manifest import load_manifest
     from mvr.storage.partitions import plan_partitions, read_passages
+    import faiss
 
     faiss.omp_set_num_threads(1)
     manifest = load_manifest(args.index)

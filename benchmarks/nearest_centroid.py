@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import faiss
 import numpy as np
 
 from mvr.operators.codecs.residual import _nearest
@@ -22,6 +21,8 @@ def main() -> None:
     p.add_argument("--centroids", type=int, default=8_192)
     p.add_argument("--dim", type=int, default=192)
     a = p.parse_args()
+    import faiss  # after mvr.operators, which names the OpenBLAS kernels FAISS's copy runs (operators/openblas.py)
+
     faiss.omp_set_num_threads(1)
     rng = np.random.default_rng(0)
     centroids = rng.standard_normal((a.centroids, a.dim), dtype=np.float32)

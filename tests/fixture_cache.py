@@ -11,7 +11,8 @@ sha256 over
 - the packaged model checkpoint's fingerprint (``checkpoint.fingerprint``: its files' sha256);
 - every source file that produces vectors, codes, shards, partitions and the manifest
   (``SOURCES``), and this file;
-- the versions of the libraries that compute them (``LIBRARIES``).
+- the versions of the libraries that compute them (``LIBRARIES``), and the OpenBLAS kernels
+  FAISS runs (``operators/openblas.py``: their float rounding is in a trained codebook).
 
 Reading an entry checks it as ``mvr verify`` does (every file the manifest lists, against its
 size and sha256), and that the index holds exactly the files it was built with at the same
@@ -45,6 +46,8 @@ SOURCES = (
     "operators/ann",
     "operators/retrieval/bm25.py",
     "operators/packed.py",
+    "operators/__init__.py",
+    "operators/openblas.py",
     "storage",
     "pipeline/indexing",
     "pipeline/config.py",
@@ -91,6 +94,14 @@ def library_versions() -> dict[str, Optional[str]]:
     return out
 
 
+def blas_core_type() -> Optional[str]:
+    """The OpenBLAS core type FAISS runs in mvr's processes (``OPENBLAS_CORETYPE`` as
+    ``mvr.operators`` sets it)."""
+    from mvr.operators.openblas import choose_core_type
+
+    return choose_core_type(dict(os.environ))
+
+
 def model_fingerprint(name: str = "minilm") -> str:
     from mvr.operators.encode.checkpoint import fingerprint, locate_model
 
@@ -98,7 +109,7 @@ def model_fingerprint(name: str = "minilm") -> str:
 
 
 def entry_key(recipe: dict, environment: dict) -> str:
-    """The key of ``recipe`` built in ``environment`` (model, sources, libraries)."""
+    """The key of ``recipe`` built in ``environment`` (model, sources, libraries, BLAS kernels)."""
     return hashlib.sha256(json.dumps({"recipe": recipe, **environment}, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
@@ -152,7 +163,7 @@ class FixtureCache:
     @property
     def environment(self) -> dict:
         if self._environment is None:
-            self._environment = {"model": model_fingerprint(), "sources": sources_digest(), "libraries": library_versions()}
+            self._environment = {"model": model_fingerprint(), "sources": sources_digest(), "libraries": library_versions(), "blas": blas_core_type()}
         return self._environment
 
     def key(self, recipe: dict) -> str:

@@ -18,7 +18,7 @@ import pytest
 
 from fixture_cache import ENTRY, KEEP, FixtureCache, sources_digest
 
-ENV = {"model": "m0", "sources": "s0", "libraries": {"faiss-cpu": "1"}}
+ENV = {"model": "m0", "sources": "s0", "libraries": {"faiss-cpu": "1"}, "blas": "SkylakeX"}
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_an_entry_is_built_once_and_reused_by_a_later_run(tmp_path, copies):
     assert recorded["recipe"] == {"a": 1} and recorded["environment"] == ENV and recorded["files"]["manifest.json"] > 0
 
 
-@pytest.mark.parametrize("change", ["recipe", "model", "sources", "libraries"])
+@pytest.mark.parametrize("change", ["recipe", "model", "sources", "libraries", "blas"])
 def test_a_change_to_any_part_of_the_key_builds_again(tmp_path, copies, change):
     build, built = copies
     FixtureCache(tmp_path, ENV, log=lambda _: None).get("idx", {"a": 1}, build)
