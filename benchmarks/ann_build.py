@@ -55,17 +55,22 @@ def main() -> None:
     from mvr.operators.ann.ivfpq import PQ_ITERATIONS, PQ_POINTS_PER_CODE  # noqa: I001
     from mvr.pipeline.retrieval.searcher import load_query_encoder
     from mvr.storage.beir import read_collection
+    from mvr.storage.codec_file import load_codecs
     from mvr.storage.manifest import load_manifest
     from mvr.storage.partitions import plan_partitions, read_passages
     import faiss
 
     faiss.omp_set_num_threads(1)
     manifest = load_manifest(args.index)
+    codecs = load_codecs(args.index, manifest.codecs)
     whole, first = plan_partitions(manifest, 1)[0], plan_partitions(manifest, 4)[0]
 
+    def stored(plan, kind):
+        return read_passages(args.index, manifest.shards, plan.slices, kind, codecs, ids=False).vectors
+
     def vectors(plan, kind):
-        v = read_passages(args.index, plan.slices, kind).vectors
-        return np.ascontiguousarray((v if kind == "pooled" else v.vectors).astype(np.float32))
+        v = stored(plan, kind)
+        return v.decode_range(0, v.n_vectors)
 
     x = vectors(whole, "centroids")[:20_000]
     a, b = faiss_pq(x, 96, 8, None, None), faiss_pq(x, 48, 8, None, None)
@@ -96,11 +101,11 @@ def main() -> None:
         secs[name] = _seconds(builder.build)
     print(f"4. ScaNN build, {len(x)} token vectors: AH anisotropic {secs['anisotropic 0.2']:.1f} s, plain {secs['plain']:.1f} s")
 
-    cand = read_passages(args.index, first.slices, "tokens").vectors
-    rows = np.sort(np.random.default_rng(0).choice(len(cand), 200, replace=False))
-    sub16 = cand.take(rows)
-    cast = min(_seconds(lambda: sub16.vectors.astype(np.float32)) for _ in range(3))
-    sub32 = sub16.vectors.astype(np.float32)
+    cand = stored(first, "tokens")
+    rows = np.sort(np.random.default_rng(0).choice(len(cand.lengths), 200, replace=False))
+    sub16 = cand.take(rows).vectors.astype(np.float16)  # the candidates' decoded vectors, held as float16
+    cast = min(_seconds(lambda: sub16.astype(np.float32)) for _ in range(3))
+    sub32 = sub16.astype(np.float32)
     qt = np.random.default_rng(1).standard_normal((32, sub32.shape[1])).astype(np.float32)
     matmul = min(_seconds(lambda: qt @ sub32.T) for _ in range(3))
     print(
