@@ -291,16 +291,20 @@ SLOW_FIXTURES = {
 # The modules that take longest, longest first. With ``-n 2 --dist loadfile`` (pyproject's
 # addopts) pytest-xdist hands whole modules to its two workers in collection order, so the long
 # ones start first and the short ones fill the gaps (longest-processing-time first); the rest
-# keep their file order. On a cold run (an empty fixture cache) the first modules after the
-# cluster tests build the whole-collection fixtures, which the later ones read.
+# keep their file order. On a cold run (an empty fixture cache) test_search_ann, first on its
+# worker, builds the whole-collection fixtures, which the later ones read; the modules the other
+# worker takes after the cluster tests read only msmarco-sample's (built first), and
+# test_hybrid, which builds dbpedia's and cranfield's BM25 from their indexes, comes after
+# them (before it came third, and in a cold run each worker waited for the other's locks on
+# dbpedia and cranfield: ~75 idle core-seconds).
 LONGEST_FIRST = (
     "test_cluster_jobs",
     "test_search_ann",
-    "test_hybrid",
     "test_filters",
     "test_serve",
     "test_updates",
     "test_train",
+    "test_hybrid",
     "test_serve_live",
     "test_startup_retry",
     "test_api",
