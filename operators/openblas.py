@@ -14,7 +14,9 @@ OpenBLAS reads ``OPENBLAS_CORETYPE`` when the library loads, so ``mvr.operators`
 (unless the environment already does) before FAISS is imported anywhere in mvr: ``SkylakeX``
 when the CPU has the AVX-512 subsets those kernels use, ``Haswell`` when it has AVX2 and FMA,
 nothing otherwise (OpenBLAS then detects as before). Linux on x86-64 only (the flags come
-from ``/proc/cpuinfo``)."""
+from ``/proc/cpuinfo``). The variable is the process's (and its children's): any OpenBLAS
+loaded after it reads it too, numpy's among them when numpy loads later; on this machine
+numpy's picks the same kernels by itself."""
 
 from __future__ import annotations
 
