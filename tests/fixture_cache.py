@@ -46,8 +46,6 @@ SOURCES = (
     "operators/ann",
     "operators/retrieval/bm25.py",
     "operators/packed.py",
-    "operators/__init__.py",
-    "operators/openblas.py",
     "storage",
     "pipeline/indexing",
     "pipeline/config.py",
