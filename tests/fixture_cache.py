@@ -10,7 +10,8 @@ sha256 over
   ANN / BM25 configurations, the entry it starts from), as the fixture states it;
 - the packaged model checkpoint's fingerprint (``checkpoint.fingerprint``: its files' sha256);
 - every source file that produces vectors, codes, shards, partitions and the manifest
-  (``SOURCES``), and this file;
+  (``SOURCES``), and this file: their code (``code_sha256``), so that an edit of a comment or
+  a docstring keeps the entries;
 - the versions of the libraries that compute them (``LIBRARIES``), and the OpenBLAS kernels
   FAISS runs (``operators/openblas.py``: their float rounding is in a trained codebook).
 
@@ -27,6 +28,7 @@ recently used): the others go when a new one is built."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -70,15 +72,33 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def code_sha256(path: Path) -> str:
+    """sha256 of a Python file's code: its syntax tree without docstrings (comments are not in
+    it), so that an edit of either keeps the digest; of its bytes when it does not parse."""
+    source = path.read_bytes()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return hashlib.sha256(source).hexdigest()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
+            first = body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
 def sources_digest(root: Path = ROOT, sources: tuple[str, ...] = SOURCES) -> str:
-    """sha256 over the ``.py`` files under ``sources`` (paths and contents, in sorted order)."""
+    """sha256 over the ``.py`` files under ``sources``: their paths and code (``code_sha256``),
+    in sorted order."""
     h = hashlib.sha256()
     for rel in sources:
         top = root / rel
         files = [top] if top.is_file() else sorted(p for p in top.rglob("*.py") if "__pycache__" not in p.parts)
         for f in files:
             h.update(f.relative_to(root).as_posix().encode() + b"\0")
-            h.update(file_sha256(f).encode())
+            h.update(code_sha256(f).encode())
     return h.hexdigest()
 
 

@@ -66,11 +66,29 @@ def test_the_sources_digest_follows_every_source_file(tmp_path):
     (tmp_path / "pkg" / "notes.txt").write_text("not a source")
     assert sources_digest(tmp_path, sources) == before
     for f in ("pkg/sub/b.py", "one.py"):
-        (tmp_path / f).write_text((tmp_path / f).read_text() + "# changed\n")
+        (tmp_path / f).write_text((tmp_path / f).read_text() + "w = 4\n")
         assert sources_digest(tmp_path, sources) != before
         before = sources_digest(tmp_path, sources)
     (tmp_path / "pkg" / "sub" / "c.py").write_text("")  # a new module
     assert sources_digest(tmp_path, sources) != before
+
+
+def test_the_sources_digest_keeps_comments_and_docstrings_out(tmp_path):
+    """An edit of a comment or a docstring keeps the digest (no cold run for it); the same
+    text as code, or a string that is not a docstring, changes it."""
+    code = 'def f(x):\n    """Doc."""\n    return x + 1  # one\n'
+    (tmp_path / "a.py").write_text(code)
+    before = sources_digest(tmp_path, ("a.py",))
+    for same in (code.replace("# one", "# two"), code.replace("Doc.", "Other words."), '"""Module."""\n' + code):
+        (tmp_path / "a.py").write_text(same)
+        assert sources_digest(tmp_path, ("a.py",)) == before, same
+    for other in (code.replace("x + 1", "x + 2"), code.replace('"""Doc."""', '"""Doc."""\n    y = "Doc."'), code + "\nclass C:\n    pass\n"):
+        (tmp_path / "a.py").write_text(other)
+        assert sources_digest(tmp_path, ("a.py",)) != before, other
+    (tmp_path / "a.py").write_text("def f(:\n")  # not Python: its bytes
+    broken = sources_digest(tmp_path, ("a.py",))
+    (tmp_path / "a.py").write_text("def f(:  \n")
+    assert sources_digest(tmp_path, ("a.py",)) != broken
 
 
 def _damage_a_shard(index: Path) -> None:

@@ -11,10 +11,9 @@ from mvr.operators.codecs.base import BLOCK, HELDOUT_FRACTION, Codec, _use_gpu, 
 # k-means iterations of the residual codebook: ColBERTv2's and PLAID's own (kmeans_niters = 4).
 # Measured with pca-192+residual-1 on the three shared collections (2026-11-27): nDCG@10 and
 # overlap@10 as with 20 iterations (every Δ within ±0.003), a 3.5x shorter training (8 s
-# against 26-33 s for 62,259 vectors and 8,192 centroids on 2 cores; docs/codecs.md).
+# against 26-33 s for 62,259 vectors and 8,192 centroids on 2 cores, on FAISS's SSE3 kernels
+# of then: operators/openblas.py; docs/codecs.md).
 KMEANS_ITERATIONS = 4
-# Rows a block of the nearest-centroid search: a (1,024, 8,192) float32 score block is 32 MB.
-NEAREST_ROWS = 1024
 
 
 def _kmeans(x: np.ndarray, k: int, seed: int, niter: int, gpu: Optional[bool]) -> np.ndarray:
@@ -75,7 +74,6 @@ class Residual(Codec):
         # the same table as one 4·per_byte-byte item a byte value: one gather a code byte
         self._unit = np.dtype((np.void, 4 * self.per_byte))
         self._table_units = np.ascontiguousarray(self.table).view(self._unit).reshape(256)
-        self._half_norms = 0.5 * np.einsum("ij,ij->i", self.centroids, self.centroids)  # |c|²/2, for nearest
 
     @property
     def name(self) -> str:
@@ -123,7 +121,7 @@ class Residual(Codec):
         if centroids is None:
             k = residual_centroids(len(train_rows), n_vectors or len(x), n_centroids)
             centroids = _kmeans(x[train_rows], k, seed, niter or KMEANS_ITERATIONS, gpu)
-        r = (x[held] - centroids[_nearest(np.ascontiguousarray(centroids, dtype=np.float32), x[held])]).ravel().astype(np.float64)
+        r = (x[held] - centroids[_nearest(centroids, x[held])]).ravel().astype(np.float64)
         m = 2**nbits
         cutoffs = np.quantile(r, np.arange(1, m) / m)
         mid = np.quantile(r, (np.arange(m) + 0.5) / m)  # ColBERTv2's weights: used for empty buckets
@@ -145,7 +143,7 @@ class Residual(Codec):
 
     def nearest(self, x: np.ndarray) -> np.ndarray:
         """(n,) int64 nearest centroid (L2) of each row of ``x`` (float32, dim_in)."""
-        return _nearest(self.centroids, x, self._half_norms)
+        return _nearest(self.centroids, x)
 
     def _encode(self, x: np.ndarray) -> np.ndarray:
         ids = self.nearest(x)
@@ -227,17 +225,14 @@ class Residual(Codec):
         )
 
 
-def _nearest(centroids: np.ndarray, x: np.ndarray, half_norms: Optional[np.ndarray] = None) -> np.ndarray:
-    """(n,) int64 nearest centroid (L2) of each row of ``x`` among ``centroids`` (k, d): the
-    argmax of x·c - |c|²/2 (``half_norms``, computed when not given), one BLAS product a block
-    of ``NEAREST_ROWS`` rows: 3.5x as fast as FAISS's ``IndexFlatL2`` search at k = 1 on one thread
-    (50,000 vectors, 8,192 centroids of 192 dims: 1.9 s against 6.5 s, 2026-11-28)."""
-    if half_norms is None:
-        half_norms = 0.5 * np.einsum("ij,ij->i", centroids, centroids)
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    out = np.empty(len(x), np.int64)
-    for start in range(0, len(x), NEAREST_ROWS):
-        scores = x[start : start + NEAREST_ROWS] @ centroids.T  # (rows, k)
-        scores -= half_norms
-        out[start : start + len(scores)] = scores.argmax(axis=1)
-    return out
+def _nearest(centroids: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """(n,) int64 nearest centroid (L2) of each row of ``x`` among ``centroids`` (k, d): FAISS's
+    exhaustive search at k = 1 (``faiss.knn``: one BLAS product a block of rows, no index kept,
+    so a codec stays plain data). ``python benchmarks/nearest_centroid.py`` (50,000 vectors,
+    8,192 centroids of 192 dims, 2026-11-30): 0.85 s against 1.05 s for the numpy product a
+    block of rows it replaced on two threads (1.47 s against 1.72 s on one), the same centroid
+    for every vector."""
+    import faiss
+
+    ids: np.ndarray = faiss.knn(np.ascontiguousarray(x, dtype=np.float32), np.ascontiguousarray(centroids, dtype=np.float32), 1)[1]
+    return ids[:, 0].astype(np.int64, copy=False)
