@@ -72,7 +72,7 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model directory, hub id, or 'minilm' (packaged default)")
     p.add_argument("--limit", type=positive_int, help="index only the first N input rows (N ≥ 1)")
     p.add_argument("--codec", help="token vectors' codec (compress.codec): auto, float16, int8, residual-N, pq-M, pca-D+C (docs/codecs.md)")
-    p.add_argument("--pooled-codec", help="codec of the pooled, first-m and centroid vectors (compress.pooled_codec, default int8)")
+    p.add_argument("--pooled-codec", help="codec of the pooled, first-m and centroid vectors (compress.pooled_codec, default int8; auto: pq-{dim/2})")
 
 
 def load_index_config(args: argparse.Namespace):

@@ -47,7 +47,8 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--pooled-codec",
         default="int8",
-        help="codec of the pooled, first-m and centroid vectors (CompressConfig.pooled_codec, default int8: dim + 4 B a vector)",
+        help="codec of the pooled, first-m and centroid vectors (CompressConfig.pooled_codec, default int8: dim + 4 B a vector; "
+        "auto: pq-{dim/2}, dim/2 B a vector)",
     )
     p.add_argument("--first-m", type=int, default=8, help="first-m vectors a passage (CompressConfig.first_m, default 8)")
     p.add_argument("--centroids", type=int, default=4, help="k-means centroids a passage (CompressConfig.centroids, default 4; colbert.yaml 8)")

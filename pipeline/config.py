@@ -124,7 +124,11 @@ class CompressConfig(_Section):
         "vectors as the paper writes it (raw); operators/encode/compress.py",
     )
     codec: str = Field(codecs.AUTO, description="token vectors' codec: operators/codecs name (float16, int8, residual-N, pq-M, pca-D+C) or auto")
-    pooled_codec: str = Field("int8", description="codec of the vectors scored against the pooled query (pooled, first-m, centroids)")
+    pooled_codec: str = Field(
+        "int8",
+        description="codec of the vectors scored against the pooled query (pooled, first-m, centroids); auto: pq-{dim/2}, half "
+        "the bytes (operators/codecs/registry.py pooled_default; int8 when the sample cannot train it)",
+    )
     codec_sample_vectors: int = Field(65_536, ge=256, description="token vectors the codecs are trained on, at most")
     codec_seed: int = 0
     pool_factor: int = Field(

@@ -107,6 +107,10 @@ def test_codecs_resolve_as_the_index_does():
     # pooled, first-m and centroids: the pooled codec, int8 by default (dim + a 4-byte scale), ANN at dim 384
     for kind in ("pooled", "first-m", "centroids"):
         assert big.codec_of(kind) == "int8" and big.bytes_per_vector_of(kind) == 388 and big.dim_of(kind) == 384
+    # --pooled-codec auto: pq-192 at 384 dims (2-dim sub-vectors, a byte each), int8 below 256 sample vectors
+    auto = Workload(passages=10**9, pooled_codec="auto")
+    assert auto.codec_of("first-m") == "pq-192" == codecs.resolve_name("auto", 384, "pooled") and auto.bytes_per_vector_of("pooled") == 192
+    assert [Workload(passages=1, tokens_per_passage=t, pooled_codec="auto").pooled_codec_name for t in (255, 256)] == ["int8", "pq-192"]
     assert big.codec_of("tokens") == big.codec_name and big.dim_of("tokens") == 192
     assert Workload(passages=10, dim=160).codec_name == "residual-1" and Workload(passages=10, dim=160).bytes_per_vector == 1 + 160 // 8
     # a corpus whose token vectors are fewer than auto's PCA needs (2 × 192): residual-1 at 384

@@ -128,6 +128,20 @@ def test_auto_falls_back_to_no_pca_below_twice_its_dimensions():
     assert not any(codecs.choose("auto", d, 1).fell_back for d in (192, 128))
 
 
+def test_the_pooled_groups_auto_is_pq_of_two_dimension_sub_vectors_or_int8():
+    """The pooled group (pooled, first-m, centroids): ``auto`` is pq-{dim/2} (docs/codecs.md,
+    "--pooled-codec auto"), int8 at an odd dimension or below 256 sample vectors; any
+    named codec the sample cannot train falls back to int8 too, never to a token codec."""
+    assert [codecs.resolve_name("auto", d, "pooled") for d in (384, 128, 7)] == ["pq-192", "pq-64", "int8"]
+    assert codecs.resolve_name("auto", 384) == "pca-192+residual-1"  # the tokens group is the default
+    ch = codecs.choose("auto", 384, 255, "pooled")
+    assert (ch.name, ch.asked, ch.resolved, ch.fell_back) == ("int8", "auto", "pq-192", True) and "at least 256" in ch.reason
+    assert codecs.choose("auto", 384, 256, "pooled").name == "pq-192" and codecs.choose("pca-128+residual-2", 384, 255, "pooled").name == "int8"
+    assert codecs.bytes_per_vector("pq-192", 384) == 192 and codecs.bytes_per_vector("int8", 384) == 388
+    with pytest.raises(ValueError, match="codec group"):
+        codecs.resolve_name("auto", 384, "centroids")
+
+
 def test_named_codecs_fall_back_only_when_the_sample_cannot_train_them():
     assert [codecs.choose(n, 384, 1).name for n in ("float16", "int8", "residual-1", "residual-4")] == ["float16", "int8", "residual-1", "residual-4"]
     # a named PCA: its codec at the full dimension, said so

@@ -85,8 +85,10 @@ AUTO = "auto"
 UNTRAINED = ("float16", "int8")  # codecs that learn nothing from a sample (only its dimension)
 
 
-def resolve_name(name: str, dim: int) -> str:
-    """The codec ``name`` stands for at ``dim`` dimensions; ``auto`` is chosen by quality first,
+def resolve_name(name: str, dim: int, group: str = "tokens") -> str:
+    """The codec ``name`` stands for at ``dim`` dimensions in codec ``group`` (``GROUPS``:
+    ``storage/codec_file.py``'s tokens or pooled); for the pooled group ``auto`` is
+    ``pooled_default(dim)``. For tokens ``auto`` is chosen by quality first,
     bytes second (docs/codecs.md, "The default"): exact MaxSim from the codes within 0.01
     nDCG@10 of float vectors on msmarco-sample, dbpedia-sample and cranfield over three
     training seeds. The loss is the PCA's dimension, not the residual bits: PCA alone to 64
@@ -99,8 +101,12 @@ def resolve_name(name: str, dim: int) -> str:
       dims: 34 B).
 
     Any other name is itself. ``choose`` then checks that the training sample can train it."""
+    if group not in GROUPS:
+        raise ValueError(f"codec group {group!r}: choose one of {', '.join(GROUPS)}")
     if name != AUTO:
         return name
+    if group == "pooled":
+        return pooled_default(dim)
     if dim > AUTO_PCA_DIM:
         return f"pca-{AUTO_PCA_DIM}+residual-1"
     return full_dimension_default(dim)
@@ -114,6 +120,24 @@ def full_dimension_default(dim: int) -> str:
 
 
 AUTO_PCA_DIM = 192  # the PCA dimension of ``auto`` for wider models (docs/codecs.md)
+GROUPS = ("tokens", "pooled")  # codec groups: the token vectors; pooled, first-m and centroids (storage/codec_file.py)
+POOLED_FALLBACK = "int8"  # the pooled group's codec when its sample cannot train ``auto``'s (untrained)
+
+
+def pooled_default(dim: int) -> str:
+    """``auto`` for the pooled group (pooled, first-m and centroid vectors, each scored against
+    the pooled query vector) at ``dim`` dimensions: ``pq-{dim/2}``, a FAISS product
+    quantizer of 2-dimension sub-vectors (dim / 2 B a vector, half of ``int8``'s dim + 4),
+    for an even ``dim``; ``int8`` otherwise. Not the default (``int8`` is). Measured as the
+    token codec was (docs/codecs.md, "--pooled-codec auto"): exact first-m, softmax-centroid
+    and pooled nDCG@10 on the three shared collections over three training seeds. On
+    cranfield and msmarco-sample it stays within 0.004 of ``int8`` on every seed and kind,
+    where ``residual-4`` and ``pq-128`` do not; on dbpedia-sample's 40 queries one seed of
+    first-m and one of centroids lose 0.0086 (means -0.0006 and -0.0037), a spread those
+    queries show for other codes too. FAISS trains it in 12-30 s on 2 cores."""
+    return f"pq-{dim // 2}" if dim >= 2 and dim % 2 == 0 else POOLED_FALLBACK
+
+
 # A PCA to D dimensions is trained on at least PCA_MIN_VECTORS_PER_DIM × D sample vectors. A
 # sample of n vectors spans at most n dimensions: below D the PCA's last directions are
 # arbitrary (FAISS fails below D / 2: ``PCA.fit`` says so), and near D they are the sample's
@@ -164,10 +188,12 @@ class CodecChoice:
         return f"{self.name} instead of {asked}: {self.reason}"
 
 
-def choose(name: str, dim: int, n_sample: int) -> CodecChoice:
+def choose(name: str, dim: int, n_sample: int, group: str = "tokens") -> CodecChoice:
     """The codec a sample of ``n_sample`` vectors of ``dim`` dimensions trains for the
-    configured ``name`` (docs/codecs.md, "A sample too small"): ``resolve_name(name, dim)``
-    when the sample is large enough for it (``min_sample``), else a fallback it can train.
+    configured ``name`` in codec ``group`` (docs/codecs.md, "A sample too small"):
+    ``resolve_name(name, dim, group)`` when the sample is large enough for it
+    (``min_sample``), else a fallback it can train. In the pooled group the fallback is
+    ``POOLED_FALLBACK`` (int8); in the tokens group:
 
     - ``pca-D+C`` (``auto``'s ``pca-192+residual-1`` included): C at the full dimension, no
       PCA. Not a narrower PCA: measured on msmarco-sample (benchmarks/small_sample_codecs.py),
@@ -182,7 +208,7 @@ def choose(name: str, dim: int, n_sample: int) -> CodecChoice:
     ValueError for a name ``parse_name`` refuses, one that cannot apply at ``dim`` whatever
     the sample (a PCA to more than ``dim`` dimensions, ``pq-M`` with M not dividing its input
     dimension), or an empty sample."""
-    resolved = resolve_name(name, dim)
+    resolved = resolve_name(name, dim, group)
     need = min_sample(resolved)
     inner_dim = dim
     for family, arg in parse_name(resolved):
@@ -196,9 +222,11 @@ def choose(name: str, dim: int, n_sample: int) -> CodecChoice:
         raise ValueError(f"codec {name}: no sample vector to train it on")
     if n_sample >= need:
         return CodecChoice(resolved, name, resolved)
+    reason = f"the training sample of {n_sample:,} vectors is too small for it (at least {need:,})"
+    if group == "pooled":
+        return CodecChoice(POOLED_FALLBACK, name, resolved, reason)
     fallback = resolved.split("+", 1)[1] if len(parse_name(resolved)) == 2 else full_dimension_default(dim)
     family, arg = parse_name(fallback)[0]
     if n_sample < min_sample(fallback) or (family == "pq" and dim % int(arg)):  # type: ignore[arg-type]
         fallback = full_dimension_default(dim)
-    reason = f"the training sample of {n_sample:,} vectors is too small for it (at least {need:,})"
     return CodecChoice(fallback, name, resolved, reason)

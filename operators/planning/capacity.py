@@ -242,7 +242,7 @@ class Workload:
     @property
     def pooled_codec_name(self) -> str:
         """The codec of pooled, first-m and centroids (``storage/codec_file.py``: group pooled)."""
-        return codecs.choose(self.pooled_codec, self.dim, self.codec_sample).name
+        return codecs.choose(self.pooled_codec, self.dim, self.codec_sample, "pooled").name
 
     @property
     def codec_sample(self) -> int:
@@ -616,6 +616,7 @@ def shard_storage(w: Workload) -> list[Line]:
         parts = (
             (["PCA matrix"] if "+" in name else [])
             + ([f"codebook of {w.residual_centroids(name):,} centroids"] if w.residual_centroids(name) else [])
+            + (["256 sub-centroids a sub-space"] if codecs.parse_name(name)[-1][0] == "pq" else [])
             + ["header"]
         )
         lines.append(Line(f"codecs/{group}.mvrc", codec_file_bytes(w, name), f"{name}: {', '.join(parts)}"))

@@ -385,7 +385,7 @@ def _codecs(
         raise CorpusError("no token vector to train the codec on: every sampled passage is empty")
     # the configured names at the sample's dimension, each one the sample can train: a corpus of
     # a few documents has too few token vectors for auto's PCA (docs/codecs.md)
-    chosen = {g: codecs.choose(n, sample.shape[1], len(sample)) for g, n in wanted.items()}
+    chosen = {g: codecs.choose(n, sample.shape[1], len(sample), g) for g, n in wanted.items()}
     names = {g: ch.name for g, ch in chosen.items()}
     drawn = fraction * vector_fraction
     n_vectors = int(seen["vectors"] / drawn) if drawn < 1 else seen["vectors"]  # the collection's stored vectors, estimated
