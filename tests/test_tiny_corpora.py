@@ -71,11 +71,11 @@ def _assert_found_first(index: str, docs: list[dict]) -> None:
         assert r.path == "exact" and r.hits()[0][0] == d["_id"], (d["_id"], r.hits())
 
 
-def _assert_stats_name(index: str, codec: str, asked: str, capsys) -> None:
-    """``mvr.stats`` and the ``mvr stats`` table name the token codec and the name asked for
-    (int8 for pooled, as asked)."""
+def _assert_stats_name(index: str, codec: str, asked: str, capsys, pooled_asked: str = "int8") -> None:
+    """``mvr.stats`` and the ``mvr stats`` table name the token codec and the name asked for,
+    and the pooled codec (int8: asked, or the fallback of ``pooled_asked``)."""
     s = mvr.stats(index)
-    assert (s["codec"], s["codec_asked"], s["pooled_codec"], s["pooled_codec_asked"]) == (codec, asked, "int8", "int8")
+    assert (s["codec"], s["codec_asked"], s["pooled_codec"], s["pooled_codec_asked"]) == (codec, asked, "int8", pooled_asked)
     assert s["bytes_per_token_vector"] == codecs.bytes_per_vector(codec, DIM, n_centroids=1)  # uint8 ids: fewer than 256 centroids
     capsys.readouterr()
     assert stats_job.main([index]) == 0
@@ -155,14 +155,18 @@ def test_tiny_corpus_with_the_default_codec(case, datasets, ray_address, tmp_pat
 
 def test_a_named_codec_the_sample_cannot_train_falls_back_and_says_so(datasets, ray_address, tmp_path, capsys):
     """``--codec pq-48`` on one document: pq needs 256 vectors, the index trains residual-1
-    at the full dimension (auto's codec without a PCA) and the log line says why."""
+    at the full dimension (auto's codec without a PCA) and the log line says why. With
+    ``--pooled-codec auto`` the pooled group resolves its own auto (pq-192, not the tokens'
+    pca-192+residual-1) and falls back to int8, and says so."""
     doc = _docs(datasets)[19]
     lines: list[str] = []
-    config = IndexConfig.from_yaml(None, **{"compress.codec": "pq-48"})
+    config = IndexConfig.from_yaml(None, **{"compress.codec": "pq-48", "compress.pooled_codec": "auto"})
     m = mvr.index(_write_jsonl(tmp_path / "one.jsonl", [doc]), str(tmp_path / "index"), config, log=lines.append).manifest
     tokens = m.counts["tokens"]
     assert tokens < 256 and m.config["compress"]["codec"] == "pq-48" and m.codecs["tokens"]["name"] == "residual-1"
     (trained,) = [line for line in lines if line.startswith("trained codecs")]
     assert f"tokens residual-1 instead of pq-48: the training sample of {tokens:,} vectors is too small for it (at least 256)" in trained
+    assert f"pooled int8 instead of auto (pq-192): the training sample of {tokens:,} vectors is too small for it (at least 256)" in trained
+    assert m.config["compress"]["pooled_codec"] == "auto" and m.codecs["pooled"]["name"] == "int8"
     _assert_found_first(str(tmp_path / "index"), [doc])
-    _assert_stats_name(str(tmp_path / "index"), "residual-1", "pq-48", capsys)
+    _assert_stats_name(str(tmp_path / "index"), "residual-1", "pq-48", capsys, pooled_asked="auto")

@@ -63,8 +63,8 @@ class PQ(Codec):
             raise ValueError(f"pq-{m}: a sample of at least {PQ.MIN_VECTORS} vectors is needed (256 centroids per sub-space), got {len(x)}")
         pq = faiss.ProductQuantizer(dim, m, 8)
         pq.cp.seed = seed
-        # FAISS warns once a sub-space below 39 points a centroid (9,984 vectors): pq-192, the
-        # pooled group's default, would print 192 lines for a small corpus. The setting only
+        # FAISS warns once a sub-space below 39 points a centroid (9,984 vectors): pq-192 (the
+        # pooled group's auto) would print 192 lines for a small corpus. The setting only
         # gates that warning; the centroids are the same.
         pq.cp.min_points_per_centroid = 1
         if niter:
