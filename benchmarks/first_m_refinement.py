@@ -98,16 +98,15 @@ def run_collection(index: str, dataset: str, kinds: list[str], seeds: list[int])
     judged = collection.judged_queries
     encoded = dict(zip(judged, load_query_encoder(manifest.config)(list(judged.values()))))
     qrels = [ir_measures.Qrel(j.query_id, j.doc_id, j.relevance) for j in collection.qrels]
-    float16 = codecs.train("float16", stored.vectors[:1].astype(np.float32))
+    float16 = codecs.train("float16", stored.vectors[:1].astype(np.float32))  # also scores each refinement's float32 vectors
     reference = _cb._ndcg10(_cb._decode_rescore(float16, float16.encode(stored.vectors), stored, part, encoded, "first-m")[2], qrels)
-    identity = codecs.train("float16", stored.vectors[:1].astype(np.float32))  # scores float32 vectors given as float16 codes
     out: dict[str, Any] = {"collection": collection.name, "queries": len(judged), "float16_ndcg10": round(reference, 4), "delta": {}}
     for seed in seeds:
         sample = tokens.vectors[_cb.sample_rows(tokens, SAMPLE, seed)].astype(np.float32)
         token_codec = codecs.train(TOKEN_CODEC, sample, seed=seed, n_vectors=len(tokens.vectors))
         for kind in kinds:
             vectors = Refined(token_codec, kind, sample).roundtrip(stored.vectors)
-            run = _cb._decode_rescore(identity, identity.encode(vectors), stored, part, encoded, "first-m")[2]
+            run = _cb._decode_rescore(float16, float16.encode(vectors), stored, part, encoded, "first-m")[2]
             delta = round(_cb._ndcg10(run, qrels) - reference, 4)
             out["delta"].setdefault(kind, []).append(delta)
             print(f"{collection.name} seed {seed} {kind}: {delta:+.4f}", flush=True)
