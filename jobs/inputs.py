@@ -72,7 +72,12 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model directory, hub id, or 'minilm' (packaged default)")
     p.add_argument("--limit", type=positive_int, help="index only the first N input rows (N ≥ 1)")
     p.add_argument("--codec", help="token vectors' codec (compress.codec): auto, float16, int8, residual-N, pq-M, pca-D+C (docs/codecs.md)")
-    p.add_argument("--pooled-codec", help="codec of the pooled, first-m and centroid vectors (compress.pooled_codec, default int8; auto: pq-{dim/2})")
+    p.add_argument("--pooled-codec", help="codec of the pooled and centroid vectors (compress.pooled_codec, default auto: pq-{dim/2}; int8)")
+    p.add_argument(
+        "--first-m-codec",
+        help="first-m vectors (compress.first_m_codec): auto (refine-{dim/4}: the first m token codes plus a refinement), refine-M, "
+        "or pooled (a column in the pooled codec)",
+    )
 
 
 def load_index_config(args: argparse.Namespace):
@@ -80,6 +85,7 @@ def load_index_config(args: argparse.Namespace):
 
     overrides = {"model.name": args.model, "limit": args.limit}
     overrides |= {"compress.codec": getattr(args, "codec", None), "compress.pooled_codec": getattr(args, "pooled_codec", None)}
+    overrides |= {"compress.first_m_codec": getattr(args, "first_m_codec", None)}
     config = load_config(IndexConfig, args.config, **overrides)
     check_model(config.model.name)
     return config

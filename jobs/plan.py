@@ -46,9 +46,14 @@ def parser(p: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--pooled-codec",
-        default="int8",
-        help="codec of the pooled, first-m and centroid vectors (CompressConfig.pooled_codec, default int8: dim + 4 B a vector; "
-        "auto: pq-{dim/2}, dim/2 B a vector)",
+        default=codecs.AUTO,
+        help="codec of the pooled and centroid vectors (CompressConfig.pooled_codec, default auto: pq-{dim/2}, dim/2 B a vector; int8: dim + 4 B)",
+    )
+    p.add_argument(
+        "--first-m-codec",
+        default=codecs.AUTO,
+        help="first-m vectors (CompressConfig.first_m_codec): auto (refine-{dim/4}: the first m token codes plus dim/4 B of "
+        "refinement a vector), refine-M, or pooled (a column in the pooled codec)",
     )
     p.add_argument("--first-m", type=int, default=8, help="first-m vectors a passage (CompressConfig.first_m, default 8)")
     p.add_argument("--centroids", type=int, default=4, help="k-means centroids a passage (CompressConfig.centroids, default 4; colbert.yaml 8)")
@@ -99,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             dim=args.dim,
             codec=args.codec,
             pooled_codec=args.pooled_codec,
+            first_m_codec=args.first_m_codec,
             first_m=args.first_m,
             centroids=args.centroids,
             text_bytes_per_passage=args.text_bytes_per_passage,
@@ -137,7 +143,13 @@ def print_plan(plan) -> None:
             f"{w.tokens_per_passage:g}" + (f", pooled ÷ {w.pool_factor}: {w.stored_tokens_per_passage:g} stored" if w.pool_factor > 1 else ""),
         ),
         ("dim, token codec", f"{w.dim}, {w.codec_name}{' (auto)' if w.codec == 'auto' else ''}: {w.bytes_per_vector} B a vector, decoded dim {w.codec_dim}"),
-        ("pooled/first-m/centroids codec", f"{w.pooled_codec_name}: {w.bytes_per_vector_of('pooled')} B a vector, decoded dim {w.dim_of('pooled')}"),
+        ("pooled/centroids codec", f"{w.pooled_codec_name}: {w.bytes_per_vector_of('pooled')} B a vector, decoded dim {w.dim_of('pooled')}"),
+        (
+            "first-m codec",
+            f"the token codes + {w.first_m_codec_name}: {w.bytes_per_vector_of('first-m')} B a vector beyond them, decoded dim {w.dim_of('first-m')}"
+            if w.refines_first_m
+            else f"{w.pooled_codec_name} (the pooled codec's, a column of its own)",
+        ),
         ("first-m, centroids", f"{w.first_m}, {w.centroids}"),
         ("ANN", f"{ann.backend} over {', '.join(ann.kinds)}" if ann.backend != "none" else "none (exact)"),
         ("served codes", f"memory-mapped; {serve.codes_hot_fraction:g} of them provisioned as page cache"),

@@ -266,8 +266,8 @@ def plan(passages: int, **workload: Any) -> CapacityPlan:
     The storage of a billion passages with the default model and codecs, in TB:
 
     >>> import mvr
-    >>> round(mvr.plan(10**9).storage_bytes / 1e12, 1)
-    8.3
+    >>> round(mvr.plan(10**9).storage_bytes / 1e12, 2)
+    4.99
     """
     from mvr.operators.planning.capacity import AnnSettings, ServeSettings, Throughput, Workload, make_plan
 

@@ -125,9 +125,17 @@ class CompressConfig(_Section):
     )
     codec: str = Field(codecs.AUTO, description="token vectors' codec: operators/codecs name (float16, int8, residual-N, pq-M, pca-D+C) or auto")
     pooled_codec: str = Field(
-        "int8",
-        description="codec of the vectors scored against the pooled query (pooled, first-m, centroids); auto: pq-{dim/2}, half "
-        "the bytes (operators/codecs/registry.py pooled_default; int8 when the sample cannot train it)",
+        codecs.AUTO,
+        description="codec of the pooled and centroid vectors (and of first-m without a refinement), scored against the pooled "
+        "query; auto: pq-{dim/2}, half of int8's bytes (operators/codecs/registry.py pooled_default; int8 when the sample "
+        "cannot train it)",
+    )
+    first_m_codec: str = Field(
+        codecs.AUTO,
+        description="first-m vectors: refine-M, the first m token codes plus an M-byte product code of what they miss (no vector "
+        "stored twice); auto: refine-{dim/4} (96 B + a 2 B norm at 384 dims), or pooled where first-m cannot be read from the "
+        "token codes (token pooling, an untrained token codec, a pooled codec with a PCA, a sample under 256 vectors); pooled: a "
+        "column in the pooled codec (operators/codecs/refinement.py)",
     )
     codec_sample_vectors: int = Field(65_536, ge=256, description="token vectors the codecs are trained on, at most")
     codec_seed: int = 0
@@ -140,6 +148,13 @@ class CompressConfig(_Section):
     def _codec_name(cls, name: str) -> str:
         if name != codecs.AUTO:
             codecs.parse_name(name)  # ValueError naming what is wrong
+        return name
+
+    @field_validator("first_m_codec")
+    @classmethod
+    def _first_m_codec_name(cls, name: str) -> str:
+        if name != codecs.AUTO:
+            codecs.parse_first_m(name)  # ValueError naming the choices
         return name
 
     @model_serializer(mode="wrap")

@@ -161,7 +161,9 @@ class Manifest(BaseModel):
     input: dict[str, Any]  # url, fingerprint, blocks
     counts: dict[str, int]  # input_rows, indexed_documents, rejected, passages, tokens
     dim: int  # of the decoded token vectors (the tokens codec's output)
-    codecs: dict[str, dict[str, Any]]  # group (tokens, pooled) → name, path, bytes, sha256, dim_in, dim_out, bytes_per_vector, …
+    codecs: dict[
+        str, dict[str, Any]
+    ]  # group (tokens, pooled, first_m when first-m refines the token codes) → name, path, bytes, sha256, dim_in, dim_out, bytes_per_vector, …
     if TYPE_CHECKING:  # a list, or read_manifest's ShardList; validated as a list (the else branch) when given to the constructor
         shards: Sequence[ShardEntry] = Field(default_factory=list, exclude=True)
     else:

@@ -35,9 +35,9 @@ from mvr.operators.ann.base import AnnIndex
 from mvr.operators.ann.factory import load_index
 from mvr.operators.codecs import Codec
 from mvr.operators.retrieval.partition import Partition
-from mvr.operators.retrieval.stored_vectors import StoredVectors
+from mvr.operators.retrieval.stored_vectors import JoinedVectors, StoredVectors
 from mvr.storage import fs, local_cache
-from mvr.storage.codec_file import codec_of
+from mvr.storage.codec_file import codec_of, refines_first_m
 from mvr.storage.integrity import ExpectedFile, FileCheck, IntegrityError, missing, read_listed, size_check, unreadable
 from mvr.storage.manifest import Manifest, ShardEntry, shard_lookup, shard_paths, shard_rows
 from mvr.storage.schema import arrow_to_codes
@@ -132,6 +132,11 @@ def read_passages(
     passage numbers (each shard's Parquet file size-checked, and with ``sha256`` its checksum
     too); ``codecs``: the index's ({group: Codec}, ``storage.codec_file.load_codecs``).
     ``IntegrityError`` for a shard that does not match the manifest."""
+    if kind == "first-m" and refines_first_m(codecs):
+        tokens = read_passages(index_url, shards, slices, "tokens", codecs, ids, sha256)
+        own = _read_codes(index_url, shards, slices, "first_m")
+        tokens.vectors = JoinedVectors(own.segments, own.offsets, codec_of(codecs, kind), tokens.vectors)
+        return tokens
     column = KIND_COLUMN[kind]
     codec = codec_of(codecs, kind)
     doc_ids: list[str] = []
@@ -160,6 +165,21 @@ def read_passages(
     empty = [np.zeros((0, codec.bytes_per_vector), np.uint8)]
     vectors = StoredVectors(segments or empty, np.concatenate(offsets), codec, single=kind == "pooled")
     return PassageVectors(doc_ids, pidx, vectors)
+
+
+def _read_codes(index_url: str, shards: Sequence[ShardEntry], slices: Sequence[ShardSlice], column: str) -> StoredVectors:
+    """The codes of a list<code> ``column`` of the passages in ``slices``, mapped, with no
+    codec (the rows as stored: what ``JoinedVectors`` joins to another column's)."""
+    segments, offsets = [], [np.zeros(1, np.int64)]
+    for sl in slices:
+        shard = shard_lookup(shards, sl.path)
+        codes_table = open_codes(index_url, codes_file(shard))
+        _check_rows(index_url, sl, codes_table.num_rows, shard.codes)
+        codes, offs = arrow_to_codes(codes_table[column])
+        assert offs is not None  # a list<code> column
+        segments.append(codes[offs[sl.start] : offs[sl.stop]])
+        offsets.append(offs[sl.start + 1 : sl.stop + 1] - offs[sl.start] + offsets[-1][-1])
+    return StoredVectors(segments or [np.zeros((0, 1), np.uint8)], np.concatenate(offsets))
 
 
 def _check_rows(index_url: str, sl: ShardSlice, rows: int, path: Optional[str] = None) -> None:

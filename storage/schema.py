@@ -28,13 +28,14 @@ without a copy), the passage's vectors as codes of the index's codecs (``codecs/
 | --- | --- | --- |
 | tokens | list<code> | L2-normalised token vectors |
 | pooled | code | L2-normalised pooled vector |
-| first_m | list<code> | first m normalised token vectors |
+| first_m | list<code> | first m normalised token vectors; with a ``first_m`` codec, the refinement codes of the first m stored token vectors (read beside their token codes) |
 | centroids | list<code> | k-means centroids of the raw vectors |
 
 ``code`` is ``fixed_size_binary(bytes_per_vector)``; numpy views a column's codes as a
 (vectors, bytes_per_vector) uint8 matrix without a copy. The codes file's schema metadata
 holds ``mvr.codec.tokens`` and ``mvr.codec.pooled`` (the codecs' names: ``tokens`` is in
-the first, the other columns in the second, ``storage/codec_file.py``) and ``mvr.dim`` (the
+the first, the other columns in the second, ``storage/codec_file.py``), ``mvr.codec.first_m``
+when ``first_m`` holds refinement codes (``operators/codecs/refinement.py``), and ``mvr.dim`` (the
 decoded token vectors' dimension). These are the only copy of the vectors in an index: ANN and BM25
 partitions refer to shard rows (docs/indexing.md).
 
@@ -84,17 +85,22 @@ def code_type(bytes_per_vector: int) -> pa.DataType:
 
 def codes_schema(codec_set: Mapping[str, Codec]) -> pa.Schema:
     """Schema of a shard's codes file (``{name}.codes.arrow``): ``tokens`` in the codes of
-    ``codec_set["tokens"]``, the other columns in those of ``codec_set["pooled"]``."""
+    ``codec_set["tokens"]``, ``first_m`` in those of ``codec_set["first_m"]`` when there is
+    one (a refinement), the other columns in those of ``codec_set["pooled"]``."""
     tokens, pooled = codec_set["tokens"], codec_set["pooled"]
+    first_m = codec_set.get("first_m", pooled)
     code = code_type(pooled.bytes_per_vector)
+    metadata = {"mvr.schema_version": str(SCHEMA_VERSION), "mvr.codec.tokens": tokens.name, "mvr.codec.pooled": pooled.name, "mvr.dim": str(tokens.dim_out)}
+    if "first_m" in codec_set:
+        metadata["mvr.codec.first_m"] = first_m.name
     return pa.schema(
         [
             pa.field("tokens", pa.list_(code_type(tokens.bytes_per_vector))),
             pa.field("pooled", code),
-            pa.field("first_m", pa.list_(code)),
+            pa.field("first_m", pa.list_(code_type(first_m.bytes_per_vector))),
             pa.field("centroids", pa.list_(code)),
         ],
-        metadata={"mvr.schema_version": str(SCHEMA_VERSION), "mvr.codec.tokens": tokens.name, "mvr.codec.pooled": pooled.name, "mvr.dim": str(tokens.dim_out)},
+        metadata=metadata,
     )
 
 

@@ -49,14 +49,17 @@ def test_default_rules_are_the_backends_own():
 
 
 def test_the_plan_assumes_the_configuration_defaults():
-    """The planner (operators/, below the configuration) keeps the two defaults it plans with
-    as constants of its own: they equal the configuration's."""
+    """The planner (operators/, below the configuration) keeps the defaults it plans with as
+    constants of its own: they equal the configuration's."""
     from mvr.operators.planning import capacity
     from mvr.pipeline.config import AnnBuildConfig, CompressConfig, RuntimeConfig
 
     assert capacity.ROWS_PER_SHARD == RuntimeConfig.model_fields["write_rows_per_shard"].default
     assert capacity.CODEC_SAMPLE_VECTORS == CompressConfig.model_fields["codec_sample_vectors"].default
     assert capacity.AnnSettings().backend == AnnBuildConfig.model_fields["backend"].default == "codec-ivf"
+    w = capacity.Workload(passages=1)
+    for name in ("codec", "pooled_codec", "first_m_codec", "first_m", "centroids", "pool_factor"):
+        assert getattr(w, name) == CompressConfig.model_fields[name].default, name
 
 
 def test_shard_bytes_follow_the_schema():
@@ -104,13 +107,19 @@ def test_codecs_resolve_as_the_index_does():
     assert big.codec_name == "pca-192+residual-1" == codecs.resolve_name("auto", 384) and big.codec_dim == 192
     # the codebook is capped by the training sample (65,536 less 5 % held out): 2-byte ids, 26 B a vector
     assert big.residual_centroids() == 65_536 - round(65_536 * 0.05) and big.bytes_per_vector == 2 + 192 // 8
-    # pooled, first-m and centroids: the pooled codec, int8 by default (dim + a 4-byte scale), ANN at dim 384
-    for kind in ("pooled", "first-m", "centroids"):
-        assert big.codec_of(kind) == "int8" and big.bytes_per_vector_of(kind) == 388 and big.dim_of(kind) == 384
-    # --pooled-codec auto: pq-192 at 384 dims (2-dim sub-vectors, a byte each), int8 below 256 sample vectors
-    auto = Workload(passages=10**9, pooled_codec="auto")
-    assert auto.codec_of("first-m") == "pq-192" == codecs.resolve_name("auto", 384, "pooled") and auto.bytes_per_vector_of("pooled") == 192
-    assert [Workload(passages=1, tokens_per_passage=t, pooled_codec="auto").pooled_codec_name for t in (255, 256)] == ["int8", "pq-192"]
+    # pooled and centroids: the pooled codec, auto = pq-192 (2-dim sub-vectors, a byte each), ANN at dim 384
+    for kind in ("pooled", "centroids"):
+        assert big.codec_of(kind) == "pq-192" == codecs.resolve_name("auto", 384, "pooled") and big.bytes_per_vector_of(kind) == 192 and big.dim_of(kind) == 384
+    # first-m: the token codes plus refine-96 (96 PQ bytes and a float16 norm a vector), at dim 384
+    assert big.refines_first_m and (big.codec_of("first-m"), big.bytes_per_vector_of("first-m"), big.dim_of("first-m")) == ("refine-96", 98, 384)
+    # below 256 sample vectors: pooled int8, and first-m a column in it
+    small = [Workload(passages=1, tokens_per_passage=t) for t in (255, 256)]
+    assert [w.pooled_codec_name for w in small] == ["int8", "pq-192"] and [w.codec_of("first-m") for w in small] == ["int8", "refine-96"]
+    # --pooled-codec int8 (the default before 2026-12-01): dim + a 4-byte scale
+    assert Workload(passages=10**9, pooled_codec="int8").bytes_per_vector_of("centroids") == 388
+    # first-m keeps a column in the pooled codec where it cannot be read from the token codes
+    for w in (Workload(passages=10**9, pool_factor=2), Workload(passages=10**9, first_m_codec="pooled"), Workload(passages=10**9, codec="float16")):
+        assert not w.refines_first_m and w.codec_of("first-m") == "pq-192" and w.bytes_per_vector_of("first-m") == 192
     assert big.codec_of("tokens") == big.codec_name and big.dim_of("tokens") == 192
     assert Workload(passages=10, dim=160).codec_name == "residual-1" and Workload(passages=10, dim=160).bytes_per_vector == 1 + 160 // 8
     # a corpus whose token vectors are fewer than auto's PCA needs (2 × 192): residual-1 at 384
@@ -362,11 +371,11 @@ def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
     )
     assert shard_count(w) == len(m.shards)  # one input block: a shard a rows_per_shard passages
     # the plan's codecs are the index's: names, decoded dims, bytes a vector, codebook size
-    from mvr.storage.codec_file import KIND_GROUP, load_codec
+    from mvr.storage.codec_file import KIND_GROUP, group_of, load_codec
 
     assert w.codec_name == m.codecs["tokens"]["name"] == codecs.resolve_name("auto", w.dim) and w.codec_dim == m.codecs["tokens"]["dim_out"] == m.dim
-    for kind, group in KIND_GROUP.items():
-        entry = m.codecs[group]
+    for kind in KIND_GROUP:
+        entry = m.codecs[group_of(m.codecs, kind)]  # first-m: the refinement of the token codes (its column's codes)
         assert (w.codec_of(kind), w.bytes_per_vector_of(kind), w.dim_of(kind)) == (entry["name"], entry["bytes_per_vector"], entry["dim_out"])
     codec = load_codec(msmarco_100, m.codecs["tokens"])
     assert len(codec.inner.centroids if hasattr(codec, "inner") else codec.centroids) == w.residual_centroids()
@@ -407,7 +416,8 @@ def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
     assert abs(parquet_plan - parquet) <= PARQUET_FIT_TOL * parquet + FOOTER_TOL * n_shards * MEASURED["shard_footer_bytes"].value, (parquet_plan, parquet)
 
     # codec files: arrays exact, header measured
-    for group in ("tokens", "pooled"):
+    assert w.refines_first_m and "first_m" in m.codecs
+    for group in ("tokens", "pooled", "first_m"):
         assert abs(lines[f"codecs/{group}.mvrc"] - m.codecs[group]["bytes"]) <= 64, (group, lines[f"codecs/{group}.mvrc"], m.codecs[group]["bytes"])
     # catalog: a fit through this index and the 5,000-passage one; the file grows in DuckDB blocks
     assert abs(lines["catalog.duckdb"] - os.path.getsize(os.path.join(msmarco_100, "catalog.duckdb"))) <= CATALOG_TOL
@@ -438,7 +448,15 @@ def test_plan_matches_the_bytes_of_a_real_index(msmarco_100):
         assert idx.params.get("brute_force", False) == part["params"]["brute_force"]
     _check_bm25_plan(msmarco_100, m.bm25["partitions"], w.passages, lines["bm25 partitions"])
     # every line was checked
-    checked = set(shard_lines) | {"codecs/tokens.mvrc", "codecs/pooled.mvrc", "catalog.duckdb", "manifest.json", "shard list", "bm25 partitions"}
+    checked = set(shard_lines) | {
+        "codecs/tokens.mvrc",
+        "codecs/pooled.mvrc",
+        "codecs/first_m.mvrc",
+        "catalog.duckdb",
+        "manifest.json",
+        "shard list",
+        "bm25 partitions",
+    }
     checked |= {f"ann/{k}: {x}" for k in ("tokens", "pooled") for x in ("passages.parquet", "faiss-ivfpq index")}
     assert checked == set(lines)
     # served RAM: the ANN index at the decoded dimension; codes mapped, not counted (hot fraction 0)
@@ -455,7 +473,7 @@ def test_stats_measures_bytes_a_vector(msmarco_100, capsys, monkeypatch):
     m = load_manifest(msmarco_100)
     s = index_stats(msmarco_100)
     vb = s["vector_bytes"]
-    from mvr.storage.codec_file import KIND_GROUP
+    from mvr.storage.codec_file import group_of
 
     assert s["codec"] == vb["codecs"]["tokens"] == m.codecs["tokens"]["name"] and s["bytes_per_token_vector"] == m.codecs["tokens"]["bytes_per_vector"]
     assert s["pooled_codec"] == vb["codecs"]["pooled"] == m.codecs["pooled"]["name"]
@@ -463,8 +481,9 @@ def test_stats_measures_bytes_a_vector(msmarco_100, capsys, monkeypatch):
     assert k["tokens"]["vectors"] == m.counts["tokens"] and k["pooled"]["vectors"] == m.counts["passages"]
     assert k["first-m"]["vectors"] == m.counts["passages"] * m.config["compress"]["first_m"]  # no passage shorter than m here
     for kind, v in k.items():
-        bpv = m.codecs[KIND_GROUP[kind]]["bytes_per_vector"]
-        assert (v["codec"], v["bytes_per_vector"]) == (m.codecs[KIND_GROUP[kind]]["name"], bpv)
+        entry = m.codecs[group_of(m.codecs, kind)]  # first-m: its column's, the refinement (beside the token codes)
+        bpv = entry["bytes_per_vector"]
+        assert (v["codec"], v["bytes_per_vector"]) == (entry["name"], bpv)
         list_col = kind != "pooled"
         # codes: bpv a vector + a 4-byte list offset a passage (+ one a shard) for list columns
         extra = 4 * (m.counts["passages"] + len(m.shards)) if list_col else 0

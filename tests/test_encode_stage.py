@@ -67,6 +67,32 @@ def test_rows_carry_every_representation_as_codes_and_empty_batches_pass(codec):
     assert none is None and pooled.shape == (2, 64 + 4)  # int8: a byte a value and a float32 scale
 
 
+def test_first_m_is_a_refinement_of_the_first_stored_token_codes():
+    """With a first_m codec file, the first_m column holds only the refinement codes of each
+    passage's first m stored token vectors, made from the token codes of the same rows: put
+    beside those token codes they are ``Refined``'s code of the vectors (no vector coded
+    twice). Token pooling cannot be combined with it (its stored vectors are not the first m)."""
+    args = _args(projection_dim=64, first_m=3)
+    batch, passages = _batch()
+    sample, _ = sample_vectors([EncodeSample(*args)(batch)], cap=10_000, seed=0)
+    tokens = codecs.train("pca-16+residual-4", sample, seed=0)
+    spread = np.tile(sample, (20, 1)) + np.random.default_rng(0).normal(0, 0.05, (20 * len(sample), 64)).astype(np.float32)
+    refinement = codecs.train_refinement("refine-16", spread, tokens)  # PQ's 256 points a sub-space, none on a sample vector
+    files = {"tokens": codecs.to_bytes(tokens), "pooled": codecs.to_bytes(codecs.train("int8", sample)), "first_m": codecs.to_bytes(refinement)}
+    out = EncodeCompress(*args, codec_files=files)(batch)
+    token_codes, offsets = arrow_to_codes(out["tokens"])
+    refine_codes, first_offsets = arrow_to_codes(out["first_m"])
+    assert np.diff(first_offsets).tolist() == [3, 3] and refine_codes.shape == (6, 16 + 2)  # PQ bytes, a float16 norm
+    rows = np.concatenate([np.arange(a, a + 3) for a in offsets[:-1]])
+    refined = codecs.Refined(tokens, refinement)
+    # the sample holds the stage's vectors rounded to float16: a sub-vector that near a boundary
+    # between two sub-centroids may fall on either side
+    joined = np.concatenate([token_codes[rows], refine_codes], axis=1)
+    assert (joined == refined.encode(sample[rows])).mean() > 0.95
+    with pytest.raises(ValueError, match="token pooling"):
+        EncodeCompress(*_args(projection_dim=64, pool_factor=2), codec_files=files)
+
+
 def test_sample_is_capped_seeded_and_in_block_order():
     rng = np.random.default_rng(0)
     rows = [(f"b{b}", s, rng.standard_normal((3, 4)).astype(np.float32)) for b in range(3) for s in range(5)]

@@ -111,6 +111,35 @@ def test_token_vectors_equal_an_independent_encoding(msmarco_index, datasets, pl
     assert_codes_of_independent_vectors(msmarco_index, docs, sorted(sample), plain_vectors, "sample")
 
 
+def test_first_m_stores_no_vector_of_its_own(msmarco_index):
+    """One copy of the first m tokens (issue 49): the codes file's first_m column holds the
+    refinement's 98 B a vector (96 PQ bytes, a float16 norm) and nothing else (no second code of those vectors: neither
+    their 26 B token codes nor a pooled-codec code), and the first-m vectors the index's reader
+    hands the scorers are built on the tokens column's own codes of each passage's first m
+    positions, read here from the codes files with pyarrow, for all 5,000 passages."""
+    import pyarrow.ipc as ipc
+
+    m = load_manifest(msmarco_index)
+    m_first = m.config["compress"]["first_m"]
+    tokens_width = m.codecs["tokens"]["bytes_per_vector"]
+    assert m.codecs["first_m"]["name"] == "refine-96" and m.codecs["first_m"]["bytes_per_vector"] == 98
+    anchors, refinements = [], []
+    for shard in m.shards:
+        t = ipc.open_file(f"{msmarco_index}/{shard.codes}").read_all()
+        assert t.schema.field("first_m").type.value_type.byte_width == 98  # the refinement alone
+        tok, fm = t["tokens"].combine_chunks(), t["first_m"].combine_chunks()
+        tok_offsets, fm_offsets = np.asarray(tok.offsets), np.asarray(fm.offsets)
+        assert (np.diff(fm_offsets) == np.minimum(np.diff(tok_offsets), m_first)).all()
+        codes = np.frombuffer(tok.values.buffers()[1], np.uint8).reshape(-1, tokens_width)
+        rows = np.concatenate([np.arange(a, a + n) for a, n in zip(tok_offsets[:-1], np.diff(fm_offsets))])
+        anchors.append(codes[rows])
+        refinements.append(np.frombuffer(fm.values.buffers()[1], np.uint8).reshape(-1, 98))
+    part = exact_partition(msmarco_index, m, "first-m", load_codecs(msmarco_index, m.codecs))
+    joined = part.vectors.raw(np.arange(part.vectors.n_vectors))
+    np.testing.assert_array_equal(joined, np.concatenate([np.concatenate(anchors), np.concatenate(refinements)], axis=1))
+    assert part.vectors.stored_bytes() == 98 * part.vectors.n_vectors
+
+
 def test_a_small_job_in_the_driver_stores_the_codes_of_independent_vectors(datasets, plain_vectors, tmp_path):
     """A job under ``runtime.small_job_rows`` runs in the driver (no Ray worker), which keeps
     the model for the next small job: both jobs store, for every passage, the codes of plain

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import ann_build
 from helpers import REFERENCE_NDCG10, REFERENCE_TOLERANCE, ndcg10, read_qrels
+from mvr.operators import codecs
 from mvr.operators.retrieval.scoring import MODES
 from mvr.pipeline.config import SearchConfig
 from mvr.pipeline.indexing.ann_build import build_ann
@@ -98,12 +99,21 @@ def independent_exact(index_url: str, encoded: dict, k: int = 10) -> dict[str, d
             if name in lengths:
                 lengths[name].append(np.diff(np.asarray(col.offsets)))
                 col = col.flatten()
-            width = codec[name].bytes_per_vector
+            width = (loaded["first_m"] if name == "first_m" and "first_m" in loaded else codec[name]).bytes_per_vector
             codes[name].append(np.frombuffer(col.buffers()[1], np.uint8)[col.offset * width :][: len(col) * width])
+    joined = {}
+    if "first_m" in loaded:  # first-m refines the token codes: each passage's first m token codes, then the first_m column's
+        codec["first_m"] = codecs.Refined(loaded["tokens"], loaded["first_m"])
+        tokens = np.concatenate(codes["tokens"]).reshape(-1, loaded["tokens"].bytes_per_vector)
+        token_starts, first_lengths = np.r_[0, np.cumsum(np.concatenate(lengths["tokens"]))[:-1]], np.concatenate(lengths["first_m"])
+        anchors = tokens[np.concatenate([np.arange(a, a + n) for a, n in zip(token_starts, first_lengths)])]
+        joined["first_m"] = np.concatenate([anchors, np.concatenate(codes["first_m"]).reshape(len(anchors), -1)], axis=1)
+        codes["first_m"] = []
     flat = {}
     for name, ls in lengths.items():  # (all vectors decoded, start row of each passage)
         n = np.concatenate(ls)
-        flat[name] = (codec[name].decode(np.concatenate(codes[name]).reshape(-1, codec[name].bytes_per_vector)), np.r_[0, np.cumsum(n)[:-1]])
+        rows = joined[name] if name in joined else np.concatenate(codes[name]).reshape(-1, codec[name].bytes_per_vector)
+        flat[name] = (codec[name].decode(rows), np.r_[0, np.cumsum(n)[:-1]])
     pooled_m = codec["pooled"].decode(np.concatenate(codes["pooled"]).reshape(-1, codec["pooled"].bytes_per_vector))
     maxsim_all = _brute_force_maxsim([e.tokens for e in encoded.values()], *flat["tokens"])
     runs: dict[str, dict] = {mode: {} for mode in MODES}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -9,6 +11,7 @@ import pytest
 
 from mvr.operators import codecs
 from mvr.operators.ann.factory import make_index
+from mvr.operators.packed import Coded
 from mvr.storage.integrity import IntegrityError
 from mvr.storage.manifest import Manifest, ShardEntry
 from mvr.storage.partitions import ShardSlice, load_partition, plan_partitions, read_passages, write_partition
@@ -26,13 +29,18 @@ def manifest(rows: list[int]) -> Manifest:
     return Manifest(config={}, model={}, input={}, counts={}, dim=4, codecs={}, shards=shards)
 
 
-def write_index(url: str, arrays: list[list[np.ndarray]], codec: codecs.Codec) -> Manifest:
-    """Shards of the given passages' token vectors (one list a shard), every kind = tokens."""
+def write_index(url: str, arrays: list[list[np.ndarray]], codec: codecs.Codec, refined: Optional[codecs.Refined] = None) -> Manifest:
+    """Shards of the given passages' token vectors (one list a shard), every kind = tokens;
+    with ``refined``, first_m holds the refinement codes of each passage's first 2 vectors."""
     shards = []
     for b, part in enumerate(arrays):
         n = len(part)
         offsets = np.r_[0, np.cumsum([len(a) for a in part])]
         codes = codes_to_arrow(codec.encode(np.concatenate(part)), offsets)
+        first_m = codes
+        if refined is not None:
+            firsts = [a[:2] for a in part]
+            first_m = codes_to_arrow(refined.encode(np.concatenate(firsts))[:, codec.bytes_per_vector :], np.r_[0, np.cumsum([len(a) for a in firsts])])
         table = pa.table(
             {
                 "doc_id": [f"d{b}-{i}" for i in range(n)],
@@ -48,10 +56,10 @@ def write_index(url: str, arrays: list[list[np.ndarray]], codec: codecs.Codec) -
                 "n_tokens": [len(a) for a in part],
                 "tokens": codes,
                 "pooled": codes_to_arrow(codec.encode(np.stack([a[0] for a in part]))),
-                "first_m": codes,
+                "first_m": first_m,
                 "centroids": codes,
             },
-            schema=shard_schema({"tokens": codec, "pooled": codec}),
+            schema=shard_schema({"tokens": codec, "pooled": codec, **({"first_m": refined.refinement} if refined is not None else {})}),
         )
         rec = write_shard(url, table, f"b{b}")
         shards.append(ShardEntry(**{k: v for k, v in rec.items() if k != "seq_ranges"}))
@@ -68,6 +76,39 @@ def test_plan_splits_passages_into_contiguous_near_equal_ranges():
         plan_partitions(manifest([2]), 3)
     with pytest.raises(ValueError, match="positive integer"):
         plan_partitions(manifest([2]), 0)
+
+
+def test_refined_first_m_is_read_beside_the_token_codes(tmp_path):
+    """With a first_m refinement, first-m's code is each passage's first m token codes (read
+    from the tokens column, not stored again) followed by the first_m column's: a partition
+    spanning two shards decodes, takes, scans and hands out codes as ``Refined`` does on the
+    joined codes put together here from the columns."""
+    rng = np.random.default_rng(1)
+    unit = lambda n: (lambda x: x / np.linalg.norm(x, axis=1, keepdims=True))(rng.standard_normal((n, 16)).astype(np.float32))  # noqa: E731
+    arrays = [[unit(n) for n in (3, 1, 5)], [unit(n) for n in (4, 2)]]
+    sample = np.concatenate([a for part in arrays for a in part] + [unit(600)])
+    tokens = codecs.train("pca-8+residual-2", sample, seed=0)
+    refined = codecs.Refined(tokens, codecs.train_refinement("refine-4", sample, tokens))
+    m = write_index(str(tmp_path), arrays, tokens, refined)
+    plan = plan_partitions(m, 2)[1]  # passages 2..4: the last of shard 0, both of shard 1 (first rows: 2, 2, 2)
+    pv = read_passages(str(tmp_path), m.shards, plan.slices, "first-m", {"tokens": tokens, "pooled": tokens, "first_m": refined.refinement})
+    v = pv.vectors
+    assert pv.doc_ids == ["d0-2", "d1-0", "d1-1"] and v.lengths.tolist() == [2, 2, 2] and v.dim == 16
+    firsts = np.concatenate([a[:2] for a in (arrays[0][2], arrays[1][0], arrays[1][1])])
+    joined = refined.encode(firsts)  # the token codes of the first rows, then their refinement's
+    exact = tokens.bytes_per_vector + 4  # token code, PQ bytes; then the float16 norm, whose last bit may differ between batchings
+    for got in (v.raw(np.arange(6)), np.concatenate(list(v.code_blocks(4)))):
+        np.testing.assert_array_equal(got[:, :exact], joined[:, :exact])
+        np.testing.assert_allclose(got[:, exact:].copy().view("<f2"), joined[:, exact:].copy().view("<f2"), rtol=2**-10)
+    np.testing.assert_allclose(v.decode(np.array([5, 0, 3])), refined.decode(joined[[5, 0, 3]]), atol=1e-6)
+    np.testing.assert_allclose(v.take(np.array([2, 0])).vectors, refined.decode(joined[[4, 5, 0, 1]]), atol=1e-6)
+    # an exact scan hands the scorers its blocks as joined codes, scored as decoded vectors are
+    q = unit(3)
+    blocks = list(v.scan(max_rows=3))
+    assert [start for start, _ in blocks] == [0, 1, 2] and all(isinstance(b, Coded) for _, b in blocks)
+    scanned = np.concatenate([b.similarities(q) for _, b in blocks], axis=1)
+    np.testing.assert_allclose(scanned, q @ refined.decode(joined).T, atol=1e-5)
+    assert v.stored_bytes() == 6 * (4 + 2)  # the refinement's codes (4 PQ bytes, a float16 norm) alone: the token codes are the tokens column's
 
 
 @pytest.mark.parametrize("codec_name", ["float16", "residual-2"])

@@ -71,16 +71,16 @@ def _assert_found_first(index: str, docs: list[dict]) -> None:
         assert r.path == "exact" and r.hits()[0][0] == d["_id"], (d["_id"], r.hits())
 
 
-def _assert_stats_name(index: str, codec: str, asked: str, capsys, pooled_asked: str = "int8") -> None:
+def _assert_stats_name(index: str, codec: str, asked: str, capsys, pooled: str) -> None:
     """``mvr.stats`` and the ``mvr stats`` table name the token codec and the name asked for,
-    and the pooled codec (int8: asked, or the fallback of ``pooled_asked``)."""
+    and the pooled codec (``pooled``: what the default ``auto`` gives the sample)."""
     s = mvr.stats(index)
-    assert (s["codec"], s["codec_asked"], s["pooled_codec"], s["pooled_codec_asked"]) == (codec, asked, "int8", pooled_asked)
+    assert (s["codec"], s["codec_asked"], s["pooled_codec"], s["pooled_codec_asked"]) == (codec, asked, pooled, "auto")
     assert s["bytes_per_token_vector"] == codecs.bytes_per_vector(codec, DIM, n_centroids=1)  # uint8 ids: fewer than 256 centroids
     capsys.readouterr()
     assert stats_job.main([index]) == 0
     rows = {tuple(c.strip() for c in line.strip("│ ").split("│")) for line in capsys.readouterr().out.splitlines() if line.startswith("│")}
-    assert {("codec", codec), ("codec asked", asked), ("pooled codec", "int8")} <= rows
+    assert {("codec", codec), ("codec asked", asked), ("pooled codec", pooled)} <= rows
 
 
 CASES = {
@@ -111,6 +111,8 @@ def test_tiny_corpus_with_the_default_codec(case, datasets, ray_address, tmp_pat
     assert m.config["compress"]["codec"] == "auto" and m.codecs["tokens"]["name"] == codec == codecs.choose("auto", DIM, tokens).name
     assert m.codecs["tokens"]["dim_in"] == DIM and m.dim == m.codecs["tokens"]["dim_out"] == (192 if codec.startswith("pca") else DIM)
     (trained,) = [line for line in lines if line.startswith("trained codecs")]
+    pooled = codecs.choose("auto", DIM, tokens, "pooled").name  # pq-192 from 256 sample vectors, int8 below
+    assert m.codecs["pooled"]["name"] == pooled and (tokens >= 256) == (pooled == "pq-192") == ("first_m" in m.codecs)
     fell_back = codec == "residual-1"
     assert (tokens < 2 * 192) == fell_back and f"on {tokens:,} token vectors of {n} sampled passages" in trained
     if fell_back:
@@ -118,12 +120,13 @@ def test_tiny_corpus_with_the_default_codec(case, datasets, ray_address, tmp_pat
             f"tokens residual-1 instead of auto (pca-192+residual-1): the training sample of {tokens:,} vectors is too small for it (at least 384)" in trained
         )
     else:
-        assert "tokens pca-192+residual-1, pooled int8 on" in trained
+        assert "tokens pca-192+residual-1, pooled pq-192, first_m refine-96 on" in trained
+        assert m.codecs["first_m"]["name"] == "refine-96"  # first-m: the token codes plus a refinement
     if case.endswith("tsv"):  # the fields as written, quotes included
         stored = pq.read_table(Path(index) / m.shards[0].path, columns=["doc_id", "text"]).to_pylist()
         assert {r["doc_id"]: r["text"] for r in stored} == {d["_id"]: _query(d) for d in docs}
     _assert_found_first(index, docs)
-    _assert_stats_name(index, codec, "auto", capsys)
+    _assert_stats_name(index, codec, "auto", capsys, pooled)
     assert mvr.stats(index)["passages"] == n
 
     # mvr add: the index's own codec files, no retraining; the new document is found
@@ -149,7 +152,7 @@ def test_tiny_corpus_with_the_default_codec(case, datasets, ray_address, tmp_pat
     assert (s["passages"], s["deleted_passages"], s["documents"]) == (n, 0, n)
     assert {g: e["sha256"] for g, e in m.codecs.items()} == before
     _assert_found_first(index, docs[1:] + [extra])
-    _assert_stats_name(index, codec, "auto", capsys)
+    _assert_stats_name(index, codec, "auto", capsys, pooled)
     assert load_manifest(index).version == m.version and mvr.verify(index).ok
 
 
@@ -157,7 +160,8 @@ def test_a_named_codec_the_sample_cannot_train_falls_back_and_says_so(datasets, 
     """``--codec pq-48`` on one document: pq needs 256 vectors, the index trains residual-1
     at the full dimension (auto's codec without a PCA) and the log line says why. With
     ``--pooled-codec auto`` the pooled group resolves its own auto (pq-192, not the tokens'
-    pca-192+residual-1) and falls back to int8, and says so."""
+    pca-192+residual-1) and falls back to int8, and says so; first-m's refinement (refine-96)
+    falls back to a column in the pooled codec the same way."""
     doc = _docs(datasets)[19]
     lines: list[str] = []
     config = IndexConfig.from_yaml(None, **{"compress.codec": "pq-48", "compress.pooled_codec": "auto"})
@@ -167,6 +171,7 @@ def test_a_named_codec_the_sample_cannot_train_falls_back_and_says_so(datasets, 
     (trained,) = [line for line in lines if line.startswith("trained codecs")]
     assert f"tokens residual-1 instead of pq-48: the training sample of {tokens:,} vectors is too small for it (at least 256)" in trained
     assert f"pooled int8 instead of auto (pq-192): the training sample of {tokens:,} vectors is too small for it (at least 256)" in trained
-    assert m.config["compress"]["pooled_codec"] == "auto" and m.codecs["pooled"]["name"] == "int8"
+    assert f"first_m pooled instead of auto (refine-96): the training sample of {tokens:,} vectors is too small for it (at least 256)" in trained
+    assert m.config["compress"]["pooled_codec"] == "auto" and m.codecs["pooled"]["name"] == "int8" and "first_m" not in m.codecs
     _assert_found_first(str(tmp_path / "index"), [doc])
-    _assert_stats_name(str(tmp_path / "index"), "residual-1", "pq-48", capsys, pooled_asked="auto")
+    _assert_stats_name(str(tmp_path / "index"), "residual-1", "pq-48", capsys, "int8")

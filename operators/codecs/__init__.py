@@ -14,6 +14,7 @@ decodes any number of batches. Names (the registry, ``FAMILIES``):
 | ``residual-N`` (N = 1, 2, 4, 8) | id + d·N/8 | ColBERTv2: nearest centroid id (uint8/16/32) and the residual, N bits a value |
 | ``pq-M`` | M | FAISS product quantizer codes, M sub-quantizers of 8 bits (d divisible by M) |
 | ``pca-D+C`` | those of C at d = D | dimension reduction fitted on the sample (``faiss.PCAMatrix``), then codec C |
+| ``refine-M`` | M | first-m only: a product code of what the token codes miss (``refinement``), read with them |
 
 The decoded vectors live in the codec's output space (dimension ``dim_out``): score a query
 against them after ``project(query_vectors)`` (the PCA when there is one; a float32 copy
@@ -35,7 +36,8 @@ back to back, and a sha256 of everything before it (32 bytes). A truncated or co
 is refused with a ``CodecFileError`` (a ValueError) naming the file.
 
 Modules: ``base`` (the ``Codec`` / ``Transform`` interface), ``scalar`` (float16, int8),
-``residual``, ``quantizers`` (PQ, PCA, composition), ``registry`` (names, ``train``; ``choose``:
+``residual``, ``quantizers`` (PQ, PCA, composition), ``refinement`` (first-m's refinement
+of the token codes), ``registry`` (names, ``train``; ``choose``:
 the codec a training sample too small for the name asked for falls back to),
 ``serial`` (the file format). ``docs/codecs.md`` has the measured quality of each.
 """
@@ -55,26 +57,33 @@ from mvr.operators.codecs.base import (
     residual_centroids,
 )
 from mvr.operators.codecs.quantizers import PCA, PQ, Composed
+from mvr.operators.codecs.refinement import Refined, Refinement
 from mvr.operators.codecs.registry import (
     AUTO,
     AUTO_PCA_DIM,
     EXAMPLES,
     FAMILIES,
+    FIRST_M_IN_POOLED,
     GROUPS,
     PCA_MIN_VECTORS_PER_DIM,
     POOLED_FALLBACK,
     PQ_MIN_VECTORS,
+    REFINEMENTS,
     TRANSFORMS,
     UNTRAINED,
     CodecChoice,
     bytes_per_vector,
     choose,
+    choose_first_m,
+    first_m_default,
     full_dimension_default,
     min_sample,
+    parse_first_m,
     parse_name,
     pooled_default,
     resolve_name,
     train,
+    train_refinement,
 )
 from mvr.operators.codecs.residual import Residual
 from mvr.operators.codecs.scalar import Float16, Int8
@@ -86,6 +95,7 @@ __all__ = [
     "BLOCK",
     "EXAMPLES",
     "FAMILIES",
+    "FIRST_M_IN_POOLED",
     "FORMAT_VERSION",
     "GROUPS",
     "HELDOUT_FRACTION",
@@ -93,6 +103,7 @@ __all__ = [
     "PCA_MIN_VECTORS_PER_DIM",
     "POOLED_FALLBACK",
     "PQ_MIN_VECTORS",
+    "REFINEMENTS",
     "TRANSFORMS",
     "UNIT_TOLERANCE",
     "UNTRAINED",
@@ -104,20 +115,26 @@ __all__ = [
     "Int8",
     "PCA",
     "PQ",
+    "Refined",
+    "Refinement",
     "Residual",
     "Transform",
     "bytes_per_vector",
     "choose",
+    "choose_first_m",
     "default_centroids",
+    "first_m_default",
     "from_bytes",
     "full_dimension_default",
     "id_dtype",
     "is_unit",
     "min_sample",
+    "parse_first_m",
     "parse_name",
     "pooled_default",
     "residual_centroids",
     "resolve_name",
     "to_bytes",
     "train",
+    "train_refinement",
 ]

@@ -9,6 +9,7 @@ import numpy as np
 
 from mvr.operators.codecs.base import Codec, Transform
 from mvr.operators.codecs.quantizers import PCA, PQ, Composed
+from mvr.operators.codecs.refinement import Refinement
 from mvr.operators.codecs.residual import Residual
 from mvr.operators.codecs.scalar import Float16, Int8
 
@@ -16,6 +17,8 @@ from mvr.operators.codecs.scalar import Float16, Int8
 # whether its name takes a parameter, with the one examples show (``example_arg``).
 FAMILIES: dict[str, type[Codec]] = {c.family: c for c in (Float16, Int8, Residual, PQ)}
 TRANSFORMS: dict[str, type[Transform]] = {PCA.family: PCA}
+# codecs of what another codec's codes miss, trained given it (the first_m group's)
+REFINEMENTS: dict[str, type[Codec]] = {Refinement.family: Refinement}
 
 
 def _example(cls: type[Codec] | type[Transform]) -> str:
@@ -71,6 +74,15 @@ def train(name: str, sample: np.ndarray, seed: int = 0, **options: Any) -> Codec
     return Composed(transform, codec) if transform is not None else codec
 
 
+def train_refinement(name: str, sample: np.ndarray, anchor: Codec, seed: int = 0) -> Codec:
+    """Train the first_m group's ``refine-M`` on ``sample`` (the token codec's own sample,
+    (n, d) unit vectors) given the trained token codec ``anchor`` (``Refinement.fit``)."""
+    m = parse_first_m(name)
+    if m is None:
+        raise ValueError(f"first-m codec {name!r} trains nothing: first-m vectors are then coded by the pooled group's codec")
+    return Refinement.fit(m, sample, seed=seed, anchor=anchor)
+
+
 def bytes_per_vector(name: str, dim: int, n_vectors: Optional[int] = None, n_centroids: Optional[int] = None) -> int:
     """Bytes a vector of ``dim`` dims takes under codec ``name`` without training it (a
     residual codec's id width follows from ``n_centroids`` or ``default_centroids(n_vectors)``)."""
@@ -103,6 +115,8 @@ def resolve_name(name: str, dim: int, group: str = "tokens") -> str:
     Any other name is itself. ``choose`` then checks that the training sample can train it."""
     if group not in GROUPS:
         raise ValueError(f"codec group {group!r}: choose one of {', '.join(GROUPS)}")
+    if group == "first_m":
+        return first_m_default(dim) if name == AUTO else name
     if name != AUTO:
         return name
     if group == "pooled":
@@ -120,21 +134,46 @@ def full_dimension_default(dim: int) -> str:
 
 
 AUTO_PCA_DIM = 192  # the PCA dimension of ``auto`` for wider models (docs/codecs.md)
-GROUPS = ("tokens", "pooled")  # codec groups: the token vectors; pooled, first-m and centroids (storage/codec_file.py)
+# codec groups (storage/codec_file.py): the token vectors; pooled, centroids (and first-m
+# without a refinement); the first-m refinement of the token codes
+GROUPS = ("tokens", "pooled", "first_m")
 POOLED_FALLBACK = "int8"  # the pooled group's codec when its sample cannot train ``auto``'s (untrained)
+# the first_m group's "no refinement": first-m vectors in a column of their own, in the pooled
+# group's codec (every index before the refinement)
+FIRST_M_IN_POOLED = "pooled"
+
+
+def first_m_default(dim: int) -> str:
+    """``auto`` for the first_m group at ``dim`` dimensions: ``refine-{dim/4}``, a product code
+    of 4-dimension sub-vectors of what the token codes miss (96 B at MiniLM's 384 dims;
+    docs/codecs.md, "First-m as a refinement of the token codes": the smallest whose mean over
+    three seeds stays within 0.004 nDCG@10 of float16 on the three shared collections);
+    ``FIRST_M_IN_POOLED`` at a dimension 4 does not divide."""
+    return f"refine-{dim // 4}" if dim >= 4 and dim % 4 == 0 else FIRST_M_IN_POOLED
+
+
+def parse_first_m(name: str) -> Optional[int]:
+    """The first_m group's setting ``name`` → M of ``refine-M``, or None for
+    ``FIRST_M_IN_POOLED`` (``auto`` is resolved before). ValueError naming the choices otherwise."""
+    if name == FIRST_M_IN_POOLED:
+        return None
+    family, _, arg = str(name).partition("-")
+    if family != Refinement.family or not arg.isdigit() or int(arg) < 1:
+        raise ValueError(f"first-m codec {name!r}: choose {AUTO}, {FIRST_M_IN_POOLED} (a column in the pooled group's codec) or refine-M (e.g. refine-96)")
+    return int(arg)
 
 
 def pooled_default(dim: int) -> str:
-    """``auto`` for the pooled group (pooled, first-m and centroid vectors, each scored against
-    the pooled query vector) at ``dim`` dimensions: ``pq-{dim/2}``, a FAISS product
-    quantizer of 2-dimension sub-vectors (dim / 2 B a vector, half of ``int8``'s dim + 4),
-    for an even ``dim``; ``int8`` otherwise. Not the default (``int8`` is). Measured as the
-    token codec was (docs/codecs.md, "--pooled-codec auto"): exact first-m, softmax-centroid
-    and pooled nDCG@10 on the three shared collections over three training seeds. On
+    """``auto`` for the pooled group (pooled and centroid vectors, and first-m without a
+    refinement, each scored against the pooled query vector) at ``dim`` dimensions:
+    ``pq-{dim/2}``, a FAISS product quantizer of 2-dimension sub-vectors (dim / 2 B a vector,
+    half of ``int8``'s dim + 4), for an even ``dim``; ``int8`` otherwise. The default since
+    2026-12-01 (``int8`` before). Measured as the token codec was (docs/codecs.md,
+    "pq-192 for pooled and centroids"): exact softmax-centroid and pooled nDCG@10 on the three shared
+    collections over three training seeds, and the pipeline's own indexes exact and ANN. On
     cranfield and msmarco-sample it stays within 0.004 of ``int8`` on every seed and kind,
-    where ``residual-4`` and ``pq-128`` do not; on dbpedia-sample's 40 queries one seed of
-    first-m and one of centroids lose 0.0086 (means -0.0006 and -0.0037), a spread those
-    queries show for other codes too. FAISS trains it in 12-30 s on 2 cores."""
+    where ``residual-4`` and ``pq-128`` do not; dbpedia-sample's 40 queries resolve 0.005
+    no better than their paired standard error (docs/codecs.md has the figures)."""
     return f"pq-{dim // 2}" if dim >= 2 and dim % 2 == 0 else POOLED_FALLBACK
 
 
@@ -209,6 +248,8 @@ def choose(name: str, dim: int, n_sample: int, group: str = "tokens") -> CodecCh
     the sample (a PCA to more than ``dim`` dimensions, ``pq-M`` with M not dividing its input
     dimension), or an empty sample."""
     resolved = resolve_name(name, dim, group)
+    if group == "first_m":
+        return _choose_first_m(name, resolved, dim, n_sample)
     need = min_sample(resolved)
     inner_dim = dim
     for family, arg in parse_name(resolved):
@@ -230,3 +271,39 @@ def choose(name: str, dim: int, n_sample: int, group: str = "tokens") -> CodecCh
     if n_sample < min_sample(fallback) or (family == "pq" and dim % int(arg)):  # type: ignore[arg-type]
         fallback = full_dimension_default(dim)
     return CodecChoice(fallback, name, resolved, reason)
+
+
+def choose_first_m(name: str, dim: int, n_sample: int, tokens: str, pooled: str, pool_factor: int = 1) -> CodecChoice:
+    """The first_m group's codec for the setting ``name`` (docs/codecs.md, "First-m as a
+    refinement of the token codes"): ``choose(name, dim, n_sample, "first_m")``, except where
+    first-m cannot be read from the token codes and keeps a column in the pooled group's codec
+    (``FIRST_M_IN_POOLED``, with the reason): a token codec (``tokens``, the chosen name) that
+    learns nothing (float16, int8: nothing to refine), token pooling (``pool_factor`` > 1: the
+    stored vectors are not the first m) or a ``pooled`` codec with a transform (the pooled
+    query vector, which first-m is scored against, is then in another space). The one rule
+    ``mvr index`` and ``mvr plan`` follow."""
+    choice = choose(name, dim, n_sample, "first_m")
+    reason = ""
+    if tokens in UNTRAINED:
+        reason = f"the token codec {tokens} leaves nothing to refine"
+    elif pool_factor > 1:
+        reason = f"token pooling (pool_factor {pool_factor}) stores no first m token vectors"
+    elif len(parse_name(pooled)) > 1:
+        reason = f"the pooled codec {pooled} scores first-m in its own space"
+    if reason and choice.name != FIRST_M_IN_POOLED:
+        return CodecChoice(FIRST_M_IN_POOLED, name, choice.resolved, reason)
+    return choice
+
+
+def _choose_first_m(name: str, resolved: str, dim: int, n_sample: int) -> CodecChoice:
+    """``choose`` for the first_m group: ``refine-M`` when M divides ``dim`` and the sample
+    has ``PQ_MIN_VECTORS``, else ``FIRST_M_IN_POOLED``."""
+    m = parse_first_m(resolved)
+    if m is None:
+        return CodecChoice(resolved, name, resolved)
+    if dim % m:
+        raise ValueError(f"first-m codec {name}: refine-{m}: the dimension {dim} is not divisible by {m}")
+    if n_sample >= PQ_MIN_VECTORS:
+        return CodecChoice(resolved, name, resolved)
+    reason = f"the training sample of {n_sample:,} vectors is too small for it (at least {PQ_MIN_VECTORS:,})"
+    return CodecChoice(FIRST_M_IN_POOLED, name, resolved, reason)

@@ -11,7 +11,7 @@ import numpy as np
 
 from mvr.operators.codecs.base import Codec, CodecFileError, Transform
 from mvr.operators.codecs.quantizers import Composed
-from mvr.operators.codecs.registry import FAMILIES, TRANSFORMS
+from mvr.operators.codecs.registry import FAMILIES, REFINEMENTS, TRANSFORMS
 
 MAGIC = b"MVRCODEC"
 FORMAT_VERSION = 1
@@ -78,7 +78,7 @@ def deserialise(data: bytes, source: str) -> Codec:
             arrays[int(i)][key] = np.frombuffer(raw, dtype=np.dtype(a["dtype"])).reshape(a["shape"]).copy()
         built: list[Codec | Transform] = []
         for st, arr in zip(header["stages"], arrays):
-            cls = FAMILIES.get(st["family"]) or TRANSFORMS.get(st["family"])
+            cls = FAMILIES.get(st["family"]) or REFINEMENTS.get(st["family"]) or TRANSFORMS.get(st["family"])
             if cls is None:
                 raise ValueError(f"unknown family {st['family']!r}")
             built.append(cls._from_state(st["params"], arr))

@@ -103,10 +103,11 @@ MEASURED: dict[str, Measured] = {
     ),
     "shard_footer_bytes": Measured(3_209, "bytes / shard", f"Parquet file bytes not in any column chunk: 16,044 B over 5 shards, {_IDX2}"),
     "codes_file_overhead_bytes": Measured(
-        1_780,
+        1_894,
         "bytes / codes file",
-        "codes file bytes not in the columns' 4 B/passage offsets and codes: 32,545,386 - 32,536,544 B over 5 files (schema with both codecs' names, "
-        f"batch header, footer, padding) + 3 × 4 B (a list column's n + 1st offset), {_IDX2}",
+        "codes file bytes not in the columns' 4 B/passage offsets and codes (the schema with the three codecs' names, batch header, "
+        "footer, padding) + 3 × 4 B (a list column's n + 1st offset): 1,896, 1,894 and 1,892 B in the 3 files of tests/conftest.py "
+        "msmarco_100 with the defaults of 2026-12-01 (first_m refine-96, pooled pq-192); 1,780 B with two codecs' names (2026-11-23)",
     ),
     "catalog_bytes_per_passage": Measured(
         321.0,
@@ -206,7 +207,8 @@ class Workload:
     tokens_per_passage: float = MEASURED["tokens_per_passage"].value
     dim: int = 384
     codec: str = codecs.AUTO
-    pooled_codec: str = "int8"
+    pooled_codec: str = codecs.AUTO
+    first_m_codec: str = codecs.AUTO  # CompressConfig.first_m_codec
     first_m: int = 8
     centroids: int = 4
     text_bytes_per_passage: float = MEASURED["text_bytes_per_passage"].value
@@ -245,16 +247,33 @@ class Workload:
         return codecs.choose(self.pooled_codec, self.dim, self.codec_sample, "pooled").name
 
     @property
+    def first_m_codec_name(self) -> str:
+        """The first_m group's codec: ``refine-M`` (first-m read from the token codes plus
+        M-byte refinement codes) or ``codecs.FIRST_M_IN_POOLED`` (a column in the pooled
+        codec), as ``mvr index`` chooses it (``operators.codecs.choose_first_m``)."""
+        return codecs.choose_first_m(self.first_m_codec, self.dim, self.codec_sample, self.codec_name, self.pooled_codec_name, self.pool_factor).name
+
+    @property
+    def refines_first_m(self) -> bool:
+        """Whether first-m is the token codes plus a refinement (no column of its own vectors)."""
+        return self.first_m_codec_name != codecs.FIRST_M_IN_POOLED
+
+    @property
     def codec_sample(self) -> int:
         """Token vectors the codecs are trained on: ``codec_sample_vectors``, at most the
         index's (at least 1)."""
         return max(1, int(min(self.codec_sample_vectors, self.token_vectors)))
 
     def codec_of(self, kind: str) -> str:
-        """The codec that stores ``kind`` (``storage.codec_file.KIND_GROUP``)."""
+        """The codec that stores ``kind`` (``storage.codec_file.KIND_GROUP``; first-m: its
+        refinement's, ``refine-M``, when it has one)."""
+        if kind == "first-m" and self.refines_first_m:
+            return self.first_m_codec_name
         return self.codec_name if kind == "tokens" else self.pooled_codec_name
 
     def _decoded_dim(self, name: str) -> int:
+        if _is_refinement(name):
+            return self.dim  # the refined first-m vectors: at the model's dimension
         stages = codecs.parse_name(name)
         return int(stages[0][1]) if len(stages) == 2 else self.dim  # type: ignore[arg-type]
 
@@ -286,15 +305,19 @@ class Workload:
         another family): ColBERTv2's default for the collection's token vectors, at most the
         k-means rows of the training sample (the sample less its 5 % held out), as
         ``operators/codecs/residual.py`` trains it."""
-        if codecs.parse_name(name or self.codec_name)[-1][0] != "residual":
+        name = name or self.codec_name
+        if _is_refinement(name) or codecs.parse_name(name)[-1][0] != "residual":
             return None
         sample = self.codec_sample
         train_rows = sample - max(1, int(round(sample * codecs.HELDOUT_FRACTION))) if sample > 1 else 1
         return codecs.residual_centroids(train_rows, int(self.token_vectors))
 
     def bytes_per_vector_of(self, kind: str) -> int:
-        """Stored bytes of one vector of ``kind`` (``operators.codecs.bytes_per_vector``)."""
+        """Stored bytes of one vector of ``kind`` (``operators.codecs.bytes_per_vector``; a
+        refined first-m vector: its refinement's M + 2, the token code being the token column's)."""
         name = self.codec_of(kind)
+        if _is_refinement(name):
+            return codecs.Refinement.spec_bytes(codecs.parse_first_m(name), self.dim)
         return codecs.bytes_per_vector(name, self.dim, n_centroids=self.residual_centroids(name))
 
     @property
@@ -316,6 +339,11 @@ class Workload:
         """Codes-file bytes a passage of ``kind``: its vectors' codes, + a 4-byte list offset
         for a list column (tokens, first-m, centroids)."""
         return self.vectors_per_passage(kind) * self.bytes_per_vector_of(kind) + (4 if kind in LIST_KINDS else 0)
+
+
+def _is_refinement(name: str) -> bool:
+    """Whether codec ``name`` is the first_m group's ``refine-M``."""
+    return name.startswith(f"{codecs.Refinement.family}-")
 
 
 @dataclass(frozen=True)
@@ -560,6 +588,8 @@ def codec_file_bytes(w: Workload, name: str) -> float:
     codebook (centroids × its input dims), 2^N - 1 bucket cutoffs and 2^N weights, PQ's 256 ×
     its input dims; none for float16 / int8 — plus the magic, JSON header and sha256
     (measured, ``codec_header_bytes``)."""
+    if _is_refinement(name):  # the residual's PQ centroids (256 × dim) and α (a parameter)
+        return 4.0 * 256 * w.dim + MEASURED["codec_header_bytes"].value + MEASURED["codec_array_header_bytes"].value
     stages = codecs.parse_name(name)
     arrays, n_arrays = 0.0, 0
     d = w.dim
@@ -612,7 +642,11 @@ def shard_storage(w: Workload) -> list[Line]:
             f"{meta:g} B/passage + ({footer:,.0f} B footer + {chunks:,.0f} B of column chunks) × {shards:,} Parquet files (≥ 1 a {w.rows_per_shard:,} passages)",
         )
     )
-    for group, name in (("tokens", w.codec_name), ("pooled", w.pooled_codec_name)):
+    groups = [("tokens", w.codec_name), ("pooled", w.pooled_codec_name)] + ([("first_m", w.first_m_codec_name)] if w.refines_first_m else [])
+    for group, name in groups:
+        if _is_refinement(name):
+            lines.append(Line(f"codecs/{group}.mvrc", codec_file_bytes(w, name), f"{name}: 256 sub-centroids a sub-space of the residual, header"))
+            continue
         parts = (
             (["PCA matrix"] if "+" in name else [])
             + ([f"codebook of {w.residual_centroids(name):,} centroids"] if w.residual_centroids(name) else [])

@@ -224,3 +224,46 @@ class StoredVectors:
     def stored_bytes(self) -> int:
         """Bytes of the stored rows (codes or vectors) this run covers."""
         return sum(int(s.nbytes) for s in self.segments)
+
+
+class JoinedVectors(StoredVectors):
+    """A kind whose code is split between two stored runs of the same passages: row j of a
+    passage here is ``anchor``'s row j of that passage (another kind's codes: the token codes)
+    followed by this run's own row (``segments``: the rest of the code), decoded by ``codec``
+    (``anchor``'s width plus this run's). First-m with a refinement
+    (``operators/codecs/refinement.py``): each passage's first m token codes and their
+    refinement codes, with no code held twice. Each passage has at most as many rows here as
+    in ``anchor``."""
+
+    def __init__(self, segments: Sequence[np.ndarray], offsets: np.ndarray, codec: Codec, anchor: StoredVectors) -> None:
+        own = codec.bytes_per_vector - (anchor.codec.bytes_per_vector if anchor.codec is not None else 0)
+        part = [np.asarray(s).reshape(len(s), own) for s in segments]
+        super().__init__(part, offsets)
+        if len(anchor) != len(self) or np.any(self.lengths > anchor.lengths):
+            raise ValueError(f"{len(self)} passages joined with {len(anchor)} whose codes hold fewer rows")
+        self.codec, self.dim, self.anchor = codec, codec.dim_out, anchor
+
+    def raw(self, vector_rows: np.ndarray) -> np.ndarray:
+        """The joined codes at ``vector_rows``: the anchor's rows then this run's, side by side."""
+        rows = np.asarray(vector_rows, dtype=np.int64)
+        own = super().raw(rows)
+        p = self.owner(rows)
+        return np.concatenate([self.anchor.raw(self.anchor.offsets[p] + rows - self.offsets[p]), own], axis=1)
+
+    def decode_range_into(self, lo: int, hi: int, out: np.ndarray) -> np.ndarray:
+        assert self.codec is not None  # set in __init__
+        return self.codec.decode(self.raw(np.arange(lo, hi, dtype=np.int64)), out=out)
+
+    def code_blocks(self, rows: int = 65_536) -> Iterator[np.ndarray]:
+        for start in range(0, self.n_vectors, rows):
+            yield self.raw(np.arange(start, min(start + rows, self.n_vectors), dtype=np.int64))
+
+    def scan(self, max_rows: Optional[int] = None) -> Iterator[tuple[int, Packed | np.ndarray]]:
+        """(first passage, passages) of every passage in order, as ``StoredVectors.scan``
+        but each block as its joined codes (``Coded``): the codec scores them without the
+        decode that would lift every code to the full dimension (``Refined.similarities``)."""
+        assert self.codec is not None  # set in __init__
+        bounds = self.scan_bounds(max_rows or self.scan_rows())
+        rows = self.offsets[bounds]
+        for start, stop, lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), rows[:-1].tolist(), rows[1:].tolist()):
+            yield start, Coded(self.raw(np.arange(lo, hi, dtype=np.int64)), self.offsets[start : stop + 1] - lo, None, self.codec)

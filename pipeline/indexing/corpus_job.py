@@ -386,7 +386,8 @@ def _codecs(
     # the configured names at the sample's dimension, each one the sample can train: a corpus of
     # a few documents has too few token vectors for auto's PCA (docs/codecs.md)
     chosen = {g: codecs.choose(n, sample.shape[1], len(sample), g) for g, n in wanted.items()}
-    names = {g: ch.name for g, ch in chosen.items()}
+    chosen["first_m"] = codecs.choose_first_m(c.first_m_codec, sample.shape[1], len(sample), chosen["tokens"].name, chosen["pooled"].name, c.pool_factor)
+    names = {g: ch.name for g, ch in chosen.items() if ch.name != codecs.FIRST_M_IN_POOLED}
     drawn = fraction * vector_fraction
     n_vectors = int(seen["vectors"] / drawn) if drawn < 1 else seen["vectors"]  # the collection's stored vectors, estimated
     if placement.in_driver:

@@ -23,6 +23,7 @@ from mvr.operators.encode.token_pooling import pool_passages
 from mvr.operators.encode.tokenizer import PassageTokenizer
 from mvr.operators.packed import Packed
 from mvr.storage import staging
+from mvr.storage.codec_file import refined_first_m
 from mvr.storage.schema import codes_to_arrow, packed_to_arrow, shard_schema
 
 if TYPE_CHECKING:
@@ -113,20 +114,38 @@ class EncodeSample(_Encoder):
         return pa.table({"block_id": batch["block_id"], "seq": batch["seq"], "tokens": packed_to_arrow(tokens, self.dim)}, schema=schema)
 
 
+def first_rows(offsets: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, offsets) of the first ``m`` rows of each passage of a packed run with
+    ``offsets`` ((n + 1,) int64): the (k,) int64 row numbers, passage by passage, and their
+    own (n + 1,) offsets (a passage with fewer rows keeps all of them)."""
+    lengths = np.minimum(np.diff(offsets), m)
+    out = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return np.arange(out[-1], dtype=np.int64) + np.repeat(offsets[:-1] - out[:-1], lengths), out
+
+
 class BatchCompressor:
     """The compress stage without the model: encoded passages → rows of the shard schema
     with every representation as codes of the index's codecs (token vectors pooled first when
     ``compress.pool_factor`` > 1: ``n_tokens`` counts the stored vectors) (``codec_files``:
-    {group: file bytes}, ``storage/codec_file.py``: tokens in the ``tokens`` codec, the rest in
-    ``pooled``; ``dim``: the encoder's output dimension after the projection)."""
+    {group: file bytes}, ``storage/codec_file.py``: tokens in the ``tokens`` codec, pooled and
+    centroids in ``pooled``, first-m in ``pooled`` or, with a ``first_m`` file, as the
+    refinement codes of each passage's first m stored token vectors; ``dim``: the encoder's
+    output dimension after the projection)."""
 
     def __init__(self, compress: dict, codec_files: dict[str, bytes], dim: int) -> None:
         self.dim = dim
         self.pool_factor = compress.get("pool_factor", 1)
+        self.first_m = compress["first_m"]
         self.codecs = {g: codecs.from_bytes(data, f"the index's {g} codec") for g, data in codec_files.items()}
         for g, c in self.codecs.items():
             if c.dim_in != dim:
                 raise ValueError(f"the {g} codec takes {c.dim_in}-dimensional vectors, the encoder makes {dim}")
+        self.refined = refined_first_m(self.codecs)
+        if self.refined is not None and self.pool_factor > 1:
+            raise ValueError(
+                "a first-m refinement reads the first m stored token vectors: with token pooling (pool_factor > 1) first-m needs a column of its own"
+            )
         self.compressor = Compressor(
             None, compress["pooling"], compress["first_m"], compress["centroids"], compress["kmeans_iterations"], compress["centroid_space"]
         )
@@ -136,6 +155,17 @@ class BatchCompressor:
         packed = Packed.from_list(arrays, self.dim)
         return codes_to_arrow(self.codecs[group].encode(packed.vectors), packed.offsets)
 
+    def _tokens_and_first_m(self, reps: dict[str, list[np.ndarray]]) -> tuple[pa.Array, pa.Array]:
+        """The tokens and first_m columns: with a refinement, first-m is the refinement of
+        each passage's first m stored token vectors, made from the token codes just computed
+        (no vector coded twice)."""
+        if self.refined is None:
+            return self._codes(reps["tokens"], "tokens"), self._codes(reps["first_m"], "pooled")
+        tokens = Packed.from_list(reps["tokens"], self.dim)
+        codes = self.codecs["tokens"].encode(tokens.vectors)
+        rows, offsets = first_rows(tokens.offsets, self.first_m)
+        return codes_to_arrow(codes, tokens.offsets), codes_to_arrow(self.refined.refine(tokens.vectors[rows], codes[rows]), offsets)
+
     def __call__(self, meta: pa.Table, raw: list[np.ndarray], keep: list[np.ndarray]) -> pa.Table:
         """``meta``: the passages' columns (no ``input_ids``); ``raw``: (n_i, dim) float32
         vectors a passage as the encoder made them (projected, not normalised); ``keep``: (n_i,)
@@ -144,13 +174,14 @@ class BatchCompressor:
             return self.schema.empty_table()
         reps = self.compressor(raw, keep)
         reps["tokens"] = pool_passages(reps["tokens"], self.pool_factor)  # token vectors only: the others are computed before
+        tokens, first_m = self._tokens_and_first_m(reps)
         return pa.table(
             {
                 **{name: meta[name] for name in meta.column_names},
                 "n_tokens": pa.array([len(t) for t in reps["tokens"]], pa.int32()),
-                "tokens": self._codes(reps["tokens"], "tokens"),
+                "tokens": tokens,
                 "pooled": codes_to_arrow(self.codecs["pooled"].encode(np.stack(reps["pooled"]))),
-                "first_m": self._codes(reps["first_m"], "pooled"),
+                "first_m": first_m,
                 "centroids": self._codes(reps["centroids"], "pooled"),
             },
             schema=self.schema,

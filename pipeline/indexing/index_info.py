@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from mvr.storage import fs
 from mvr.storage.catalog import Catalog
-from mvr.storage.codec_file import KIND_GROUP
+from mvr.storage.codec_file import group_of
 from mvr.storage.manifest import Manifest, load_manifest
 
 # vector kind → codes-file column (storage/schema.py); the order ``mvr stats`` prints them in
@@ -109,6 +109,6 @@ def vector_bytes(index_url: str, m: Manifest) -> dict[str, Any]:
     ann = sum(k["ann_bytes"] for k in kinds.values())
     total = {"vectors": vectors, "codes_files_bytes": codes_files, "ann_bytes": ann, "per_vector": (codes_files + ann) / max(vectors, 1)}
     for kind, k in kinds.items():
-        entry = m.codecs[KIND_GROUP[kind]]
+        entry = m.codecs[group_of(m.codecs, kind)]
         k["codec"], k["bytes_per_vector"] = entry["name"], int(entry["bytes_per_vector"])
     return {"codecs": {g: e["name"] for g, e in m.codecs.items()}, "kinds": kinds, "total": total}

@@ -133,13 +133,16 @@ def sample_vectors(batches: Iterable[pa.Table], cap: int, seed: int) -> tuple[np
 
 
 def train_codecs(names: dict[str, str], sample: np.ndarray, seed: int, n_vectors: int, threads: Optional[int] = None) -> dict[str, bytes]:
-    """Train each codec of ``names`` ({group: codec name}) on ``sample`` (a Ray task body):
-    {group: its file's bytes}. ``threads``: FAISS's OpenMP threads for the k-means and PCA
+    """Train each codec of ``names`` ({group: codec name}; a ``first_m`` refinement after the
+    tokens codec it refines) on ``sample`` (a Ray task body): {group: its file's bytes}. ``threads``: FAISS's OpenMP threads for the k-means and PCA
     (``EncodePlan.threads``: all the node's cores; Ray would give a task as many as it
     reserves: on 2 cores, pca-64+residual-2 on 65,536 vectors took 8.7 s on one, 5.0 s on two)."""
     if threads:
         set_build_threads(threads)
-    return {g: codecs.to_bytes(codecs.train(name, sample, seed=seed, n_vectors=n_vectors)) for g, name in names.items()}
+    trained = {g: codecs.train(name, sample, seed=seed, n_vectors=n_vectors) for g, name in names.items() if g != "first_m"}
+    if "first_m" in names:  # the token codec's refinement, trained given it on the same sample
+        trained["first_m"] = codecs.train_refinement(names["first_m"], sample, trained["tokens"], seed=seed)
+    return {g: codecs.to_bytes(c) for g, c in trained.items()}
 
 
 def write_shards(batch: pa.Table, index_url: str) -> pa.Table:
