@@ -41,7 +41,7 @@ def lifted(anchor: Codec, codes: np.ndarray, lift: Optional[np.ndarray]) -> np.n
     """(n, anchor.dim_in) float32: the anchor's codes decoded (unit length where the anchor's
     are) and lifted to its input dimension."""
     decoded = anchor.decode(codes)
-    return decoded @ lift if lift is not None else decoded
+    return matmul(decoded, lift) if lift is not None else decoded
 
 
 def anchor_scale(anchor: Codec, x: np.ndarray) -> tuple[float, np.ndarray]:
@@ -187,7 +187,7 @@ class Refined(Codec):
 
         q = _f32(query_vectors, self.dim_in, f"{self.name} similarities")
         anchor_codes, pq_codes, inv = self._parts(self._check_codes(codes))
-        lowered = np.ascontiguousarray(q @ self.lift.T if self.lift is not None else q, dtype=np.float32)
+        lowered = np.ascontiguousarray(matmul(q, self.lift.T) if self.lift is not None else q, dtype=np.float32)
         if len(q) <= residual_scoring.MAX_QUERY_VECTORS:
             inner = self.anchor.inner if isinstance(self.anchor, Composed) else self.anchor
             sims = inner.similarities(lowered, np.ascontiguousarray(anchor_codes))

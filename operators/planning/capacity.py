@@ -8,14 +8,17 @@ Formats the arithmetic follows (schema v2, ``storage/schema.py``):
   and ``shards/X.codes.arrow`` (Arrow IPC, uncompressed): per passage its token, first-m and
   centroid vectors as ``list<fixed_size_binary(bpv)>`` (bpv codes + a 4-byte int32 list offset
   a passage and list column) and its pooled vector as ``fixed_size_binary(bpv)``, where bpv is
-  the bytes a vector of the kind's codec (tokens: the token codec; the others: the pooled codec) (``operators/codecs``; default ``auto``: ``pca-192+residual-1``
-  above 192 dims, 26 B at dim 384; ``residual-1`` above 128; ``residual-2`` at ≤ 128); one shard per ≤ 1,024 passages
-  of an input block; two codec files ``codecs/{tokens,pooled}.mvrc`` (``storage/codec_file.py``:
-  the token vectors' codec, and ``int8`` by default for pooled, first-m and centroids);
+  the bytes a vector of the kind's codec (tokens: the token codec; pooled and centroids: the pooled codec;
+  first-m: its refinement's, beside the token codes of its positions, or the pooled codec without one)
+  (``operators/codecs``; default ``auto``: ``pca-192+residual-1`` above 192 dims, 26 B at dim 384;
+  ``residual-1`` above 128; ``residual-2`` at ≤ 128); one shard per ≤ 1,024 passages
+  of an input block; codec files ``codecs/{tokens,pooled,first_m}.mvrc`` (``storage/codec_file.py``:
+  the token vectors' codec, ``pq-{dim/2}`` by default for pooled and centroids, ``refine-{dim/4}``
+  for first-m);
   ``manifest.json`` holds nothing per shard or passage: the shard list is a Parquet file beside it;
 - an ANN partition (``storage/partitions.py``) holds ``passages.parquet`` (ids only: passage,
   doc_id, passage_idx) and its index over the *decoded* vectors, of the kind's codec's output
-  dimension (``dim_out``: 192 for the default token codec at dim 384, dim for int8): FAISS IVFPQ (``operators/ann/ivfpq.py``: per vector
+  dimension (``dim_out``: 192 for the default token codec at dim 384, dim for the other kinds): FAISS IVFPQ (``operators/ann/ivfpq.py``: per vector
   an m·nbits/8-byte code and an 8-byte id; coarse centroids nlist·dim·4; PQ centroids
   2^nbits·dim·4) or ScaNN (``operators/ann/scann_index.py``: per vector one byte per
   dims_per_block dimensions of AH codes on disk — half that in RAM, lut16 packs two a byte —
@@ -198,7 +201,8 @@ class Workload:
     """The collection and its vectors: ``passages`` (after splitting), mean stored token
     vectors a passage, encoder output ``dim`` (after any projection), the token vectors'
     ``codec`` (an ``operators.codecs`` name or ``auto``, resolved at ``dim``) and the
-    ``pooled_codec`` of pooled, first-m and centroids (CompressConfig.pooled_codec), first-m and centroid
+    ``pooled_codec`` of pooled and centroids (CompressConfig.pooled_codec), ``first_m_codec``
+    (CompressConfig.first_m_codec: first-m's refinement of the token codes), first-m and centroid
     counts (CompressConfig), raw text bytes and doc-id characters a passage, and the codec's
     training sample cap (CompressConfig.codec_sample_vectors: bounds a residual codebook)
     and the passages a shard (RuntimeConfig.write_rows_per_shard)."""
@@ -243,7 +247,8 @@ class Workload:
 
     @property
     def pooled_codec_name(self) -> str:
-        """The codec of pooled, first-m and centroids (``storage/codec_file.py``: group pooled)."""
+        """The codec of pooled and centroids, and of first-m without a refinement
+        (``storage/codec_file.py``: group pooled)."""
         return codecs.choose(self.pooled_codec, self.dim, self.codec_sample, "pooled").name
 
     @property
