@@ -36,6 +36,7 @@ import numpy as np
 
 from mvr.operators import codecs
 from mvr.operators.codecs.refinement import anchor_scale, lift_matrix, lifted
+from mvr.operators.codecs.residual import quantile_buckets
 from mvr.pipeline.retrieval.searcher import load_query_encoder
 from mvr.storage.beir import read_collection
 
@@ -69,11 +70,8 @@ class Refined:
             return
         self.alpha, anchors = anchor_scale(token_codec, np.ascontiguousarray(sample, dtype=np.float32))
         if kind.startswith("bits-"):
-            levels = 2 ** int(kind[5:])
-            values = (sample - self.alpha * anchors).ravel()
-            self.cutoffs = np.quantile(values, np.arange(1, levels) / levels).astype(np.float32)
-            buckets = np.searchsorted(self.cutoffs, values, side="right")
-            self.weights = np.array([values[buckets == b].mean() for b in range(levels)], np.float32)
+            cutoffs, weights = quantile_buckets(sample - self.alpha * anchors, 2 ** int(kind[5:]))
+            self.cutoffs, self.weights = cutoffs.astype(np.float32), weights.astype(np.float32)
         elif kind != "none":
             raise SystemExit(f"unknown refinement {kind!r}: none, bits-N or pq-M")
 

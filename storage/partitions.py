@@ -131,24 +131,35 @@ def read_passages(
     the slices' shards) and, with ``ids``, their doc ids and
     passage numbers (each shard's Parquet file size-checked, and with ``sha256`` its checksum
     too); ``codecs``: the index's ({group: Codec}, ``storage.codec_file.load_codecs``).
-    ``IntegrityError`` for a shard that does not match the manifest."""
-    if kind == "first-m" and refines_first_m(codecs):
-        tokens = read_passages(index_url, shards, slices, "tokens", codecs, ids, sha256)
-        own = _read_codes(index_url, shards, slices, "first_m")
-        tokens.vectors = JoinedVectors(own.segments, own.offsets, codec_of(codecs, kind), tokens.vectors)
-        return tokens
-    column = KIND_COLUMN[kind]
-    codec = codec_of(codecs, kind)
+    First-m with a refinement is its first_m column joined to the tokens column's codes
+    (``JoinedVectors``). ``IntegrityError`` for a shard that does not match the manifest."""
     doc_ids: list[str] = []
-    passage_idx, segments, offsets = [], [], [np.zeros(1, np.int64)]
-    for sl in slices:
-        shard = shard_lookup(shards, sl.path)
-        if ids:
+    passage_idx = []
+    if ids:
+        for sl in slices:
+            shard = shard_lookup(shards, sl.path)
             t = read_shard_checked(index_url, ExpectedFile(shard.path, "shard", shard.bytes, shard.sha256), ["doc_id", "passage_idx"], sha256)
             _check_rows(index_url, sl, t.num_rows)
             t = t.slice(sl.start, sl.stop - sl.start)
             doc_ids.extend(t["doc_id"].to_pylist())
             passage_idx.append(t["passage_idx"].to_numpy())
+    pidx = np.concatenate(passage_idx).astype(np.int32) if passage_idx else np.zeros(0, np.int32)
+    codec = codec_of(codecs, kind)
+    if kind == "first-m" and refines_first_m(codecs):
+        anchor = StoredVectors(*_column_codes(index_url, shards, slices, "tokens", codecs["tokens"].bytes_per_vector), codecs["tokens"])
+        vectors: StoredVectors = JoinedVectors(*_column_codes(index_url, shards, slices, "first_m", codecs["first_m"].bytes_per_vector), codec, anchor)
+    else:
+        vectors = StoredVectors(*_column_codes(index_url, shards, slices, KIND_COLUMN[kind], codec.bytes_per_vector), codec, single=kind == "pooled")
+    return PassageVectors(doc_ids, pidx, vectors)
+
+
+def _column_codes(index_url: str, shards: Sequence[ShardEntry], slices: Sequence[ShardSlice], column: str, width: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """(segments, offsets) of codes ``column`` for the passages in ``slices``: each shard's
+    rows of it mapped from its codes file (one segment a shard; ``width`` bytes a code for an
+    empty run), and the (n + 1,) passage → row offsets (0..n for a one-vector column)."""
+    segments, offsets = [], [np.zeros(1, np.int64)]
+    for sl in slices:
+        shard = shard_lookup(shards, sl.path)
         codes_table = open_codes(index_url, codes_file(shard))
         if column not in codes_table.column_names:
             raise ValueError(f"{shard.codes} holds no {column} vectors (the index was built without them)")
@@ -161,25 +172,7 @@ def read_passages(
             segments.append(codes[offs[sl.start] : offs[sl.stop]])
             offs_slice = offs[sl.start : sl.stop + 1] - offs[sl.start]
         offsets.append(offs_slice[1:] + offsets[-1][-1])
-    pidx = np.concatenate(passage_idx).astype(np.int32) if passage_idx else np.zeros(0, np.int32)
-    empty = [np.zeros((0, codec.bytes_per_vector), np.uint8)]
-    vectors = StoredVectors(segments or empty, np.concatenate(offsets), codec, single=kind == "pooled")
-    return PassageVectors(doc_ids, pidx, vectors)
-
-
-def _read_codes(index_url: str, shards: Sequence[ShardEntry], slices: Sequence[ShardSlice], column: str) -> StoredVectors:
-    """The codes of a list<code> ``column`` of the passages in ``slices``, mapped, with no
-    codec (the rows as stored: what ``JoinedVectors`` joins to another column's)."""
-    segments, offsets = [], [np.zeros(1, np.int64)]
-    for sl in slices:
-        shard = shard_lookup(shards, sl.path)
-        codes_table = open_codes(index_url, codes_file(shard))
-        _check_rows(index_url, sl, codes_table.num_rows, shard.codes)
-        codes, offs = arrow_to_codes(codes_table[column])
-        assert offs is not None  # a list<code> column
-        segments.append(codes[offs[sl.start] : offs[sl.stop]])
-        offsets.append(offs[sl.start + 1 : sl.stop + 1] - offs[sl.start] + offsets[-1][-1])
-    return StoredVectors(segments or [np.zeros((0, 1), np.uint8)], np.concatenate(offsets))
+    return segments or [np.zeros((0, width), np.uint8)], np.concatenate(offsets)
 
 
 def _check_rows(index_url: str, sl: ShardSlice, rows: int, path: Optional[str] = None) -> None:

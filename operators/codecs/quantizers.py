@@ -16,18 +16,19 @@ if TYPE_CHECKING:
 
 
 # FAISS assigns points to centroids on a sequential path below ``distance_compute_blas_threshold``
-# points (128,000 in FAISS 1.15), slow at a product quantizer's few dimensions a sub-space:
-# pq-96 of 384 dims trained on 16,384 vectors in 13.8 s that way, 1.5 s with BLAS for every
-# assignment (4,096: 3.3 against 0.3 s; the same codes up to float rounding; 65,536: equal,
-# above the threshold already). ``PQ.fit`` lowers it while it trains.
+# points (128,000 in FAISS 1.15), slow at a product quantizer's few dimensions a sub-space.
+# ``PQ.fit`` lowers it while it trains: on 8,192 dbpedia-sample token vectors pq-192 trains in
+# 2.3 s instead of 15.6, pq-96 in 0.8 instead of 7.7, to the same error
+# (``python benchmarks/pq_training.py --index FLOAT16_INDEX``, docs/codecs.md).
 PQ_BLAS_THRESHOLD = 20
 _BLAS_LOCK = threading.Lock()
 # Sample points a centroid FAISS trains a sub-quantizer on (it subsamples above this, 256 by
 # default) when the sub-vectors have at most 2 dimensions (pq-192 of 384 dims, the pooled
-# group's auto), where its k-means is slowest. Measured (dbpedia-sample, 65,536 token vectors,
-# 2 cores): 5.2 s instead of 16.9 s, the k-means centroids' squared error 0.01098 against
-# 0.01108 (held-out token vectors: 0.0091 against 0.0085). Wider sub-vectors keep FAISS's 256
-# (refine-96: 4 dims; its held-out residuals' error is 2 % worse at 64).
+# group's auto), where its k-means is slowest: on 65,536 dbpedia-sample token vectors 3.3 s
+# instead of 13.6, the squared error 7-8 % higher (held-out tokens 0.00913 against 0.00851,
+# centroids 0.01067 against 0.00990; benchmarks/pq_training.py), at nDCG@10 measured with it
+# (docs/codecs.md: within 0.0038 of float16). Wider sub-vectors keep FAISS's 256 (refine-96:
+# 4 dims, first-m's margin is thinner).
 LOW_DIM_POINTS_PER_CENTROID = 64
 
 

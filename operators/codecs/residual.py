@@ -25,6 +25,20 @@ def _kmeans(x: np.ndarray, k: int, seed: int, niter: int, gpu: Optional[bool]) -
     return np.ascontiguousarray(km.centroids, dtype=np.float32)
 
 
+def quantile_buckets(values: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """(cutoffs (levels - 1,), weights (levels,)) of a scalar quantiser of ``values`` (any
+    shape, float): the cutoffs at the 1/levels … (levels-1)/levels quantiles, a bucket being
+    the number of cutoffs ≤ a value, and each bucket's weight the mean of its values (its
+    quantile midpoint, ColBERTv2's weight, when it holds none)."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    cutoffs = np.quantile(v, np.arange(1, levels) / levels)
+    mid = np.quantile(v, (np.arange(levels) + 0.5) / levels)
+    b = np.searchsorted(cutoffs, v, side="right")
+    counts = np.bincount(b, minlength=levels)
+    sums = np.bincount(b, weights=v, minlength=levels)
+    return cutoffs, np.where(counts > 0, sums / np.maximum(counts, 1), mid)
+
+
 class Residual(Codec):
     """ColBERTv2's residual compression. Each vector x is stored as the id of its nearest
     centroid c (L2; a codebook trained on the sample with FAISS k-means) and its residual
@@ -122,13 +136,7 @@ class Residual(Codec):
             k = residual_centroids(len(train_rows), n_vectors or len(x), n_centroids)
             centroids = _kmeans(x[train_rows], k, seed, niter or KMEANS_ITERATIONS, gpu)
         r = (x[held] - centroids[_nearest(centroids, x[held])]).ravel().astype(np.float64)
-        m = 2**nbits
-        cutoffs = np.quantile(r, np.arange(1, m) / m)
-        mid = np.quantile(r, (np.arange(m) + 0.5) / m)  # ColBERTv2's weights: used for empty buckets
-        b = np.searchsorted(cutoffs, r, side="right")
-        counts = np.bincount(b, minlength=m)
-        sums = np.bincount(b, weights=r, minlength=m)
-        weights = np.where(counts > 0, sums / np.maximum(counts, 1), mid)
+        cutoffs, weights = quantile_buckets(r, 2**nbits)
         return cls(nbits, centroids, cutoffs, weights, r.min(), r.max(), normalize)
 
     @staticmethod
