@@ -3,7 +3,7 @@
 
     python benchmarks/profile_search.py --index /tmp/mvr-bench/msmarco \\
         --dataset ../shared/datasets/msmarco-sample [--backend faiss-ivfpq] [--rounds 5] [--top 25] \
-        [--score codes|decode|both]
+        [--score codes|decode|both] [--probe-check]
 
 The index's tokens must have ANN partitions of ``--backend`` (built here, P = 1, tokens only,
 when the manifest holds another backend or none: this replaces the index's ANN entry for
@@ -12,6 +12,11 @@ of the same rounds, by cumulative and by own time, and the share of a query spen
 stages that matter (FAISS / ScaNN / codec-ivf search, codec-ivf's hits scored from their
 codes, candidate merge, code gather, decode, matmul; a stage's time includes the stages it
 calls: the decode of the hits counts in both).
+
+``--probe-check`` (codec-ivf): how far the probe's bfloat16 product
+(``operators/ann/list_probe.py``) is from float32 over every query vector of the queries, and
+the least gap between each query vector's third best cell (the lists it visits) and its 16th
+/ 32nd best: the margin the probe's shortlist of 32 stands on.
 
 ``--score``: how a residual token codec's candidates are scored. ``codes`` (mvr's default):
 from the codes (``Codec.similarities``, operators/codecs/residual_scoring.py); ``decode``:
@@ -25,6 +30,7 @@ import argparse
 import cProfile
 import pstats
 import time
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +65,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--score", default="codes", choices=("codes", "decode", "both"))
+    p.add_argument("--probe-check", action="store_true")
     args = p.parse_args()
 
     entry = (load_manifest(args.index).ann or {}).get("tokens") or {}
@@ -85,6 +92,8 @@ def main() -> None:
             flush=True,
         )
 
+    if args.probe_check:
+        probe_check(searcher, encoded)
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(args.rounds):
@@ -100,6 +109,23 @@ def main() -> None:
         print(f"  {label:34s} {cum / n * 1e3:6.3f} ms a query ({cum / total:5.1%})")
     stats.sort_stats("cumulative").print_stats(args.top)
     stats.sort_stats("tottime").print_stats(args.top)
+
+
+def probe_check(searcher: Any, encoded: list[Any]) -> None:
+    """The bfloat16 product's largest error over every query vector and the least margins
+    of each one's third best cell over its 16th and 32nd (exact float32 ranks)."""
+    from mvr.operators.ann.codec_ivf import CodecIVFIndex
+    from mvr.operators.ann.list_probe import CentroidProduct
+
+    index = next(p.ann for p in searcher.partitions["maxsim"] if isinstance(p.ann, CodecIVFIndex))
+    q = np.concatenate([e.tokens for e in encoded]).astype(np.float32)
+    exact = q @ index.centroids.T
+    approx = CentroidProduct(index.centroids, approximate=True)(q)
+    ranked = -np.sort(-exact, axis=1)
+    print(
+        f"probe check, {len(q)} query vectors x {index.cells} cells: bfloat16 product off by at most {np.abs(approx - exact).max():.4f}; "
+        f"3rd best cell above the 16th by at least {(ranked[:, 2] - ranked[:, 15]).min():.4f}, above the 32nd by at least {(ranked[:, 2] - ranked[:, 31]).min():.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from mvr.operators import codecs
+from mvr.operators.ann import list_probe
 from mvr.operators.ann.codec_ivf import LISTS_FILE, CodecIVFIndex
 from mvr.operators.ann.factory import load_index, make_index
 from mvr.operators.retrieval.partition import Partition
@@ -58,7 +59,11 @@ def test_lists_are_the_codes_centroid_ids(coded):
         assert np.array_equal(np.asarray(index._lists[lo:hi]), np.flatnonzero(cells == c))
 
 
-def test_search_answers_whole_lists_best_centroid_first(coded):
+@pytest.mark.parametrize("bfloat16", [True, False], ids=["bfloat16-product", "float32-product"])
+def test_search_answers_whole_lists_best_centroid_first(coded, monkeypatch, bfloat16):
+    """The lists chosen by exact float32 scores, whether the probe's product is bfloat16 (a
+    shortlist of 32 of the 1,024 cells rescored exactly) or float32 (the CPU has no bfloat16)."""
+    monkeypatch.setattr(list_probe, "bfloat16_native", lambda: bfloat16)
     _, q, codec, codes = coded
     index = _filled(codec, codes)
     cells, centroids = codec.coarse_ids(codes), index.centroids
@@ -77,6 +82,7 @@ def test_search_answers_whole_lists_best_centroid_first(coded):
             assert np.array_equal(got, expected)
             np.testing.assert_allclose(scores[i][ids[i] >= 0], sims[cells[got]], rtol=1e-5, atol=1e-6)
             assert np.isneginf(scores[i][ids[i] < 0]).all()
+    assert index._product is not None and index._product.exact is not bfloat16  # the product this case is about
 
 
 def test_files_hold_four_bytes_a_vector_and_round_trip(coded, tmp_path):

@@ -140,26 +140,26 @@ def test_exact_maxsim_is_brute_force_maxsim(data, codec_name):
         assert part.rank("maxsim", q, None, K).ranked.doc_ids == got.ranked.doc_ids
 
 
-@pytest.mark.parametrize("codec_name", ["float16", "residual-2", "int8"])
+@pytest.mark.parametrize("codec_name", ["float16", "residual-2", "int8", "pq-8"])
 @pytest.mark.parametrize("mode", MODES)
 def test_rescoring_rows_equals_a_loop_over_their_decoded_vectors(data, codec_name, mode):
-    """The ANN path's rescoring (``Partition.rescore`` of some rows) scores a residual codec's
-    rows from their codes (``Coded``: nothing decoded) and the other codecs' from their
-    decoded vectors: the scores equal a loop over the rows' vectors as ``decode`` gives them
-    (unit length), one passage at a time."""
+    """The ANN path's rescoring (``Partition.rescore`` of some rows) scores the rows of a codec
+    that scores its codes (residual, PQ) from their codes (``Coded``: nothing decoded; the
+    pooled kind's one vector a passage too) and the other codecs' from their decoded vectors:
+    the scores equal a loop over the rows' vectors as ``decode`` gives them (unit length), one
+    passage at a time."""
     codec = codec_for(codec_name, data)
     part = partition(mode, data, codec, live=False)
     v = part.vectors
     rows = np.sort(np.random.default_rng(5).choice(PASSAGES, 70, replace=False))
-    if not v.single:
-        taken = v.take(rows, for_scoring=True)
-        assert isinstance(taken, Coded) == (codec_name == "residual-2")  # only a codec that scores its codes keeps them
-        if isinstance(taken, Coded):
-            own = np.concatenate([np.arange(v.offsets[r], v.offsets[r + 1]) for r in rows.tolist()])
-            np.testing.assert_array_equal(taken.vectors, np.concatenate(v.segments)[own])  # the rows' own codes
-            np.testing.assert_array_equal(taken.offsets, v.take(rows).offsets)
-        else:
-            np.testing.assert_allclose(taken.scaled(), v.take(rows).vectors, rtol=1e-6, atol=1e-6)
+    taken = v.take(rows, for_scoring=True)
+    assert isinstance(taken, Coded) == (codec_name in ("residual-2", "pq-8"))  # only a codec that scores its codes keeps them
+    if isinstance(taken, Coded):
+        own = np.concatenate([np.arange(v.offsets[r], v.offsets[r + 1]) for r in rows.tolist()])
+        np.testing.assert_array_equal(taken.vectors, np.concatenate(v.segments)[own])  # the rows' own codes
+        np.testing.assert_array_equal(taken.offsets, np.arange(len(rows) + 1) if v.single else v.take(rows).offsets)
+    elif not v.single:
+        np.testing.assert_allclose(taken.scaled(), v.take(rows).vectors, rtol=1e-6, atol=1e-6)
     decoded = codec.decode(np.concatenate(v.segments))
     for q in data.queries:
         want = []

@@ -7,7 +7,8 @@ rows) of the vectors whose code names centroid c, read from the codes themselves
 (``add_codes``): 4 bytes a vector (``uint32`` ids), no second copy of the vectors. A query
 vector picks its ``nprobe`` best centroids by inner product, and every vector of their lists
 is a hit scored q · c, the best list first (and further lists until k ids: whole lists, so
-a search may return more than k). Those scores are coarse (``coarse_scores``): the partition
+a search may return more than k); the product and the choice are ``list_probe``'s (a bfloat16
+product and an exact shortlist where the CPU has bfloat16). Those scores are coarse (``coarse_scores``): the partition
 scores each hit again against its decoded vector (``Partition.hits``: a few thousand rows a
 query, read from the memory-mapped codes) before the candidate stage keeps each query
 vector's best k' (IVF-flat over the codes). There is no PQ code and no training when the
@@ -34,8 +35,8 @@ import numpy as np
 
 from mvr.operators.ann.base import AnnIndex, check_params, check_positive_int, check_vectors
 from mvr.operators.ann.defaults import SCATTER_ROWS, cell_bytes, default_nlist, default_probes, training_sample_size
+from mvr.operators.ann.list_probe import SHORTLIST, CentroidProduct, probe_lists
 from mvr.operators.codecs import Codec
-from mvr.operators.kernels import matmul
 
 CENTROIDS_FILE = "centroids.npy"
 LISTS_FILE = "lists.npy"
@@ -83,7 +84,7 @@ class CodecIVFIndex(AnnIndex):
         self._lists = np.zeros(0, np.uint32) if lists is None else lists
         self._offsets = np.zeros(n + 1, np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
         self._pending: list[np.ndarray] = []  # cells (``cell_dtype``) of the vectors added since the lists were last built
-        self._centroids_t: Optional[np.ndarray] = None
+        self._product: Optional[CentroidProduct] = None  # the centroids in the probe's product dtype, made on first search
         self._list_stats: Optional[tuple[np.ndarray, np.ndarray, float]] = None  # (the offsets they are of, list sizes, mean non-empty size)
 
     @classmethod
@@ -147,7 +148,7 @@ class CodecIVFIndex(AnnIndex):
             return True
         if self.ntotal:  # other cells list its vectors
             return False
-        self.centroids, self._centroids_t = _stored(centroids), None
+        self.centroids, self._product = _stored(centroids), None
         self._offsets = np.zeros(len(centroids) + 1, np.int64)
         self._params["nlist"] = len(centroids)
         self._codec, self._from_codec = codec, True
@@ -170,7 +171,7 @@ class CodecIVFIndex(AnnIndex):
         km = faiss.Kmeans(self.dim, k, niter=KMEANS_ITERATIONS, seed=p["seed"], verbose=False)
         km.train(x)
         assert km.centroids is not None
-        self.centroids, self._centroids_t = _stored(km.centroids), None
+        self.centroids, self._product = _stored(km.centroids), None
         self._offsets = np.zeros(k + 1, np.int64)
         self._params["nlist"] = k
         self._from_codec = False
@@ -253,36 +254,16 @@ class CodecIVFIndex(AnnIndex):
         vector's ids, ``width`` its most ids (at least k)."""
         self.finalize()
         assert self.centroids is not None
-        nq, nlist = len(queries), self.cells
+        nlist = self.cells
         nprobe = min(check_positive_int("nprobe", knobs.get("nprobe", self.default_nprobe)), nlist)
-        sizes_all, mean = self._sizes()
+        _, mean = self._sizes()
         # lists looked at: nprobe, or as many as hold about 2k ids at the mean list size
         look = min(nlist, max(nprobe, int(np.ceil(2 * k / mean)) + 1))
-        if self._centroids_t is None:
-            self._centroids_t = np.ascontiguousarray(self.centroids.T)  # (dim, nlist): 2x faster a product than the view
-        sims = matmul(queries, self._centroids_t)  # (nq, nlist), on the exact scoring's threads
-        top = np.argpartition(-sims, look - 1, axis=1)[:, :look] if look < nlist else np.broadcast_to(np.arange(nlist), (nq, nlist))
-        top_sims = np.take_along_axis(sims, top, axis=1)
-        order = np.argsort(-top_sims, axis=1, kind="stable")
-        top, top_sims = np.take_along_axis(top, order, axis=1), np.take_along_axis(top_sims, order, axis=1)
-        sizes = sizes_all[top]  # (nq, look)
-        before = np.cumsum(sizes, axis=1) - sizes
-        visit = (np.arange(top.shape[1])[None, :] < nprobe) | (before < k)
-        taken = np.where(visit, sizes, 0).ravel()  # ids taken from each (query vector, list): all or none
-        starts = self._offsets[top].ravel()
-        n = int(taken.sum())
-        # entry e of the flat result: list (q, j)'s id starts[q, j] + (e - first entry of (q, j))
-        first = np.cumsum(taken) - taken
-        at = np.arange(n, dtype=np.int64) + np.repeat(starts - first, taken)
-        per_query = taken.reshape(nq, -1).sum(axis=1)
-        width = max(k, int(per_query.max(initial=0)))
-        query = np.repeat(np.arange(nq), per_query)
-        column = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(per_query) - per_query, per_query)
-        ids = np.full((nq, width), -1, np.int64)
-        scores = np.full((nq, width), -np.inf, np.float32)
-        ids[query, column] = np.asarray(self._lists[at], dtype=np.int64)
-        scores[query, column] = np.repeat(top_sims.ravel(), taken)
-        return ids, scores
+        if self._product is None:
+            self._product = CentroidProduct(self.centroids)
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        product = self._product(q)  # (nq, nlist): bfloat16 where native, a shortlist then rescored
+        return probe_lists(q, self.centroids, product, self._product.exact, SHORTLIST, self._offsets, np.asarray(self._lists), nprobe, int(k), look)
 
     def _sizes(self) -> tuple[np.ndarray, float]:
         """(nlist,) list sizes and the mean size of a non-empty list (at least 1), computed once

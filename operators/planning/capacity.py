@@ -459,12 +459,13 @@ def ann_index_size(
     n = float(n_vectors)
     if backend == "codec-ivf":
         cells = codec_cells or min(default_nlist(n), max(1, int(n)))
-        # lists.npy: a uint32 id a vector; centroids.npy float16 (float32 in RAM); list_offsets.npy int64; 3 npy headers
+        # lists.npy: a uint32 id a vector; centroids.npy float16 (in RAM float32, and the probe's
+        # bfloat16 copy where the CPU has bfloat16: 6 B a value); list_offsets.npy int64; 3 npy headers
         fixed_file = cells * dim * 2 + (cells + 1) * 8 + 3 * 128
         params = {"nlist": cells, "cells_from_codec": codec_cells is not None}
         if codec_cells is None:
             params["training_sample_size"] = training_sample_size(int(n), cells)
-        return AnnIndexSize(backend, n, params, n * 4 + fixed_file, n * 4 + cells * dim * 4 + (cells + 1) * 8, 4.0, 4.0)
+        return AnnIndexSize(backend, n, params, n * 4 + fixed_file, n * 4 + cells * dim * 6 + (cells + 1) * 8, 4.0, 4.0)
     if n < BRUTE_FORCE_BELOW:  # faiss-ivfpq and scann: flat float32, exact
         per = 4.0 * dim
         return AnnIndexSize(backend, n, {"brute_force": True}, n * per, n * per, per, per)

@@ -155,7 +155,8 @@ def first_stage_vectors(mode: str, query: QueryVectors) -> np.ndarray:
 
 def score(mode: str, query: QueryVectors, docs: Packed | np.ndarray) -> np.ndarray:
     """(n,) exact scores of n passages under ``mode``; ``docs`` is the mode's stored vectors
-    (Packed for tokens, centroids and first-m; an (n, dim) matrix for pooled)."""
+    (Packed for tokens, centroids and first-m; an (n, dim) matrix for pooled, or its codes as
+    a ``Coded`` of one row a passage)."""
     scores: NDArray[np.float32] = score_batch(QueryBatch.of(mode, [query]), docs)[0]
     return scores
 
@@ -223,5 +224,6 @@ def score_batch(batch: QueryBatch, docs: Packed | np.ndarray) -> np.ndarray:
     if batch.mode == "softmax-centroid":
         assert isinstance(docs, Packed)  # Packed centroids
         return softmax_centroid_many(batch.vectors, docs)
-    assert not isinstance(docs, Packed)  # pooled: an (n, dim) matrix
+    if isinstance(docs, Packed):  # pooled as its codes (``Coded``, one row a passage): scored from them
+        return _similarities(batch.vectors, docs)
     return dot_many(batch.vectors, docs)

@@ -114,11 +114,14 @@ class StoredVectors:
         """The passages at ``passages`` (in that order), decoded to float32: a Packed, or an
         (k, dim) matrix when ``single``. Decodes only their vectors. ``for_scoring`` (a
         Packed a scorer reads once): their codes as ``Coded`` when the codec
-        ``scores_codes`` (nothing decoded: the scorer computes from the codes); otherwise
+        ``scores_codes`` (nothing decoded: the scorer computes from the codes; ``single``
+        too, one row a passage); otherwise
         the codec's vectors before their rescaling to unit length, with the factors as
         ``Packed.row_scale`` (``Codec.decode_scaled``; the scorers apply them)."""
         idx = np.asarray(passages, dtype=np.int64)
         if self.single:
+            if for_scoring and self.codec is not None and self.codec.scores_codes:  # one code a passage
+                return Coded(self.raw(idx), np.arange(len(idx) + 1, dtype=np.int64), None, self.codec)
             return self.decode(idx)
         starts, lengths = self.offsets[idx], self.offsets[idx + 1] - self.offsets[idx]
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)
