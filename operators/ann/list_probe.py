@@ -1,20 +1,18 @@
 """Codec-IVF's probe: which lists each query vector visits and the ids they hold, in one
 compiled pass (numba) over the (query vectors, cells) product of the query and the centroids.
 
-The product may be approximate (bfloat16 operands, ``centroid_product``): each query vector's
-``shortlist`` best cells by it are then scored again exactly (float32 dots with the centroid
-rows), and the lists are chosen by those exact scores. bfloat16 keeps 8 bits of mantissa, so an
-approximate product is off by about 0.4 % of |q|·|c| at most; a query vector visits 1 to 3
-lists, and its 64th best cell is far further below its best than that (the shortlist is what
-makes the choice exact, not a hope about the error). Where the CPU has no native bfloat16 (the
-product would be emulated, slower than float32), the product is float32 and exact, and no
-shortlist is taken.
+The product may be approximate (bfloat16 operands, ``CentroidProduct``): each query vector's
+``SHORTLIST`` best cells by it are then scored again exactly (float32 dots with the centroid
+rows), and the lists are chosen by those exact scores. bfloat16 keeps 8 bits of mantissa: on
+msmarco-sample's 445 query vectors the product is off by at most 0.004, while a query
+vector's third best cell (it visits 1 to 3) is at least 0.016 above its 16th and 0.032 above
+its 32nd (``benchmarks/profile_search.py --probe-check``), so the shortlist holds every cell
+an exact ranking visits. Where the CPU has no native bfloat16 (the product would be emulated,
+slower than float32), the product is float32 and exact, and no shortlist is taken.
 
-Measured on the 2-core VM (AVX-512 BF16, 8,192 × 192 centroids, 9 query vectors, 2 threads):
-the float32 product 0.35-0.43 ms in torch (0.7-1.0 ms inside a query, the table cold), the
-bfloat16 one 0.08-0.10 ms; the numpy steps this kernel replaces (argpartition, sort, the
-lists' expansion) 0.3-0.6 ms a query. ``benchmarks/profile_search.py`` has the query's
-stages."""
+Why: the float32 product was most of the first stage's time and numpy's argpartition, sort and
+expansion of the lists most of the rest (``benchmarks/profile_search.py``, docs/search.md: the
+first stage 1.11 → 0.48 ms a query, profiled)."""
 
 from __future__ import annotations
 

@@ -199,7 +199,11 @@ class ScannIndex(AnnIndex):
                 )
             sample = min(p["training_sample_size"], n)
             builder = builder.tree(
-                p["num_leaves"], min(p["leaves_to_search"], p["num_leaves"]), training_sample_size=sample, spherical=p["spherical"]
+                p["num_leaves"],
+                min(p["leaves_to_search"], p["num_leaves"]),
+                training_sample_size=sample,
+                spherical=p["spherical"],
+                random_init=False,  # k-means++ seeding: the same tree from the same vectors (random init reseeds per process)
             ).score_ah(
                 p["dims_per_block"], anisotropic_quantization_threshold=_nan_if_none(p["anisotropic_quantization_threshold"]), training_sample_size=sample
             )
