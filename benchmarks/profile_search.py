@@ -3,7 +3,7 @@
 
     python benchmarks/profile_search.py --index /tmp/mvr-bench/msmarco \\
         --dataset ../shared/datasets/msmarco-sample [--backend faiss-ivfpq] [--rounds 5] [--top 25] \
-        [--score codes|decode|both] [--probe-check]
+        [--score codes|decode|both] [--probe-check] [--idle-ms 3 --evict-mb 64]
 
 The index's tokens must have ANN partitions of ``--backend`` (built here, P = 1, tokens only,
 when the manifest holds another backend or none: this replaces the index's ANN entry for
@@ -17,6 +17,12 @@ calls: the decode of the hits counts in both).
 (``operators/ann/list_probe.py``) is from float32 over every query vector of the queries, and
 the least gap between each query vector's third best cell (the lists it visits) and its 16th
 / 32nd best: the margin the probe's shortlist of 32 stands on.
+
+``--idle-ms`` / ``--evict-mb``: before each query (timed or profiled; the pause itself is
+neither), sleep that long and write over a buffer of that size, so that each query starts
+as on a replica between requests, or as in ``benchmarks/vs_plaid.py``'s rotation, where the
+peers' queries run in between: its helper threads asleep and its centroids, codes and lists
+out of the caches (the VM's L3 is 32 MB). Default: queries back to back, everything warm.
 
 ``--score``: how a residual token codec's candidates are scored. ``codes`` (mvr's default):
 from the codes (``Codec.similarities``, operators/codecs/residual_scoring.py); ``decode``:
@@ -43,7 +49,7 @@ STAGES = [
     ("code gather (StoredVectors.raw)", "operators/retrieval/stored_vectors.py", "raw"),
     ("decode (codec)", "operators/codecs/base.py", "decode"),
     ("decode (codec)", "operators/codecs/residual.py", "decode_scaled"),
-    ("scoring from the codes", "operators/codecs/residual_scoring.py", "residual_similarities"),
+    ("candidates scored from their codes", "operators/codecs/residual_scoring.py", "residual_similarities"),
     ("scoring matmul", "operators/kernels.py", "matmul"),
     ("top-k documents", "operators/retrieval/ranking.py", "top_documents"),
 ]
@@ -66,7 +72,17 @@ def main() -> None:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--score", default="codes", choices=("codes", "decode", "both"))
     p.add_argument("--probe-check", action="store_true")
+    p.add_argument("--idle-ms", type=float, default=0.0, help="sleep before each query (ms)")
+    p.add_argument("--evict-mb", type=int, default=0, help="MB written over before each query")
     args = p.parse_args()
+    scratch = np.ones(args.evict_mb << 17) if args.evict_mb > 0 else None  # float64: 2^17 a MB
+
+    def pause() -> None:
+        """Between two queries: the caches overwritten, then the machine idle (the options)."""
+        if scratch is not None:
+            np.add(scratch, 1.0, out=scratch)
+        if args.idle_ms > 0:
+            time.sleep(args.idle_ms / 1e3)
 
     entry = (load_manifest(args.index).ann or {}).get("tokens") or {}
     if entry.get("backend") != args.backend:
@@ -82,24 +98,27 @@ def main() -> None:
         ms = []
         for _ in range(args.rounds):
             for e in encoded:
+                pause()
                 t0 = time.perf_counter()
                 searcher.search_encoded(e, 10, "maxsim")
                 ms.append((time.perf_counter() - t0) * 1e3)
         n = len(ms)
         print(
             f"{args.backend}, maxsim, k = 10, scored from the {'codes' if score == 'codes' else 'decoded vectors'}: {len(encoded)} queries x {args.rounds} rounds; "
-            f"p50 {np.percentile(ms, 50):.2f} ms, p95 {np.percentile(ms, 95):.2f} ms (no profiler)",
+            f"p50 {np.percentile(ms, 50):.2f} ms, p95 {np.percentile(ms, 95):.2f} ms (no profiler); "
+            f"before each query: {args.evict_mb} MB written over, {args.idle_ms:g} ms idle",
             flush=True,
         )
 
     if args.probe_check:
         probe_check(searcher, encoded)
     profile = cProfile.Profile()
-    profile.enable()
     for _ in range(args.rounds):
         for e in encoded:
+            pause()
+            profile.enable()
             searcher.search_encoded(e, 10, "maxsim")
-    profile.disable()
+            profile.disable()
     stats = pstats.Stats(profile)
     total = stats.total_tt
     print(f"profiled: {total / n * 1e3:.2f} ms a query (the profiler's own overhead included)")

@@ -332,7 +332,9 @@ def test_similarities_equal_decode_then_score(name, sample, monkeypatch):
     product codec computes it from the codes (a compiled kernel, no decoded matrix, split
     across threads above ``SPLIT_MIN_PAIRS``), the others decode and multiply. Each equals the
     query vectors projected into the codec's space times ``decode`` to 1e-4, the issue's
-    bound, at the sample's norms (``normalize``) and without them."""
+    bound, at the sample's norms (``normalize``) and without them; so does
+    ``pair_similarities`` (each code scored by one query vector, the first stage's hits:
+    the residual codec's kernel decodes nothing there either)."""
     from mvr.operators.codecs import residual_scoring
 
     sample_name, x = sample
@@ -349,6 +351,12 @@ def test_similarities_equal_decode_then_score(name, sample, monkeypatch):
             np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
             np.testing.assert_allclose(c.similarities(q, codes[:2]), want[:, :2], atol=1e-4, rtol=0)  # fewer rows than threads
         assert c.similarities(q, codes[:0]).shape == (len(q), 0)
+        # each code scored by one query vector (a first stage's hits): the same values
+        index = np.arange(len(codes)) % len(q)
+        pairs = c.pair_similarities(q, index, codes)
+        assert pairs.shape == (len(codes),) and pairs.dtype == np.float32
+        np.testing.assert_allclose(pairs, want[index, np.arange(len(codes))], atol=1e-4, rtol=0)
+        np.testing.assert_allclose(c.pair_similarities(q[:1], np.zeros(len(codes), np.int64), codes), want[0], atol=1e-4, rtol=0)
     q = c.project(x[::37][:9])
     if isinstance(c, codecs.Residual):  # without the rescaling to unit length: centroid + residual as decode_raw gives them
         raw = codecs.Residual(c.nbits, c.centroids, c.cutoffs, c.weights, c.lo, c.hi, normalize=False)
@@ -363,6 +371,12 @@ def test_similarities_equal_decode_then_score(name, sample, monkeypatch):
             monkeypatch.setattr(codecs.Residual, name, no_decode)
             monkeypatch.setattr(codecs.PQ, name, no_decode)
         np.testing.assert_allclose(c.similarities(q, codes), want, atol=1e-4, rtol=0)
+        np.testing.assert_allclose(c.pair_similarities(q[:1], np.zeros(len(codes), np.int64), codes), want[0], atol=1e-4, rtol=0)
+        if isinstance(getattr(c, "inner", c), codecs.Residual):  # several query vectors' hits: from the codes too
+            index = np.arange(len(codes)) % len(q)
+            np.testing.assert_allclose(c.pair_similarities(q, index, codes), want[index, np.arange(len(codes))], atol=1e-4, rtol=0)
+            with pytest.raises(ValueError, match="query vector numbers"):
+                c.pair_similarities(q, index + len(q), codes)
         with pytest.raises(ValueError, match="query vectors"):
             c.similarities(np.ones((2, c.dim_out + 1), np.float32), codes)
 

@@ -9,9 +9,10 @@ vector picks its ``nprobe`` best centroids by inner product, and every vector of
 is a hit scored q · c, the best list first (and further lists until k ids: whole lists, so
 a search may return more than k); the product and the choice are ``list_probe``'s (a bfloat16
 product and an exact shortlist where the CPU has bfloat16). Those scores are coarse (``coarse_scores``): the partition
-scores each hit again against its decoded vector (``Partition.hits``: a few thousand rows a
-query, read from the memory-mapped codes) before the candidate stage keeps each query
-vector's best k' (IVF-flat over the codes). There is no PQ code and no training when the
+scores each hit again against its own vector, by the query vector that found it
+(``Partition.hits``: a few hundred to a few thousand codes a query, scored from the
+memory-mapped codes) before the candidate stage keeps each query vector's best k' (IVF-flat
+over the codes). There is no PQ code and no training when the
 codec has centroids.
 
 For a codec without centroids (``float16``, ``int8``, ``pq-M``) the cells are trained with

@@ -176,6 +176,22 @@ class Codec(ABC):
             sims *= scale
         return sims
 
+    def pair_similarities(self, query_vectors: np.ndarray, query_index: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """(n,) float32 ``query_vectors[query_index[t]]`` · decode(codes[t]): each of n codes
+        scored by one of the (m, dim_out) query vectors (a first stage's hits, each by the
+        query vector that found it). Here: ``similarities`` for one query vector, else
+        ``decode_scaled`` and a row-wise dot; the residual codec overrides it with a kernel
+        that decodes nothing (``residual_scoring``)."""
+        q = np.asarray(query_vectors, dtype=np.float32)
+        if len(q) == 1:
+            one: np.ndarray = self.similarities(q, codes)[0]
+            return one
+        vectors, scale = self.decode_scaled(codes)
+        sims: np.ndarray = np.einsum("ij,ij->i", q[np.asarray(query_index, dtype=np.int64)], vectors).astype(np.float32)
+        if scale is not None:
+            sims *= scale
+        return sims
+
     def decode_into(self, codes: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``codes[rows]`` decoded into ``out`` ((len(rows), dim_out) float32), block by block:
         the candidate vectors of a query without decoding the rest."""

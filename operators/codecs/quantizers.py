@@ -230,6 +230,9 @@ class Composed(Codec):
     def similarities(self, query_vectors: np.ndarray, codes: np.ndarray) -> np.ndarray:
         return self.inner.similarities(query_vectors, codes)
 
+    def pair_similarities(self, query_vectors: np.ndarray, query_index: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        return self.inner.pair_similarities(query_vectors, query_index, codes)
+
     def coarse_centroids(self) -> Optional[np.ndarray]:
         return self.inner.coarse_centroids()
 

@@ -218,6 +218,16 @@ class Residual(Codec):
         codes = self._check_codes(codes)
         return residual_scoring.residual_similarities(query_vectors, codes[:, self.id_bytes :], self.ids_of(codes), self.centroids, self.table, self.normalize)
 
+    def pair_similarities(self, query_vectors: np.ndarray, query_index: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """(n,) float32 ``query_vectors[query_index[t]]`` · decode(codes[t]), from the codes
+        (``residual_scoring.residual_pair_similarities``: one dot a code)."""
+        from mvr.operators.codecs import residual_scoring  # numba: loaded by the first scoring
+
+        codes = self._check_codes(codes)
+        return residual_scoring.residual_pair_similarities(
+            query_vectors, query_index, codes[:, self.id_bytes :], self.ids_of(codes), self.centroids, self.table, self.normalize
+        )
+
     def decode_raw(self, codes: np.ndarray) -> np.ndarray:
         """Centroid + decoded residual, without the rescaling to unit length."""
         return self._decode(np.ascontiguousarray(codes), normalize=False)

@@ -39,6 +39,25 @@ SPLIT_MIN_PAIRS = 1 << 15
 MAX_QUERY_VECTORS = 24
 
 
+@numba.njit(fastmath=True, nogil=True, cache=True, inline="always")
+def _rebuild(
+    residuals: np.ndarray, t: int, c: int, centroids: np.ndarray, values: np.ndarray, normalize: bool, v: np.ndarray
+) -> np.float32:  # pragma: no cover - compiled
+    """v = centroids[c] + the residual values of ``residuals[t]`` (``values[byte]``: that
+    byte's per_byte values); returns 1 / |v| when ``normalize``, else 1."""
+    n_bytes, per_byte = residuals.shape[1], values.shape[1]
+    for j in range(n_bytes):
+        byte = residuals[t, j]
+        for k in range(per_byte):
+            v[j * per_byte + k] = centroids[c, j * per_byte + k] + values[byte, k]
+    if not normalize:
+        return np.float32(1.0)
+    norm2 = np.float32(0.0)
+    for i in range(v.shape[0]):
+        norm2 += v[i] * v[i]
+    return np.float32(1.0) / np.float32(max(np.sqrt(norm2), np.float32(1e-12)))
+
+
 @numba.njit(fastmath=True, nogil=True, cache=True)
 def _similarities_range(
     query_vectors: np.ndarray,
@@ -52,29 +71,42 @@ def _similarities_range(
     hi: int,
 ) -> None:  # pragma: no cover - compiled: numba runs the machine code, coverage sees no line of it
     """out[:, t] = q · v_t for the code rows t in [lo, hi): v_t = centroids[ids[t]] + the
-    residual values of ``residuals[t]`` (``values[byte]``: that byte's per_byte values),
-    divided by |v_t| when ``normalize``."""
+    residual values of ``residuals[t]``, divided by |v_t| when ``normalize`` (``_rebuild``)."""
     m, dim = query_vectors.shape
-    n_bytes, per_byte = residuals.shape[1], values.shape[1]
     last = centroids.shape[0] - 1
     v = np.empty(dim, np.float32)
     for t in range(lo, hi):
-        c = min(ids[t], last)  # ids are < k by construction; clipped as decode's gathers clip
-        for j in range(n_bytes):
-            byte = residuals[t, j]
-            for k in range(per_byte):
-                v[j * per_byte + k] = centroids[c, j * per_byte + k] + values[byte, k]
-        scale = np.float32(1.0)
-        if normalize:
-            norm2 = np.float32(0.0)
-            for i in range(dim):
-                norm2 += v[i] * v[i]
-            scale = np.float32(1.0) / np.float32(max(np.sqrt(norm2), np.float32(1e-12)))
+        scale = _rebuild(residuals, t, min(ids[t], last), centroids, values, normalize, v)  # ids are < k by construction; clipped as decode's gathers clip
         for q in range(m):
             acc = np.float32(0.0)
             for i in range(dim):
                 acc += query_vectors[q, i] * v[i]
             out[q, t] = acc * scale
+
+
+@numba.njit(fastmath=True, nogil=True, cache=True)
+def _pair_similarities(
+    query_vectors: np.ndarray,
+    query_index: np.ndarray,
+    residuals: np.ndarray,
+    ids: np.ndarray,
+    centroids: np.ndarray,
+    values: np.ndarray,
+    normalize: bool,
+    out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """out[t] = query_vectors[query_index[t]] · v_t for every code row t (v_t as in
+    ``_similarities_range``): one dot a code, not one a query vector."""
+    dim = query_vectors.shape[1]
+    last = centroids.shape[0] - 1
+    v = np.empty(dim, np.float32)
+    for t in range(len(out)):
+        scale = _rebuild(residuals, t, min(ids[t], last), centroids, values, normalize, v)
+        q = query_index[t]
+        acc = np.float32(0.0)
+        for i in range(dim):
+            acc += query_vectors[q, i] * v[i]
+        out[t] = acc * scale
 
 
 _pool: Optional[ThreadPoolExecutor] = None
@@ -126,4 +158,27 @@ def residual_similarities(
     out = np.empty((len(q), len(residuals)), np.float32)
     if out.size:
         run_split(_similarities_range, len(residuals), out.size, q, np.ascontiguousarray(residuals), ids, centroids, values, bool(normalize), out)
+    return out
+
+
+def residual_pair_similarities(
+    query_vectors: np.ndarray, query_index: np.ndarray, residuals: np.ndarray, ids: np.ndarray, centroids: np.ndarray, values: np.ndarray, normalize: bool
+) -> np.ndarray:
+    """(n,) float32 ``query_vectors[query_index[t]]`` · v_t of the n codes (arguments as
+    ``residual_similarities``; ``query_index`` (n,) int, each in [0, m)): the first stage's
+    hits, each scored by the query vector that found it only. One thread: a query's hits are
+    a few hundred to a few thousand codes."""
+    q = np.ascontiguousarray(query_vectors, dtype=np.float32)
+    index = np.asarray(query_index, dtype=np.int64)
+    dim = centroids.shape[1]
+    if q.ndim != 2 or q.shape[1] != dim or residuals.shape[1] * values.shape[1] != dim or len(ids) != len(residuals) or len(index) != len(residuals):
+        raise ValueError(
+            f"residual pair similarities: (m, {dim}) query vectors, {dim}-value codes and one query vector a code expected, "
+            f"got {q.shape}, {residuals.shape[1] * values.shape[1]} values and {len(index)} for {len(residuals)} codes"
+        )
+    if len(index) and (index.min() < 0 or index.max() >= len(q)):
+        raise ValueError(f"residual pair similarities: query vector numbers outside [0, {len(q)})")
+    out = np.empty(len(residuals), np.float32)
+    if len(out):
+        _pair_similarities(q, index, np.ascontiguousarray(residuals), ids, centroids, values, bool(normalize), out)
     return out

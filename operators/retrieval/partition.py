@@ -213,31 +213,16 @@ class Partition:
     def _rescore_hits(
         self, query_vectors: np.ndarray, qi: np.ndarray, ids: np.ndarray, rows: np.ndarray, k_prime: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Hits scored by their cell only (codec-ivf) scored by their own vectors: every
-        distinct hit vector decoded once, (query vectors, distinct vectors) similarities in
-        one product, each query vector's best ``k_prime`` of its own hits kept (IVF-flat over
-        the codes). Linear in the hits: a mask over the partition's vectors instead of a sort
-        when the hits are many (an exhaustive search lists every vector for every query
-        vector)."""
-        n = self.vectors.n_vectors
-        if len(ids) * 32 < n:
-            distinct, at = np.unique(ids, return_inverse=True)
-        else:
-            present = np.zeros(n, bool)
-            present[ids] = True
-            distinct = np.flatnonzero(present)
-            at = (np.cumsum(present) - 1)[ids]
-        sims = self.vectors.similarities(query_vectors, distinct)  # (query vectors, distinct)
-        passage = np.empty(len(distinct), np.int64)
-        passage[at] = rows  # each distinct vector's passage
-        mine = np.full_like(sims, -np.inf)
-        mine[qi, at] = sims[qi, at]  # a query vector's own hits only
-        column = np.broadcast_to(np.arange(sims.shape[1]), sims.shape)
-        if k_prime < sims.shape[1]:
-            column = np.argpartition(-mine, k_prime - 1, axis=1)[:, :k_prime]
-            mine = np.take_along_axis(mine, column, axis=1)
-        q, j = np.nonzero(np.isfinite(mine))
-        return q.astype(np.int64), passage[column[q, j]], mine[q, j]
+        """Hits scored by their cell only (codec-ivf) scored by their own vectors: each hit
+        against the query vector that found it (``StoredVectors.pair_similarities``: one dot
+        a hit, from the codes), each query vector's best ``k_prime`` of its own hits kept
+        (IVF-flat over the codes). Linear in the hits, plus one sort of them."""
+        sims = self.vectors.pair_similarities(query_vectors, qi, ids)
+        order = np.lexsort((-sims, qi))  # by query vector, each one's best first
+        by_query = qi[order]
+        rank = np.arange(len(order)) - np.searchsorted(by_query, by_query)  # place among its query vector's hits
+        keep = order[rank < k_prime]
+        return qi[keep], rows[keep], sims[keep]
 
     def rescore(self, mode: str, query: scoring.QueryVectors, rows: Optional[np.ndarray] = None) -> np.ndarray:
         """Exact ``mode`` scores of the passages at ``rows`` (None: all, decoded a block at a

@@ -142,6 +142,16 @@ class StoredVectors:
             return self.codec.similarities(query_vectors, self.raw(vector_rows))
         return matmul(np.asarray(query_vectors, dtype=np.float32), self.decode(vector_rows).T)
 
+    def pair_similarities(self, query_vectors: np.ndarray, query_index: np.ndarray, vector_rows: np.ndarray) -> np.ndarray:
+        """(k,) float32 ``query_vectors[query_index[t]]`` · v_t of the vectors at
+        ``vector_rows`` (each scored by one query vector): the codec's
+        ``pair_similarities`` from the codes when it ``scores_codes``, else decoded."""
+        if self.codec is not None and self.codec.scores_codes:
+            return self.codec.pair_similarities(query_vectors, query_index, self.raw(vector_rows))
+        q = np.asarray(query_vectors, dtype=np.float32)[np.asarray(query_index, dtype=np.int64)]
+        sims: np.ndarray = np.einsum("ij,ij->i", q, self.decode(vector_rows)).astype(np.float32)
+        return sims
+
     def decode_range(self, lo: int, hi: int) -> np.ndarray:
         """(hi - lo, dim) float32: the vector rows [lo, hi) decoded, read as slices of the
         segments they span (no gather)."""
